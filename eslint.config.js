@@ -1,0 +1,62 @@
+// @ts-check
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import { builtinModules } from 'node:module';
+
+// Workflow code runs in Temporal's deterministic sandbox: no Node built-ins
+// (the SDK allows only assert, url and util, and we use none of them), and no
+// server-side package that does I/O. Anything here would fail at bundle time
+// at best, or break replay determinism at worst.
+const forbiddenInWorkflows = [
+  ...builtinModules.flatMap((m) => [m, `node:${m}`]),
+  '@temporalio/activity',
+  '@temporalio/client',
+  '@temporalio/worker',
+  '@temporalio/testing',
+  '@kubernetes/client-node',
+  'hono',
+  '@hono/*',
+  'pino',
+  'prom-client',
+  'yaml',
+  'commander',
+];
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'bin/**'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/consistent-type-imports': 'error',
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    files: ['workflows/**/*.ts'],
+    ignores: ['workflows/**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: forbiddenInWorkflows
+            .filter((p) => !p.includes('*'))
+            .map((name) => ({ name, message: 'not allowed in the workflow sandbox' })),
+          patterns: [
+            { group: forbiddenInWorkflows.filter((p) => p.includes('*')), message: 'not allowed in the workflow sandbox' },
+            { group: ['**/activities/*', '!**/activities/types*'], importNamesPattern: '.*', allowTypeImports: true, message: 'workflows import activities with `import type` only' },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['**/*.js'],
+    ...tseslint.configs.disableTypeChecked,
+  },
+);

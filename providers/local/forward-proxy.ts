@@ -1,0 +1,185 @@
+/**
+ * A small real HTTP forward proxy: CONNECT tunnels and absolute-form plain
+ * HTTP forwarding, the two things crawlers and the health prober use. The
+ * `local` provider runs one per instance on its own loopback address, and
+ * tests use it (and its `refuse-egress` behaviour) as a proxy that accepts
+ * TCP but cannot egress.
+ *
+ * It never adds Via/X-Forwarded-For (like the Squid config's `via off`,
+ * `forwarded_for off`) and only dials loopback targets unless
+ * `allowNonLoopback` is set: everything in this workplace must stay on
+ * 127.0.0.0/8.
+ */
+import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { connect, isIP, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
+
+export type ForwardProxyBehaviour =
+  /** forwards traffic */
+  | 'forward'
+  /** accepts TCP and HTTP, answers every request 502: a proxy with no egress */
+  | 'refuse-egress'
+  /** accepts TCP and never answers */
+  | 'hang';
+
+export interface ForwardProxyOptions {
+  host: string;
+  port: number;
+  behaviour?: ForwardProxyBehaviour;
+  /** Dial targets outside 127.0.0.0/8 and ::1. Off by default. */
+  allowNonLoopback?: boolean;
+  /** Upper bound for dialling a target. */
+  connectTimeoutMs?: number;
+}
+
+export interface ForwardProxy {
+  readonly host: string;
+  readonly port: number;
+  behaviour: ForwardProxyBehaviour;
+  close(): Promise<void>;
+}
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  if (h === 'localhost') return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) === 6) return h === '::1';
+  return false;
+}
+
+export async function startForwardProxy(options: ForwardProxyOptions): Promise<ForwardProxy> {
+  const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+  const sockets = new Set<Socket>();
+  const state = { behaviour: options.behaviour ?? ('forward') };
+
+  const targetAllowed = (host: string) => options.allowNonLoopback === true || isLoopbackHost(host);
+
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (state.behaviour === 'hang') return;
+    if (state.behaviour === 'refuse-egress') {
+      res.writeHead(502, { 'content-type': 'text/plain' }).end('no egress\n');
+      return;
+    }
+    let target: URL;
+    try {
+      target = new URL(req.url ?? '');
+      if (target.protocol !== 'http:') throw new Error('not http');
+    } catch {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('absolute-form http:// URL required\n');
+      return;
+    }
+    if (!targetAllowed(target.hostname)) {
+      res.writeHead(403, { 'content-type': 'text/plain' }).end('target not allowed\n');
+      return;
+    }
+    const headers: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
+    }
+    const upstream = httpRequest(
+      {
+        host: target.hostname.replace(/^\[|\]$/g, ''),
+        port: target.port || 80,
+        method: req.method,
+        path: target.pathname + target.search,
+        headers,
+        timeout: connectTimeoutMs,
+      },
+      (upstreamRes) => {
+        const out: Record<string, string | string[]> = {};
+        for (const [name, value] of Object.entries(upstreamRes.headers)) {
+          if (value !== undefined && !HOP_BY_HOP.has(name)) out[name] = value;
+        }
+        res.writeHead(upstreamRes.statusCode ?? 502, out);
+        upstreamRes.pipe(res);
+      },
+    );
+    upstream.on('timeout', () => upstream.destroy(new Error('upstream timeout')));
+    upstream.on('error', () => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end('upstream error\n');
+      else res.destroy();
+    });
+    req.pipe(upstream);
+  });
+
+  server.on('connect', (req: IncomingMessage, clientSocket: Socket, head: Buffer) => {
+    clientSocket.on('error', () => clientSocket.destroy());
+    if (state.behaviour === 'hang') return;
+    if (state.behaviour === 'refuse-egress') {
+      clientSocket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    const match = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(req.url ?? '');
+    if (!match) {
+      clientSocket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    const host = match[1]!.replace(/^\[|\]$/g, '');
+    const port = Number(match[2]);
+    if (!targetAllowed(host)) {
+      clientSocket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    const upstream = connect({ host, port, timeout: connectTimeoutMs });
+    let established = false;
+    upstream.once('connect', () => {
+      established = true;
+      upstream.setTimeout(0);
+      clientSocket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      if (head.length > 0) upstream.write(head);
+      upstream.pipe(clientSocket);
+      clientSocket.pipe(upstream);
+    });
+    upstream.once('timeout', () => upstream.destroy(new Error('connect timeout')));
+    upstream.once('error', () => {
+      if (clientSocket.writable && !established) {
+        clientSocket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
+      } else {
+        clientSocket.destroy();
+      }
+    });
+    clientSocket.once('close', () => upstream.destroy());
+  });
+
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ host: options.host, port: options.port, exclusive: true }, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+
+  return {
+    host: address.address,
+    port: address.port,
+    get behaviour() {
+      return state.behaviour;
+    },
+    set behaviour(value: ForwardProxyBehaviour) {
+      state.behaviour = value;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,225 @@
+/**
+ * The one source of truth for the Proxy and ProviderHealth resources.
+ *
+ * The CRD YAML under infra/k8s/crds/ is generated from these schema literals
+ * (`npm run gen:crds`, and a unit test fails when the committed YAML drifts),
+ * and the TypeScript types below are derived from the same literals with
+ * json-schema-to-ts, so the apiserver's view and the code's view cannot
+ * disagree. Pure data: safe to import from the workflow sandbox.
+ */
+import type { FromSchema } from 'json-schema-to-ts';
+
+export const GROUP = 'crawl.example.com';
+export const VERSION = 'v1alpha1';
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const PROXY_PLURAL = 'proxies';
+export const PROVIDER_HEALTH_PLURAL = 'providerhealths';
+
+export const FINALIZER = 'crawl.example.com/finalizer';
+export const ANNOTATION_SKIP_CLEANUP = 'crawl.example.com/skip-cleanup';
+export const LABEL_CLOUD_INIT = 'crawl.example.com/cloud-init';
+
+export const DEFAULT_PORT = 3128;
+export const DEFAULT_MAX_LEASES = 5;
+export const DEFAULT_HEALTH_CHECK = {
+  probeURL: 'https://www.gstatic.com/generate_204',
+  intervalSeconds: 30,
+  timeoutSeconds: 10,
+  failureThreshold: 3,
+  successThreshold: 1,
+  expectedStatusCodes: [200, 204],
+} as const;
+
+export const PHASES = ['Pending', 'Provisioning', 'Ready', 'Unhealthy', 'Deleting', 'Failed'] as const;
+export type ProxyPhase = (typeof PHASES)[number];
+
+const conditionSchema = {
+  type: 'object',
+  required: ['type', 'status', 'lastTransitionTime', 'reason', 'message'],
+  properties: {
+    type: { type: 'string', maxLength: 316 },
+    status: { type: 'string', enum: ['True', 'False', 'Unknown'] },
+    observedGeneration: { type: 'integer', format: 'int64', minimum: 0 },
+    lastTransitionTime: { type: 'string', format: 'date-time' },
+    reason: { type: 'string', maxLength: 1024 },
+    message: { type: 'string', maxLength: 32768 },
+  },
+  additionalProperties: false,
+} as const;
+
+export const proxySpecSchema = {
+  type: 'object',
+  required: ['mode'],
+  properties: {
+    mode: {
+      type: 'string',
+      enum: ['Managed', 'External'],
+      description: 'Managed proxies are provisioned by a provider; External ones are only tracked and health-checked.',
+      'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'mode is immutable' }],
+    },
+    provider: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 63,
+      description: 'Name of a configured provider instance (not its type). Required iff mode is Managed.',
+      'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'provider is immutable' }],
+    },
+    placement: {
+      type: 'object',
+      properties: {
+        region: { type: 'string' },
+        zone: { type: 'string' },
+        machineType: { type: 'string' },
+        image: { type: 'string' },
+      },
+      additionalProperties: false,
+    },
+    port: { type: 'integer', minimum: 1, maximum: 65535, default: DEFAULT_PORT },
+    cloudInit: {
+      type: 'object',
+      properties: {
+        inline: { type: 'string' },
+        secretRef: {
+          type: 'object',
+          required: ['name'],
+          properties: {
+            name: { type: 'string', minLength: 1 },
+            key: { type: 'string', default: 'userdata' },
+          },
+          additionalProperties: false,
+        },
+      },
+      additionalProperties: false,
+      'x-kubernetes-validations': [
+        { rule: 'has(self.inline) != has(self.secretRef)', message: 'exactly one of inline or secretRef must be set' },
+      ],
+    },
+    endpoint: {
+      type: 'object',
+      required: ['host'],
+      properties: {
+        host: { type: 'string', minLength: 1 },
+        port: { type: 'integer', minimum: 1, maximum: 65535, default: DEFAULT_PORT },
+      },
+      additionalProperties: false,
+    },
+    attributes: { type: 'object', additionalProperties: { type: 'string' } },
+    maxLeases: { type: 'integer', minimum: 0, default: DEFAULT_MAX_LEASES },
+    healthCheck: {
+      type: 'object',
+      default: {},
+      properties: {
+        probeURL: { type: 'string', minLength: 1, default: DEFAULT_HEALTH_CHECK.probeURL },
+        intervalSeconds: { type: 'integer', minimum: 1, default: DEFAULT_HEALTH_CHECK.intervalSeconds },
+        timeoutSeconds: { type: 'integer', minimum: 1, default: DEFAULT_HEALTH_CHECK.timeoutSeconds },
+        failureThreshold: { type: 'integer', minimum: 1, default: DEFAULT_HEALTH_CHECK.failureThreshold },
+        successThreshold: { type: 'integer', minimum: 1, default: DEFAULT_HEALTH_CHECK.successThreshold },
+        expectedStatusCodes: {
+          type: 'array',
+          items: { type: 'integer', minimum: 100, maximum: 599 },
+          minItems: 1,
+          default: [...DEFAULT_HEALTH_CHECK.expectedStatusCodes],
+        },
+      },
+      additionalProperties: false,
+    },
+  },
+  additionalProperties: false,
+  'x-kubernetes-validations': [
+    { rule: "self.mode != 'Managed' || has(self.provider)", message: 'provider is required when mode is Managed' },
+    { rule: "self.mode != 'External' || !has(self.provider)", message: 'provider must not be set when mode is External' },
+    { rule: "self.mode != 'External' || has(self.endpoint)", message: 'endpoint is required when mode is External' },
+    { rule: "self.mode != 'Managed' || !has(self.endpoint)", message: 'endpoint must not be set when mode is Managed' },
+    // A field-level rule does not fire when the field disappears, so removal
+    // of provider needs this whole-object form.
+    { rule: 'has(self.provider) == has(oldSelf.provider)', message: 'provider is immutable (it cannot be added or removed)' },
+  ],
+} as const;
+
+export const proxyStatusSchema = {
+  type: 'object',
+  properties: {
+    phase: { type: 'string', enum: [...PHASES] },
+    providerID: { type: 'string' },
+    ip: { type: 'string' },
+    latencyMillis: { type: 'integer', format: 'int64' },
+    lastHealthCheckTime: { type: 'string', format: 'date-time' },
+    observedGeneration: { type: 'integer', format: 'int64' },
+    specHash: { type: 'string' },
+    message: { type: 'string' },
+    conditions: {
+      type: 'array',
+      items: conditionSchema,
+      'x-kubernetes-list-type': 'map',
+      'x-kubernetes-list-map-keys': ['type'],
+    },
+  },
+  additionalProperties: false,
+} as const;
+
+export const providerTargetSchema = {
+  type: 'object',
+  required: ['name', 'ready', 'lastTransitionTime'],
+  properties: {
+    name: { type: 'string' },
+    address: { type: 'string' },
+    ready: { type: 'boolean' },
+    reason: { type: 'string' },
+    message: { type: 'string', maxLength: 1024 },
+    latencyMillis: { type: 'integer', format: 'int64' },
+    lastTransitionTime: { type: 'string', format: 'date-time' },
+    details: { type: 'object', additionalProperties: { type: 'string' } },
+  },
+  additionalProperties: false,
+} as const;
+
+export const providerHealthStatusSchema = {
+  type: 'object',
+  properties: {
+    type: { type: 'string' },
+    conditions: {
+      type: 'array',
+      items: conditionSchema,
+      'x-kubernetes-list-type': 'map',
+      'x-kubernetes-list-map-keys': ['type'],
+    },
+    targets: { type: 'array', items: providerTargetSchema },
+    targetsReady: { type: 'string' },
+    lastCheckTime: { type: 'string', format: 'date-time' },
+  },
+  additionalProperties: false,
+} as const;
+
+export type Condition = FromSchema<typeof conditionSchema>;
+export type ProxySpec = FromSchema<typeof proxySpecSchema>;
+export type ProxyStatus = FromSchema<typeof proxyStatusSchema>;
+export type ProviderTarget = FromSchema<typeof providerTargetSchema>;
+export type ProviderHealthStatus = FromSchema<typeof providerHealthStatusSchema>;
+
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  uid?: string;
+  generation?: number;
+  resourceVersion?: string;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  finalizers?: string[];
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+export interface Proxy {
+  apiVersion: typeof API_VERSION;
+  kind: 'Proxy';
+  metadata: ObjectMeta;
+  spec: ProxySpec;
+  status?: ProxyStatus;
+}
+
+export interface ProviderHealth {
+  apiVersion: typeof API_VERSION;
+  kind: 'ProviderHealth';
+  metadata: ObjectMeta;
+  status?: ProviderHealthStatus;
+}

@@ -1,0 +1,30 @@
+import { defineConfig } from 'vitest/config';
+
+// Three layers, one command: `unit` needs no server; `integration` gets one
+// Temporal dev server and one kube-apiserver for the whole run from the
+// global setup (tests/harness/global-setup.ts).
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['tests/unit/**/*.test.ts'],
+          testTimeout: 20_000,
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['tests/integration/**/*.test.ts'],
+          globalSetup: ['tests/harness/global-setup.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 180_000,
+          // Two cores: workers compete with the servers under test.
+          maxWorkers: 2,
+          fileParallelism: true,
+        },
+      },
+    ],
+  },
+});
