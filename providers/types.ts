@@ -1,0 +1,89 @@
+/**
+ * The provider contract (the seed's docs/provider-contract.md, in
+ * TypeScript). Pure types and constants: safe to import anywhere, including
+ * (with `import type`) the workflow sandbox.
+ */
+
+export const INSTANCE_STATES = ['Provisioning', 'Running', 'Stopped', 'Terminated'] as const;
+export type InstanceState = (typeof INSTANCE_STATES)[number];
+
+/** The four error classes. Every error a provider throws is a ProviderError with one of them. */
+export const ERROR_CLASSES = ['NotFound', 'QuotaExceeded', 'Permanent', 'Transient'] as const;
+export type ErrorClass = (typeof ERROR_CLASSES)[number];
+
+export type ProviderOperation = 'create' | 'get' | 'delete' | 'list' | 'check';
+
+/** GC marks, written by create in the same backend call that makes the instance. */
+export const MARK_MANAGED = 'crawl.example.com/managed';
+export const MARK_MANAGED_VALUE = 'true';
+export const MARK_UID = 'crawl.example.com/uid';
+/** Which control-plane installation created the instance; GC deletes only its own. */
+export const MARK_INSTALLATION = 'crawl.example.com/installation';
+
+export interface Placement {
+  region?: string;
+  zone?: string;
+  machineType?: string;
+  image?: string;
+}
+
+export interface CreateRequest {
+  /** Deterministic instance name from the Proxy UID (`instanceNameFromUid`). */
+  name: string;
+  /** The owning Proxy's UID; written as the UID mark. */
+  uid: string;
+  namespace: string;
+  proxyName: string;
+  placement: Placement;
+  /** Already resolved from inline text or a Secret. Never logged, never in an error. */
+  cloudInit?: string;
+  port: number;
+  /** The installation identity mark's value. */
+  installation: string;
+}
+
+export interface Instance {
+  /** The providerID: opaque, self-contained, accepted by get and delete. */
+  id: string;
+  /** Non-empty exactly when state is Running (Running without an IP is Provisioning). */
+  ip?: string;
+  state: InstanceState;
+  /** Read back from the backend's UID mark; '' when the mark is empty. */
+  uid: string;
+  /** Read back from the backend's installation mark; '' when absent. */
+  installation: string;
+  /** Read back from the backend; undefined counts as very old for GC. */
+  createdAt?: Date;
+}
+
+export const CHECK_REASONS = ['Reachable', 'Unreachable', 'Unauthorized', 'Forbidden', 'Timeout', 'APIError'] as const;
+
+export interface TargetStatus {
+  name: string;
+  address?: string;
+  ready: boolean;
+  /** One of CHECK_REASONS, or a provider-specific reason documented in its guide. */
+  reason: string;
+  /** At most 1,024 characters. */
+  message?: string;
+  latencyMillis?: number;
+  details?: Record<string, string>;
+}
+
+export interface Provider {
+  /** The configured name (what spec.provider refers to), not the type. */
+  readonly name: string;
+  readonly type: string;
+  /** Idempotent by req.name; adopts an existing instance only if its UID mark matches req.uid. */
+  create(req: CreateRequest, signal: AbortSignal): Promise<string>;
+  /** Throws a NotFound ProviderError when, and only when, the instance is gone. */
+  get(id: string, signal: AbortSignal): Promise<Instance>;
+  /** Idempotent; deleting something gone resolves. */
+  delete(id: string, signal: AbortSignal): Promise<void>;
+  /** Only instances carrying the managed mark. Throws rather than return a list it cannot vouch for. */
+  listByTag(signal: AbortSignal): Promise<Instance[]>;
+  /** Never throws: every failure is a target with ready=false. One entry per target, stable order. */
+  check?(signal: AbortSignal): Promise<TargetStatus[]>;
+  /** Releases connections and listeners. */
+  close?(): Promise<void>;
+}
