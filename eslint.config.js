@@ -41,7 +41,7 @@ export default tseslint.config(
     files: ['workflows/**/*.ts'],
     ignores: ['workflows/**/*.test.ts'],
     rules: {
-      'no-restricted-imports': [
+      '@typescript-eslint/no-restricted-imports': [
         'error',
         {
           paths: forbiddenInWorkflows
@@ -49,7 +49,11 @@ export default tseslint.config(
             .map((name) => ({ name, message: 'not allowed in the workflow sandbox' })),
           patterns: [
             { group: forbiddenInWorkflows.filter((p) => p.includes('*')), message: 'not allowed in the workflow sandbox' },
-            { group: ['**/activities/*', '!**/activities/types*'], importNamesPattern: '.*', allowTypeImports: true, message: 'workflows import activities with `import type` only' },
+            {
+              group: ['**/activities/*'],
+              allowTypeImports: true,
+              message: 'workflows import activities with `import type` only',
+            },
           ],
         },
       ],

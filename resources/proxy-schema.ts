@@ -191,7 +191,10 @@ export const providerHealthStatusSchema = {
 } as const;
 
 export type Condition = FromSchema<typeof conditionSchema>;
+/** A spec as stored: the apiserver has materialised every default. */
 export type ProxySpec = FromSchema<typeof proxySpecSchema>;
+/** A spec as a user writes it: defaulted fields may be omitted. */
+export type ProxySpecInput = FromSchema<typeof proxySpecSchema, { keepDefaultedPropertiesOptional: true }>;
 export type ProxyStatus = FromSchema<typeof proxyStatusSchema>;
 export type ProviderTarget = FromSchema<typeof providerTargetSchema>;
 export type ProviderHealthStatus = FromSchema<typeof providerHealthStatusSchema>;

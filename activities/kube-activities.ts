@@ -1,0 +1,150 @@
+/**
+ * Activities that read and write Kubernetes objects: Proxy status (the
+ * workflow is its single writer), the finalizer, and cloud-init resolution.
+ */
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import { FailureType } from '../workflows/proxy/failure-types.js';
+import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
+import { nonRetryable } from './failures.js';
+import type { KubeActivities } from './types.js';
+
+function httpCode(error: unknown): number | undefined {
+  return (error as { code?: number }).code;
+}
+
+export interface ProxyReader {
+  readProxy(ref: ProxyRef): Promise<Proxy | undefined>;
+}
+
+export function createProxyReader(kc: KubeConfig): ProxyReader {
+  const api = kc.makeApiClient(CustomObjectsApi);
+  return {
+    async readProxy(ref) {
+      try {
+        const proxy = (await api.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ref.namespace,
+          plural: PROXY_PLURAL,
+          name: ref.name,
+        })) as Proxy;
+        return proxy.metadata.uid === ref.uid ? proxy : undefined;
+      } catch (error) {
+        if (httpCode(error) === 404) return undefined;
+        throw error;
+      }
+    },
+  };
+}
+
+/**
+ * Resolves cloud-init text inside the activity, so it never enters workflow
+ * history. Problems are CloudInitError failures that name the Secret and
+ * key, never the content.
+ */
+export async function resolveCloudInit(
+  kc: KubeConfig,
+  reader: ProxyReader,
+  ref: ProxyRef,
+  cloudInit: CloudInitRef | undefined,
+): Promise<string | undefined> {
+  if (!cloudInit) return undefined;
+  if (cloudInit.source === 'inline') {
+    const proxy = await reader.readProxy(ref);
+    if (!proxy) throw nonRetryable(FailureType.ProxyGone, `Proxy ${ref.namespace}/${ref.name} (uid ${ref.uid}) is gone`);
+    return proxy.spec.cloudInit?.inline;
+  }
+  const where = `Secret ${ref.namespace}/${cloudInit.name}`;
+  let secret;
+  try {
+    secret = await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ namespace: ref.namespace, name: cloudInit.name });
+  } catch (error) {
+    if (httpCode(error) === 404) throw nonRetryable(FailureType.CloudInitError, `${where} not found`);
+    throw error;
+  }
+  if (secret.metadata?.labels?.[LABEL_CLOUD_INIT] !== 'true') {
+    throw nonRetryable(FailureType.CloudInitError, `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`);
+  }
+  const encoded = secret.data?.[cloudInit.key];
+  if (encoded === undefined) throw nonRetryable(FailureType.CloudInitError, `${where} has no key "${cloudInit.key}"`);
+  return Buffer.from(encoded, 'base64').toString('utf8');
+}
+
+export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Logger }): KubeActivities {
+  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const log = deps.logger.child({ component: 'kube-activities' });
+
+  return {
+    async writeProxyStatus({ ref, status }) {
+      // The UID test makes the write fail (422) instead of landing on a
+      // recreated Proxy of the same name.
+      try {
+        await api.patchNamespacedCustomObjectStatus(
+          {
+            group: GROUP,
+            version: VERSION,
+            namespace: ref.namespace,
+            plural: PROXY_PLURAL,
+            name: ref.name,
+            body: [
+              { op: 'test', path: '/metadata/uid', value: ref.uid },
+              { op: 'add', path: '/status', value: status },
+            ],
+          },
+          setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
+        );
+        return 'written';
+      } catch (error) {
+        const code = httpCode(error);
+        if (code === 404 || code === 422) return 'gone';
+        throw error;
+      }
+    },
+
+    async removeProxyFinalizer({ ref }) {
+      // Optimistic concurrency: the patch names the resourceVersion it read;
+      // on 409 the activity fails and Temporal retries with a fresh read.
+      let proxy: Proxy;
+      try {
+        proxy = (await api.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ref.namespace,
+          plural: PROXY_PLURAL,
+          name: ref.name,
+        })) as Proxy;
+      } catch (error) {
+        if (httpCode(error) === 404) return 'gone';
+        throw error;
+      }
+      if (proxy.metadata.uid !== ref.uid) return 'gone';
+      const finalizers = proxy.metadata.finalizers ?? [];
+      if (!finalizers.includes(FINALIZER)) return 'absent';
+      try {
+        await api.patchNamespacedCustomObject(
+          {
+            group: GROUP,
+            version: VERSION,
+            namespace: ref.namespace,
+            plural: PROXY_PLURAL,
+            name: ref.name,
+            body: {
+              metadata: {
+                resourceVersion: proxy.metadata.resourceVersion,
+                finalizers: finalizers.filter((f) => f !== FINALIZER),
+              },
+            },
+          },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        );
+      } catch (error) {
+        if (httpCode(error) === 404) return 'gone';
+        throw error;
+      }
+      log.info({ proxy: `${ref.namespace}/${ref.name}`, uid: ref.uid }, 'finalizer removed');
+      return 'removed';
+    },
+  };
+}

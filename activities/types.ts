@@ -1,0 +1,41 @@
+/**
+ * The activity interfaces, as types only: workflows import this file with
+ * `import type`, so no activity code can enter the sandbox.
+ */
+import type { ProxyStatus } from '../resources/proxy-schema.js';
+import type { InstanceState, Placement } from '../providers/types.js';
+import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
+
+export interface CreateInstanceInput {
+  ref: ProxyRef;
+  provider: string;
+  placement: Placement;
+  port: number;
+  cloudInit?: CloudInitRef;
+}
+
+export interface CreateInstanceResult {
+  id: string;
+  /** The spec hash of what was actually created (the cloud-init as resolved at this moment). */
+  specHash: string;
+}
+
+export interface InstanceRef {
+  provider: string;
+  id: string;
+}
+
+export type GetInstanceResult = { found: false } | { found: true; state: InstanceState; ip?: string };
+
+export interface ProviderActivities {
+  createInstance(input: CreateInstanceInput): Promise<CreateInstanceResult>;
+  getInstance(input: InstanceRef): Promise<GetInstanceResult>;
+  deleteInstance(input: InstanceRef): Promise<void>;
+}
+
+export interface KubeActivities {
+  /** Replaces status on the Proxy with this UID; 'gone' when it no longer exists (or was recreated). */
+  writeProxyStatus(input: { ref: ProxyRef; status: ProxyStatus }): Promise<'written' | 'gone'>;
+  /** Removes our finalizer from the Proxy with this UID. */
+  removeProxyFinalizer(input: { ref: ProxyRef }): Promise<'removed' | 'absent' | 'gone'>;
+}

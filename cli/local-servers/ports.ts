@@ -1,0 +1,29 @@
+import { createServer } from 'node:net';
+
+/** A port the kernel considers free on `host` right now (there is a small race until the caller binds it). */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen({ host, port: 0, exclusive: true }, () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** True when something accepts TCP on host:port. */
+export async function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(true));
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(false)));
+  });
+}
+
+/** `preferred` if it is free, otherwise any free port. */
+export async function preferredOrFreePort(preferred: number | undefined, host = '127.0.0.1'): Promise<number> {
+  if (preferred !== undefined && preferred > 0 && !(await portInUse(preferred, host))) return preferred;
+  return freePort(host);
+}

@@ -1,0 +1,93 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect } from 'node:net';
+import { SEARCH_ATTRIBUTES } from '../../resources/search-attributes.js';
+import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { preferredOrFreePort } from './ports.js';
+
+export interface TemporalDevServer {
+  /** host:port of the frontend (gRPC). */
+  address: string;
+  namespace: string;
+  uiUrl?: string;
+  logPath: string;
+  process: ManagedProcess;
+  stop(): Promise<void>;
+}
+
+export interface TemporalDevServerOptions {
+  cli: string;
+  dataDir: string;
+  /** Preferred ports; another free one is taken when in use. */
+  port?: number;
+  uiPort?: number;
+  /** No Web UI (tests that do not need it). */
+  headless?: boolean;
+  /** Keep state in dataDir/temporal.db across restarts. */
+  persist?: boolean;
+  namespace?: string;
+}
+
+function tcpReady(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * Starts `temporal server start-dev` on the loopback with our search
+ * attributes registered, and waits until the namespace answers.
+ */
+export async function startTemporalDevServer(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
+  mkdirSync(opts.dataDir, { recursive: true });
+  const host = '127.0.0.1';
+  const namespace = opts.namespace ?? 'default';
+  const port = await preferredOrFreePort(opts.port, host);
+  const uiPort = opts.headless ? undefined : await preferredOrFreePort(opts.uiPort, host);
+  // Every port is chosen here, so several servers (tests, dev) coexist.
+  const httpPort = await preferredOrFreePort(undefined, host);
+  const metricsPort = await preferredOrFreePort(undefined, host);
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    host,
+    '--port',
+    String(port),
+    '--http-port',
+    String(httpPort),
+    '--metrics-port',
+    String(metricsPort),
+    '--namespace',
+    namespace,
+    '--log-level',
+    'warn',
+  ];
+  if (opts.persist) args.push('--db-filename', join(opts.dataDir, 'temporal.db'));
+  if (uiPort === undefined) args.push('--headless');
+  else args.push('--ui-port', String(uiPort), '--ui-ip', host, '--ui-disable-news-fetch');
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  const logPath = join(opts.dataDir, 'temporal.log');
+  const proc = spawnServer('temporal', opts.cli, args, logPath);
+  await waitUntil('Temporal dev server', () => tcpReady(host, port), {
+    timeoutMs: 60_000,
+    process: proc,
+    logPath,
+  });
+  if (uiPort !== undefined) {
+    await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), { timeoutMs: 30_000, process: proc, logPath });
+  }
+  return {
+    address: `${host}:${port}`,
+    namespace,
+    uiUrl: uiPort === undefined ? undefined : `http://${host}:${uiPort}`,
+    logPath,
+    process: proc,
+    stop: () => proc.stop(),
+  };
+}

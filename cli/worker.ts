@@ -1,0 +1,66 @@
+/**
+ * The Temporal worker: the Proxy workflow plus provider and Kubernetes
+ * activities on one task queue.
+ */
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import {
+  bundleWorkflowCode,
+  NativeConnection,
+  Worker,
+  type WorkflowBundleOption,
+  type WorkflowBundleWithSourceMap,
+} from '@temporalio/worker';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { createKubeActivities } from '../activities/kube-activities.js';
+import { createProviderActivities } from '../activities/provider-activities.js';
+import type { ProviderRegistry } from '../providers/config.js';
+
+/** The workflows entry point, from source (tsx, vitest) or from dist/. */
+export function workflowsPath(): string {
+  for (const ext of ['.ts', '.js']) {
+    const path = fileURLToPath(new URL(`../workflows/index${ext}`, import.meta.url));
+    if (existsSync(path)) return path;
+  }
+  throw new Error('workflows/index not found next to cli/');
+}
+
+export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
+  // Silence webpack's progress output; errors still throw.
+  return bundleWorkflowCode({ workflowsPath: workflowsPath(), logger: { log() {}, info() {}, warn() {}, error() {}, debug() {}, trace() {} } });
+}
+
+export interface WorkerDeps {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  kubeConfig: KubeConfig;
+  registry: ProviderRegistry;
+  installation: string;
+  logger: Logger;
+  /** A prebuilt bundle (tests bundle once per run); bundled from source when absent. */
+  workflowBundle?: WorkflowBundleOption;
+  /** Caps memory: a cached workflow costs on the order of 1 MB. */
+  maxCachedWorkflows?: number;
+}
+
+export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
+  const activities = {
+    ...createProviderActivities({
+      registry: deps.registry,
+      kubeConfig: deps.kubeConfig,
+      installation: deps.installation,
+      logger: deps.logger,
+    }),
+    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger }),
+  };
+  return Worker.create({
+    connection: deps.connection,
+    namespace: deps.namespace,
+    taskQueue: deps.taskQueue,
+    ...(deps.workflowBundle ? { workflowBundle: deps.workflowBundle } : { workflowsPath: workflowsPath() }),
+    activities,
+    maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
+  });
+}

@@ -1,0 +1,71 @@
+/**
+ * One Temporal dev server and one kube-apiserver (with etcd and our CRDs)
+ * for the whole integration run. Set EP_TEST_TEMPORAL_ADDRESS and/or
+ * EP_TEST_KUBECONFIG to reuse servers that are already running.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import type { TestProject } from 'vitest/node';
+import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
+import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
+import { installCrds } from '../../cli/local-servers/install-crds.js';
+import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { bundleWorkflows } from '../../cli/worker.js';
+import { writeFileSync } from 'node:fs';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    temporalAddress: string;
+    temporalNamespace: string;
+    temporalUiUrl: string;
+    temporalCli: string;
+    kubeconfigPath: string;
+    kubeBinDir: string;
+    /** The workflow bundle, built once for the run. */
+    workflowBundlePath: string;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'egress-proxies-test-'));
+  const stops: Array<() => Promise<void>> = [];
+  const started = Date.now();
+
+  const [temporalCli, kubeBinDir] = await Promise.all([ensureTemporalCli(), ensureKubeBinaries()]);
+
+  const temporal = process.env.EP_TEST_TEMPORAL_ADDRESS
+    ? { address: process.env.EP_TEST_TEMPORAL_ADDRESS, namespace: 'default', uiUrl: '' }
+    : await startTemporalDevServer({ cli: temporalCli, dataDir: join(dataDir, 'temporal') });
+  if ('stop' in temporal) stops.push(temporal.stop);
+
+  let kubeconfigPath = process.env.EP_TEST_KUBECONFIG ?? '';
+  if (!kubeconfigPath) {
+    const kube = await startLocalKubeApiServer({ binDir: kubeBinDir, dataDir: join(dataDir, 'kube') });
+    stops.push(kube.stop);
+    kubeconfigPath = kube.kubeconfigPath;
+  }
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfigPath);
+  await installCrds(kc);
+
+  const bundle = await bundleWorkflows();
+  const workflowBundlePath = join(dataDir, 'workflow-bundle.js');
+  writeFileSync(workflowBundlePath, bundle.code);
+  project.provide('workflowBundlePath', workflowBundlePath);
+  project.provide('temporalAddress', temporal.address);
+  project.provide('temporalNamespace', temporal.namespace);
+  project.provide('temporalUiUrl', temporal.uiUrl ?? '');
+  project.provide('temporalCli', temporalCli);
+  project.provide('kubeconfigPath', kubeconfigPath);
+  project.provide('kubeBinDir', kubeBinDir);
+  console.log(
+    `[harness] Temporal ${temporal.address}${temporal.uiUrl ? ` (UI ${temporal.uiUrl})` : ''}, kubeconfig ${kubeconfigPath}, ready in ${Date.now() - started} ms`,
+  );
+
+  return async () => {
+    for (const stop of stops.reverse()) await stop();
+    if (!process.env.EP_TEST_KEEP_DATA) rmSync(dataDir, { recursive: true, force: true });
+  };
+}

@@ -1,0 +1,168 @@
+/**
+ * A real control plane for one test file: the worker (real activities, real
+ * providers from a providers config), the bridge scoped to a fresh
+ * namespace, on the shared Temporal dev server and apiserver.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomInt } from 'node:crypto';
+import type { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, Runtime, type NativeConnection, type Worker } from '@temporalio/worker';
+import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
+import { inject } from 'vitest';
+import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
+import type { Provider } from '../../providers/types.js';
+import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
+import { createProxyWorker } from '../../cli/worker.js';
+import type { ProxyTiming } from '../../workflows/proxy/types.js';
+import { createNamespace, customObjects, kubeConfig } from './kube.js';
+import { temporalClient, uniqueTaskQueue, workerConnection, workflowBundle } from './temporal.js';
+
+export const FAST_TIMING: ProxyTiming = {
+  provisioningPollMs: 200,
+  deletionPollMs: 200,
+  driftPollMs: 1_000,
+  quotaRetryMs: 1_000,
+  errorRetryMs: 500,
+};
+
+/** A registry that can gain providers while running ("a provider added later"). */
+export interface TestRegistry extends ProviderRegistry {
+  add(provider: Provider): void;
+}
+
+export interface ControlPlane {
+  kc: KubeConfig;
+  api: CustomObjectsApi;
+  namespace: string;
+  client: Client;
+  taskQueue: string;
+  registry: TestRegistry;
+  stateRoot: string;
+  logger: Logger;
+  bridge: Bridge;
+  worker: Worker;
+  /** Stops the running worker (as a crash would, with no grace) and starts a fresh one. */
+  restartWorker(): Promise<void>;
+  stopWorker(): Promise<void>;
+  startWorker(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A /24 of its own inside 127/8 per test file, so parallel files never contend for addresses. */
+export function privateLoopbackRange(): string {
+  return `127.${randomInt(100, 200)}.${randomInt(1, 250)}.0/24`;
+}
+
+let runtimeInstalled = false;
+/** The SDK logs every worker state change at INFO; tests want warnings only. Once per process. */
+function quietTemporalRuntime(): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+  } catch {
+    // Already installed by another helper in this process.
+  }
+}
+
+export async function startControlPlane(opts: {
+  prefix: string;
+  providersYaml?: (stateRoot: string, range: string) => string;
+  timing?: Partial<ProxyTiming>;
+  maxHistoryEvents?: number;
+  installation?: string;
+}): Promise<ControlPlane> {
+  quietTemporalRuntime();
+  const kc = kubeConfig();
+  const api = customObjects(kc);
+  const namespace = await createNamespace(kc, opts.prefix);
+  const stateRoot = mkdtempSync(join(tmpdir(), `ep-${opts.prefix}-`));
+  const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
+  const range = privateLoopbackRange();
+  const yaml =
+    opts.providersYaml?.(stateRoot, range) ??
+    `providers:\n  - name: local\n    type: local\n    local:\n      stateDir: ${stateRoot}/local\n      addressRange: ${range}\n`;
+  const base = buildProviders(parseProvidersConfig(yaml, 'test providers config'), { logger, stateRoot });
+  const extra = new Map<string, Provider>();
+  const registry: TestRegistry = {
+    get: (name) => extra.get(name) ?? base.get(name),
+    names: () => [...base.names(), ...extra.keys()],
+    add: (p) => extra.set(p.name, p),
+    close: async () => {
+      await base.close();
+      await Promise.allSettled([...extra.values()].map((p) => p.close?.()));
+    },
+  };
+
+  const { client, connection }: { client: Client; connection: Connection } = await temporalClient();
+  const taskQueue = uniqueTaskQueue(opts.prefix);
+  let nativeConnection: NativeConnection = await workerConnection();
+  const timing = { ...FAST_TIMING, ...opts.timing };
+
+  let worker!: Worker;
+  let running: Promise<void> | undefined;
+  const startWorker = async () => {
+    worker = await createProxyWorker({
+      connection: nativeConnection,
+      namespace: inject('temporalNamespace'),
+      taskQueue,
+      kubeConfig: kc,
+      registry,
+      installation: opts.installation ?? 'test-installation',
+      logger,
+      workflowBundle: workflowBundle(),
+    });
+    running = worker.run();
+  };
+  const stopWorker = async () => {
+    if (worker.getState() === 'RUNNING') worker.shutdown();
+    await running;
+  };
+  await startWorker();
+
+  const bridge = createBridge({
+    kubeConfig: kc,
+    client,
+    taskQueue,
+    logger,
+    timing,
+    namespace,
+    ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
+  });
+  await bridge.start();
+
+  const plane: ControlPlane = {
+    kc,
+    api,
+    namespace,
+    client,
+    taskQueue,
+    registry,
+    stateRoot,
+    logger,
+    bridge,
+    get worker() {
+      return worker;
+    },
+    stopWorker,
+    startWorker,
+    async restartWorker() {
+      await stopWorker();
+      await nativeConnection.close();
+      nativeConnection = await workerConnection();
+      await startWorker();
+    },
+    async close() {
+      await bridge.stop();
+      await stopWorker();
+      await registry.close();
+      await nativeConnection.close();
+      await connection.close();
+      rmSync(stateRoot, { recursive: true, force: true });
+    },
+  };
+  return plane;
+}

@@ -1,0 +1,69 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { inject } from 'vitest';
+import { GROUP, VERSION, PROXY_PLURAL, type Proxy, type ProxySpecInput } from '../../resources/proxy-schema.js';
+
+const run = promisify(execFile);
+
+export function kubeConfig(): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromFile(inject('kubeconfigPath'));
+  return kc;
+}
+
+export function customObjects(kc = kubeConfig()): CustomObjectsApi {
+  return kc.makeApiClient(CustomObjectsApi);
+}
+
+/** A fresh namespace per test file keeps tests independent on one shared apiserver. */
+export async function createNamespace(kc: KubeConfig, prefix: string): Promise<string> {
+  const name = `${prefix}-${randomBytes(3).toString('hex')}`;
+  await kc.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name } } });
+  return name;
+}
+
+export function uniqueName(prefix: string): string {
+  return `${prefix}-${randomBytes(3).toString('hex')}`;
+}
+
+export async function createProxy(
+  api: CustomObjectsApi,
+  namespace: string,
+  name: string,
+  spec: ProxySpecInput,
+  metadata: Record<string, unknown> = {},
+): Promise<Proxy> {
+  return (await api.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PROXY_PLURAL,
+    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Proxy', metadata: { name, namespace, ...metadata }, spec },
+  })) as Proxy;
+}
+
+export async function getProxy(api: CustomObjectsApi, namespace: string, name: string): Promise<Proxy> {
+  return (await api.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROXY_PLURAL, name })) as Proxy;
+}
+
+/** Runs the kubectl built with the apiserver against the test cluster. */
+export async function kubectl(args: string[]): Promise<string> {
+  const { stdout } = await run(join(inject('kubeBinDir'), 'kubectl'), ['--kubeconfig', inject('kubeconfigPath'), ...args]);
+  return stdout;
+}
+
+/** The apiserver's message for a rejected request (client-node puts the Status JSON in body). */
+export function apiErrorMessage(error: unknown): string {
+  const body = (error as { body?: unknown }).body;
+  if (typeof body === 'string') {
+    try {
+      return (JSON.parse(body) as { message?: string }).message ?? body;
+    } catch {
+      return body;
+    }
+  }
+  return error instanceof Error ? error.message : String(error);
+}

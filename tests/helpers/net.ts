@@ -1,0 +1,72 @@
+import { createServer, request, type Server } from 'node:http';
+import { connect } from 'node:net';
+import type { AddressInfo } from 'node:net';
+
+/** A plain HTTP server on the loopback that answers every request 200 with `body`. */
+export async function startTarget(body = 'hello from the target'): Promise<{ server: Server; port: number; close(): Promise<void> }> {
+  const server = createServer((_req, res) =>
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }).end(body),
+  );
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return { server, port, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+/**
+ * Opens a CONNECT tunnel through the proxy to 127.0.0.1:targetPort and sends
+ * a GET through it. Resolves with the target's response body.
+ */
+export function getThroughConnect(proxyHost: string, proxyPort: number, targetPort: number, timeoutMs = 5_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: proxyHost, port: proxyPort });
+    const timer = setTimeout(() => socket.destroy(new Error('timeout')), timeoutMs);
+    let buffer = '';
+    let tunnelled = false;
+    socket.setEncoding('utf8');
+    socket.once('connect', () => socket.write(`CONNECT 127.0.0.1:${targetPort} HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\n\r\n`));
+    socket.on('data', (chunk: string) => {
+      buffer += chunk;
+      if (!tunnelled) {
+        const end = buffer.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const statusLine = buffer.slice(0, buffer.indexOf('\r\n'));
+        if (!/^HTTP\/1\.[01] 200/.test(statusLine)) {
+          clearTimeout(timer);
+          socket.destroy();
+          reject(new Error(`CONNECT refused: ${statusLine}`));
+          return;
+        }
+        tunnelled = true;
+        buffer = buffer.slice(end + 4);
+        socket.write(`GET / HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\nConnection: close\r\n\r\n`);
+      }
+    });
+    socket.once('end', () => {
+      clearTimeout(timer);
+      const body = buffer.slice(buffer.indexOf('\r\n\r\n') + 4);
+      resolve(body);
+    });
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+  });
+}
+
+/** An absolute-form plain HTTP GET through the proxy. */
+export function getThroughProxy(proxyHost: string, proxyPort: number, targetPort: number): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: proxyHost, port: proxyPort, path: `http://127.0.0.1:${targetPort}/`, headers: { host: `127.0.0.1:${targetPort}` }, timeout: 5_000 },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
+}

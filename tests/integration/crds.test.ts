@@ -1,0 +1,134 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { DEFAULT_HEALTH_CHECK, DEFAULT_MAX_LEASES, DEFAULT_PORT, GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import type { ProxySpecInput } from '../../resources/proxy-schema.js';
+import { apiErrorMessage, createNamespace, createProxy, customObjects, getProxy, kubeConfig, kubectl } from '../helpers/kube.js';
+
+describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
+  let kc: KubeConfig;
+  let api: CustomObjectsApi;
+  let ns: string;
+
+  beforeAll(async () => {
+    kc = kubeConfig();
+    api = customObjects(kc);
+    ns = await createNamespace(kc, 'crds');
+  });
+
+  const invalid: Array<[string, ProxySpecInput, string]> = [
+    ['Managed without provider', { mode: 'Managed' }, 'provider is required when mode is Managed'],
+    ['External with provider', { mode: 'External', provider: 'stub', endpoint: { host: '203.0.113.9' } }, 'provider must not be set when mode is External'],
+    ['External without endpoint', { mode: 'External' }, 'endpoint is required when mode is External'],
+    ['Managed with endpoint', { mode: 'Managed', provider: 'stub', endpoint: { host: '203.0.113.9' } }, 'endpoint must not be set when mode is Managed'],
+    ['cloudInit with both', { mode: 'Managed', provider: 'stub', cloudInit: { inline: '#cloud-config', secretRef: { name: 's' } } }, 'exactly one of inline or secretRef'],
+    ['cloudInit with neither', { mode: 'Managed', provider: 'stub', cloudInit: {} }, 'exactly one of inline or secretRef'],
+  ];
+
+  it.each(invalid)('rejects %s with the seed wording', async (_about, spec, want) => {
+    const error = await createProxy(api, ns, 'cel-invalid', spec).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error, 'create must fail').toBeDefined();
+    expect(apiErrorMessage(error)).toContain(want);
+  });
+
+  it('rejects mode mutation', async () => {
+    await createProxy(api, ns, 'cel-mode', { mode: 'External', endpoint: { host: '203.0.113.9' } });
+    const error = await api
+      .patchNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: PROXY_PLURAL,
+        name: 'cel-mode',
+        body: [{ op: 'replace', path: '/spec', value: { mode: 'Managed', provider: 'stub' } }],
+      })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(apiErrorMessage(error)).toContain('mode is immutable');
+  });
+
+  it('rejects provider mutation and removal', async () => {
+    await createProxy(api, ns, 'cel-provider', { mode: 'Managed', provider: 'stub' });
+    const patch = (value: unknown) =>
+      api
+        .patchNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: ns,
+          plural: PROXY_PLURAL,
+          name: 'cel-provider',
+          body: [{ op: 'replace', path: '/spec', value }],
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+    expect(apiErrorMessage(await patch({ mode: 'Managed', provider: 'other' }))).toContain('provider is immutable');
+    // Removal: flip mode too so the required-iff rule is not what fires.
+    const removal = apiErrorMessage(await patch({ mode: 'External', endpoint: { host: '203.0.113.9' } }));
+    expect(removal).toContain('provider is immutable');
+    expect((await getProxy(api, ns, 'cel-provider')).spec.provider).toBe('stub');
+  });
+
+  it('materialises every default, including the nested healthCheck ones, on a minimal Managed Proxy', async () => {
+    await createProxy(api, ns, 'defaults', { mode: 'Managed', provider: 'stub' });
+    const got = await getProxy(api, ns, 'defaults');
+    expect(got.spec.port).toBe(DEFAULT_PORT);
+    expect(got.spec.maxLeases).toBe(DEFAULT_MAX_LEASES);
+    expect(got.spec.healthCheck).toEqual({
+      ...DEFAULT_HEALTH_CHECK,
+      expectedStatusCodes: [...DEFAULT_HEALTH_CHECK.expectedStatusCodes],
+    });
+  });
+
+  it('keeps an explicit maxLeases: 0 (unleasable) instead of defaulting it', async () => {
+    await createProxy(api, ns, 'zero-leases', { mode: 'Managed', provider: 'stub', maxLeases: 0 });
+    expect((await getProxy(api, ns, 'zero-leases')).spec.maxLeases).toBe(0);
+  });
+
+  it('kubectl get px shows MODE, PROVIDER, PHASE, IP, HEALTHY, AGE', async () => {
+    await createProxy(api, ns, 'columns', { mode: 'External', endpoint: { host: '203.0.113.7', port: 8080 } });
+    const out = await kubectl(['get', 'px', '-n', ns, 'columns']);
+    const header = out.split('\n')[0]!.trim().split(/\s+/);
+    expect(header).toEqual(['NAME', 'MODE', 'PROVIDER', 'PHASE', 'IP', 'HEALTHY', 'AGE']);
+    expect(out).toMatch(/columns\s+External/);
+  });
+
+  it('kubectl get ph shows TYPE, READY, TARGETS, LAST CHECK, AGE for a cluster-scoped ProviderHealth', async () => {
+    const name = `ph-${ns}`;
+    await api.createClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: 'providerhealths',
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ProviderHealth', metadata: { name } },
+    });
+    const now = new Date().toISOString();
+    await api.patchClusterCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      plural: 'providerhealths',
+      name,
+      body: [
+        {
+          op: 'add',
+          path: '/status',
+          value: {
+            type: 'local',
+            targetsReady: '1/1',
+            lastCheckTime: now,
+            conditions: [{ type: 'Ready', status: 'True', reason: 'AllTargetsReady', message: '1/1', lastTransitionTime: now }],
+          },
+        },
+      ],
+    });
+    const out = await kubectl(['get', 'ph', name]);
+    const lines = out.trim().split('\n');
+    expect(lines[0]!.trim().split(/\s{2,}/)).toEqual(['NAME', 'TYPE', 'READY', 'TARGETS', 'LAST CHECK', 'AGE']);
+    expect(lines[1]).toMatch(new RegExp(`${name}\\s+local\\s+True\\s+1/1`));
+    await api.deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: 'providerhealths', name });
+  });
+});

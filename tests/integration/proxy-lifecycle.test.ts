@@ -1,0 +1,111 @@
+/**
+ * The Proxy lifecycle end to end: real apiserver, real Temporal dev server,
+ * real worker and bridge, the real `local` provider whose instances are real
+ * forward proxies on the loopback.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GROUP, PROXY_PLURAL, VERSION, FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import { createProxy, getProxy } from '../helpers/kube.js';
+import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { eventually } from '../helpers/temporal.js';
+import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
+
+describe('Proxy lifecycle with the local provider', () => {
+  let cp: ControlPlane;
+  let target: Awaited<ReturnType<typeof startTarget>>;
+
+  beforeAll(async () => {
+    cp = await startControlPlane({ prefix: 'lifecycle' });
+    target = await startTarget('egress ok');
+  });
+  afterAll(async () => {
+    await cp?.close();
+    await target?.close();
+  });
+
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean, timeoutMs = 30_000) =>
+    eventually(
+      `${name}: ${what}`,
+      async () => {
+        const p = await getProxy(cp.api, cp.namespace, name);
+        return test(p) ? p : undefined;
+      },
+      { timeoutMs },
+    );
+
+  const gone = (name: string) =>
+    eventually(`${name} deleted`, async () => {
+      try {
+        await getProxy(cp.api, cp.namespace, name);
+        return undefined;
+      } catch (error) {
+        return (error as { code?: number }).code === 404 ? true : undefined;
+      }
+    });
+
+  const deleteProxy = (name: string) =>
+    cp.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name });
+
+  it('creates a real forward proxy, replaces it on a spec change, and cleans up on delete', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'px-main', { mode: 'Managed', provider: 'local', port: 18080 });
+    const ref = { namespace: cp.namespace, name: 'px-main', uid: created.metadata.uid! };
+
+    const running = await waitFor('px-main', 'Provisioned=True with an IP', (p) =>
+      Boolean(p.status?.ip && p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')),
+    );
+    expect(running.metadata.finalizers).toContain(FINALIZER);
+    // No prober yet: Running but not known healthy stays Provisioning, Healthy Unknown (the seed's rule).
+    expect(running.status?.phase).toBe('Provisioning');
+    expect(running.status?.conditions?.find((c) => c.type === 'Healthy')?.status).toBe('Unknown');
+    expect(running.status?.observedGeneration).toBe(1);
+    const ip = running.status!.ip!;
+    expect(ip).toMatch(/^127\./);
+    expect(await getThroughConnect(ip, 18080, target.port)).toBe('egress ok');
+    expect(await getThroughProxy(ip, 18080, target.port)).toEqual({ status: 200, body: 'egress ok' });
+
+    // The query answers from the workflow itself.
+    const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    const view = await handle.query(stateQuery);
+    expect(view).toMatchObject({ providerID: running.status!.providerID, ip, instanceState: 'Running' });
+
+    // Spec change: the instance is replaced under the same name, on the new port.
+    const firstHash = running.status!.specHash;
+    await cp.api.patchNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: cp.namespace,
+      plural: PROXY_PLURAL,
+      name: 'px-main',
+      body: [{ op: 'replace', path: '/spec/port', value: 18081 }],
+    });
+    const replaced = await waitFor(
+      'px-main',
+      'replacement Running on the new port',
+      (p) =>
+        p.status?.observedGeneration === 2 &&
+        p.status.specHash !== firstHash &&
+        p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true,
+    );
+    expect(replaced.status?.providerID).toBe(running.status?.providerID);
+    const newIp = replaced.status!.ip!;
+    expect(await getThroughConnect(newIp, 18081, target.port)).toBe('egress ok');
+    await expect(getThroughConnect(ip, 18080, target.port, 1_000)).rejects.toThrow();
+    const instances = await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000));
+    expect(instances.filter((i) => i.uid === ref.uid)).toHaveLength(1);
+
+    // Delete: instance gone, finalizer removed (object gone), workflow completed.
+    await deleteProxy('px-main');
+    await gone('px-main');
+    await expect(cp.registry.get('local')!.get(replaced.status!.providerID!, AbortSignal.timeout(5_000))).rejects.toMatchObject({
+      errorClass: 'NotFound',
+    });
+    await expect(getThroughConnect(newIp, 18081, target.port, 1_000)).rejects.toThrow();
+    const description = await eventually('workflow completed', async () => {
+      const d = await handle.describe();
+      return d.status.name === 'COMPLETED' ? d : undefined;
+    });
+    expect(description.status.name).toBe('COMPLETED');
+  });
+});

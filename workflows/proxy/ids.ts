@@ -1,0 +1,11 @@
+import type { ProxyRef } from './types.js';
+
+/**
+ * Stable, readable workflow ID. The UID makes a Proxy deleted and recreated
+ * under the same name a new workflow, so a late signal for the old one can
+ * never start the new one (and the reuse policy rejects restarting a run
+ * that completed).
+ */
+export function proxyWorkflowId(ref: ProxyRef): string {
+  return `proxy/${ref.namespace}/${ref.name}/${ref.uid}`;
+}

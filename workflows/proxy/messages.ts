@@ -1,0 +1,11 @@
+import { defineQuery, defineSignal } from '@temporalio/workflow';
+import type { DesiredSpec, HealthReport, ProxyStateView } from './types.js';
+
+/** The bridge saw a new generation, a changed Secret hash or a changed annotation. */
+export const specChangedSignal = defineSignal<[DesiredSpec]>('specChanged');
+/** The bridge saw a deletionTimestamp (or the object disappeared). */
+export const deletionRequestedSignal = defineSignal<[{ skipCleanup: boolean }]>('deletionRequested');
+/** The prober's verdict changed (transitions only, never one per probe). */
+export const healthChangedSignal = defineSignal<[HealthReport]>('healthChanged');
+
+export const stateQuery = defineQuery<ProxyStateView>('state');

@@ -1,0 +1,330 @@
+/**
+ * The Proxy state machine as pure functions over ProxyState: how signals
+ * change it, which step comes next, how a provider answer moves it, and
+ * which phase, conditions and status it represents. No Temporal API here, so
+ * every rule has a fast unit test; workflow.ts only wires these to
+ * activities, timers and signals.
+ */
+import type { Condition, ProxyPhase, ProxyStatus } from '../../resources/proxy-schema.js';
+import type { InstanceState } from '../../providers/types.js';
+import { FailureType } from './failure-types.js';
+import type { DesiredSpec, HealthReport, ProxyState, ProxyStateView, ProxyWorkflowInput } from './types.js';
+
+export function initialState(input: ProxyWorkflowInput): ProxyState {
+  return {
+    ref: input.ref,
+    desired: input.desired,
+    health: { verdict: 'Unknown' },
+    conditions: [],
+    phase: 'Pending',
+  };
+}
+
+/**
+ * Applies a spec signal. Idempotent and order-tolerant: several bridges and
+ * bridge restarts re-send the same spec, and an older generation arriving
+ * late is ignored. Returns true when anything changed.
+ */
+export function applySpec(state: ProxyState, incoming: DesiredSpec): boolean {
+  const current = state.desired;
+  if (incoming.generation < current.generation) return false;
+  const next: DesiredSpec = {
+    ...incoming,
+    // Deletion is one-way: a re-sent older view must not undo it.
+    deletionRequested: current.deletionRequested || incoming.deletionRequested,
+  };
+  if (JSON.stringify(next) === JSON.stringify(current)) return false;
+  const generationChanged = incoming.generation > current.generation;
+  const cloudInitChanged =
+    incoming.specHash !== current.specHash || incoming.cloudInitProblem !== current.cloudInitProblem;
+  state.desired = next;
+  // A spec edit recovers a latched failure; a Secret that changed recovers a cloud-init failure.
+  if (state.failure && (generationChanged || (cloudInitChanged && state.failure.type === FailureType.CloudInitError))) {
+    state.failure = undefined;
+  }
+  return true;
+}
+
+export function applyDeletion(state: ProxyState, request: { skipCleanup: boolean }): boolean {
+  const before = JSON.stringify(state.desired);
+  state.desired = {
+    ...state.desired,
+    deletionRequested: true,
+    skipCleanup: state.desired.skipCleanup || request.skipCleanup,
+  };
+  return JSON.stringify(state.desired) !== before;
+}
+
+/** The address clients and the prober use: External endpoint, or the Running instance's IP. */
+export function effectiveIp(state: ProxyState): string | undefined {
+  if (state.desired.mode === 'External') return state.desired.endpoint?.host;
+  return state.instanceState === 'Running' && !state.replacing ? state.ip : undefined;
+}
+
+/** Applies a prober verdict; a verdict for an address this proxy no longer has is stale and ignored. */
+export function applyHealth(state: ProxyState, report: HealthReport): boolean {
+  if (report.ip !== effectiveIp(state)) return false;
+  const verdict = report.healthy ? 'Healthy' : 'Unhealthy';
+  const next = {
+    verdict,
+    latencyMillis: report.latencyMillis,
+    checkedAt: report.checkedAt,
+    reason: report.reason,
+    message: report.message,
+  } as const;
+  if (JSON.stringify(next) === JSON.stringify(state.health)) return false;
+  state.health = { ...next };
+  return true;
+}
+
+/** A new instance (or none) starts with an unknown verdict. */
+function resetHealth(state: ProxyState): void {
+  state.health = { verdict: 'Unknown' };
+}
+
+export function specMatchesInstance(state: ProxyState): boolean {
+  const recorded = state.instanceSpecHash;
+  return recorded === undefined || recorded === state.desired.specHash || state.desired.legacySpecHashes.includes(recorded);
+}
+
+export type Step =
+  | { kind: 'create' }
+  | { kind: 'get' }
+  /** Delete the current instance: it is being replaced. */
+  | { kind: 'delete' }
+  /** Nothing to do until a signal (a latched failure, or an External proxy). */
+  | { kind: 'wait-for-signal' }
+  /** Wait for a signal or this long, then look again. */
+  | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' };
+
+/** The next step of a Managed proxy that is not being deleted. */
+export function nextStep(state: ProxyState): Step {
+  const { desired, failure } = state;
+  if (desired.mode === 'External') return { kind: 'wait-for-signal' };
+  if (failure && failure.generation === desired.generation) {
+    switch (failure.type) {
+      case FailureType.Permanent:
+        return { kind: 'wait-for-signal' };
+      case FailureType.CloudInitError:
+        // The bridge signals when the Secret appears or changes; the timer is a safety net.
+        return { kind: 'wait', ms: 'errorRetryMs' };
+      default:
+        break;
+    }
+  }
+  if (!state.instanceId) {
+    if (desired.cloudInitProblem) return { kind: 'wait', ms: 'errorRetryMs' };
+    return { kind: 'create' };
+  }
+  if (state.replacing) return { kind: 'delete' };
+  if (!specMatchesInstance(state)) return { kind: 'delete' };
+  // Only the hash algorithm changed: adopt the new hash, keep the instance.
+  if (state.instanceSpecHash !== desired.specHash) state.instanceSpecHash = desired.specHash;
+  return { kind: 'get' };
+}
+
+/** Marks the start of a replacement (delete, wait for NotFound, create under the same name). */
+export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopped'): void {
+  state.replacing = state.replacing ?? why;
+  state.ip = undefined;
+  resetHealth(state);
+}
+
+export type Observation = { found: false } | { found: true; state: InstanceState; ip?: string };
+
+/**
+ * Moves the state by a provider Get answer and says how long to wait before
+ * the next look ('now' = act again at once).
+ */
+export function observe(state: ProxyState, seen: Observation): 'now' | 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' {
+  if (!seen.found) {
+    // Gone: the replacement may be created now, or the instance vanished and is recreated.
+    state.instanceId = undefined;
+    state.instanceSpecHash = undefined;
+    state.instanceState = undefined;
+    state.ip = undefined;
+    state.replacing = undefined;
+    resetHealth(state);
+    return 'now';
+  }
+  if (state.replacing) {
+    state.instanceState = seen.state;
+    return 'deletionPollMs';
+  }
+  if (seen.state === 'Stopped' || seen.state === 'Terminated') {
+    state.instanceState = seen.state;
+    beginReplacement(state, 'stopped');
+    return 'now';
+  }
+  const running = seen.state === 'Running' && seen.ip !== undefined && seen.ip !== '';
+  const ip = running ? seen.ip : undefined;
+  if (ip !== state.ip) resetHealth(state);
+  state.instanceState = running ? 'Running' : 'Provisioning';
+  state.ip = ip;
+  if (state.failure?.type === FailureType.Transient || state.failure?.type === FailureType.QuotaExceeded) {
+    state.failure = undefined;
+  }
+  return running ? 'driftPollMs' : 'provisioningPollMs';
+}
+
+export function latch(state: ProxyState, type: string, message: string, now: Date): void {
+  state.failure = { type, message, generation: state.desired.generation, at: now.toISOString() };
+}
+
+export function derivePhase(state: ProxyState): ProxyPhase {
+  const { desired, failure } = state;
+  if (desired.deletionRequested) return 'Deleting';
+  if (
+    failure &&
+    failure.generation === desired.generation &&
+    (failure.type === FailureType.Permanent || failure.type === FailureType.ProviderNotConfigured)
+  ) {
+    return 'Failed';
+  }
+  if (desired.mode === 'External' || (state.instanceState === 'Running' && state.ip && !state.replacing)) {
+    switch (state.health.verdict) {
+      case 'Healthy':
+        return 'Ready';
+      case 'Unhealthy':
+        return 'Unhealthy';
+      default:
+        return desired.mode === 'External' ? 'Pending' : 'Provisioning';
+    }
+  }
+  return state.instanceId || state.replacing ? 'Provisioning' : 'Pending';
+}
+
+interface ConditionSpec {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+}
+
+function provisionedCondition(state: ProxyState): ConditionSpec {
+  const { desired, failure } = state;
+  const c = (status: ConditionSpec['status'], reason: string, message: string) => ({
+    type: 'Provisioned',
+    status,
+    reason,
+    message,
+  });
+  if (desired.mode === 'External') {
+    return c('True', 'External', `external endpoint ${desired.endpoint?.host}:${desired.endpoint?.port}`);
+  }
+  if (desired.deletionRequested) return c('False', 'Deleting', 'the instance is being deleted');
+  if (failure && failure.generation === desired.generation) {
+    const reasons: Record<string, string> = {
+      [FailureType.Permanent]: 'PermanentError',
+      [FailureType.ProviderNotConfigured]: 'ProviderNotConfigured',
+      [FailureType.QuotaExceeded]: 'QuotaExceeded',
+      [FailureType.CloudInitError]: 'CloudInitError',
+      [FailureType.Transient]: 'TransientError',
+    };
+    const reason = reasons[failure.type];
+    if (reason && (state.instanceState !== 'Running' || failure.type !== FailureType.Transient)) {
+      return c('False', reason, failure.message);
+    }
+  }
+  if (desired.cloudInitProblem && !state.instanceId) return c('False', 'CloudInitError', desired.cloudInitProblem);
+  if (state.replacing) {
+    return c(
+      'False',
+      'Replacing',
+      state.replacing === 'spec-changed'
+        ? `replacing instance ${state.instanceId ?? ''}: the spec changed`
+        : `replacing instance ${state.instanceId ?? ''}: it is ${state.instanceState ?? 'stopped'}`,
+    );
+  }
+  if (state.instanceState === 'Running' && state.ip) {
+    return c('True', 'Running', `instance ${state.instanceId} is running at ${state.ip}`);
+  }
+  if (state.instanceId) return c('False', 'Provisioning', `instance ${state.instanceId} is provisioning`);
+  return c('False', 'Pending', 'no instance yet');
+}
+
+function healthyCondition(state: ProxyState): ConditionSpec {
+  const h = state.health;
+  if (h.verdict === 'Healthy') {
+    return { type: 'Healthy', status: 'True', reason: h.reason ?? 'ProbeSucceeded', message: h.message ?? 'probe through the proxy succeeded' };
+  }
+  if (h.verdict === 'Unhealthy') {
+    return { type: 'Healthy', status: 'False', reason: h.reason ?? 'ProbeFailed', message: h.message ?? 'probe through the proxy failed' };
+  }
+  return { type: 'Healthy', status: 'Unknown', reason: 'NotProbed', message: 'no health verdict yet' };
+}
+
+/** Conditions that are present only once they have been true, then stay as False. */
+function flagCondition(state: ProxyState, type: 'QuotaExceeded' | 'CloudInitError'): ConditionSpec | undefined {
+  const failure = state.failure;
+  const active =
+    (failure?.type === type && failure.generation === state.desired.generation) ||
+    (type === 'CloudInitError' && Boolean(state.desired.cloudInitProblem) && !state.instanceId);
+  const message =
+    failure?.type === type ? failure.message : type === 'CloudInitError' ? (state.desired.cloudInitProblem ?? '') : '';
+  if (active) return { type, status: 'True', reason: type, message };
+  if (state.conditions.some((c) => c.type === type)) {
+    return { type, status: 'False', reason: type === 'QuotaExceeded' ? 'QuotaAvailable' : 'CloudInitResolved', message: '' };
+  }
+  return undefined;
+}
+
+/** Conditions with Kubernetes semantics: lastTransitionTime moves only when status changes. */
+export function buildConditions(state: ProxyState, now: Date): Condition[] {
+  const specs = [
+    provisionedCondition(state),
+    healthyCondition(state),
+    flagCondition(state, 'QuotaExceeded'),
+    flagCondition(state, 'CloudInitError'),
+  ].filter((c): c is ConditionSpec => c !== undefined);
+  return specs.map((spec) => {
+    const previous = state.conditions.find((c) => c.type === spec.type);
+    const lastTransitionTime =
+      previous && previous.status === spec.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+    return {
+      ...spec,
+      message: spec.message.slice(0, 32_768),
+      observedGeneration: state.desired.generation,
+      lastTransitionTime,
+    };
+  });
+}
+
+/** Recomputes phase and conditions in place and returns the status to write. */
+export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
+  state.conditions = buildConditions(state, now);
+  state.phase = derivePhase(state);
+  const status: ProxyStatus = {
+    phase: state.phase,
+    observedGeneration: state.desired.generation,
+    conditions: state.conditions,
+  };
+  if (state.instanceId) status.providerID = state.instanceId;
+  const ip = effectiveIp(state);
+  if (ip && state.desired.mode === 'Managed') status.ip = ip;
+  if (state.instanceSpecHash) status.specHash = state.instanceSpecHash;
+  if (state.health.latencyMillis !== undefined && state.health.verdict === 'Healthy') {
+    status.latencyMillis = state.health.latencyMillis;
+  }
+  if (state.health.checkedAt) status.lastHealthCheckTime = state.health.checkedAt;
+  if (state.failure && state.failure.generation === state.desired.generation) status.message = state.failure.message;
+  return status;
+}
+
+export function view(state: ProxyState): ProxyStateView {
+  return {
+    phase: state.phase,
+    providerID: state.instanceId,
+    ip: effectiveIp(state),
+    instanceState: state.instanceState,
+    replacing: state.replacing,
+    observedGeneration: state.desired.generation,
+    specHash: state.desired.specHash,
+    instanceSpecHash: state.instanceSpecHash,
+    conditions: state.conditions,
+    lastError: state.failure,
+    health: state.health,
+    nextPollAt: state.nextPollAt,
+    deletionRequested: state.desired.deletionRequested,
+  };
+}

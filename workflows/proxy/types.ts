@@ -1,0 +1,128 @@
+/**
+ * Serialisable types of the Proxy workflow: its input, the desired spec the
+ * bridge sends, the health verdict the prober sends, and the state carried
+ * across continue-as-new. Nothing here may hold secret material: cloud-init
+ * appears only as a reference and a content hash.
+ */
+import type { Condition, ProxyPhase } from '../../resources/proxy-schema.js';
+import type { InstanceState, Placement } from '../../providers/types.js';
+
+export interface ProxyRef {
+  namespace: string;
+  name: string;
+  uid: string;
+}
+
+export type CloudInitRef = { source: 'inline' } | { source: 'secret'; name: string; key: string };
+
+/** The desired spec, as the bridge saw it. Idempotent by (generation, specHash, flags). */
+export interface DesiredSpec {
+  generation: number;
+  mode: 'Managed' | 'External';
+  provider?: string;
+  placement: Placement;
+  port: number;
+  endpoint?: { host: string; port: number };
+  cloudInit?: CloudInitRef;
+  /** Versioned spec hash of placement, port and the resolved cloud-init's content hash. */
+  specHash: string;
+  /**
+   * The hashes of the same input under every older hash version. A recorded
+   * hash found here means only the algorithm changed: adopt, don't replace.
+   */
+  legacySpecHashes: string[];
+  /** Set when the bridge could not resolve the referenced Secret (missing or unlabelled). */
+  cloudInitProblem?: string;
+  skipCleanup: boolean;
+  deletionRequested: boolean;
+}
+
+export type HealthVerdict = 'Unknown' | 'Healthy' | 'Unhealthy';
+
+export interface HealthReport {
+  /** The address that was probed; a verdict for another address (an old instance) is ignored. */
+  ip: string;
+  healthy: boolean;
+  latencyMillis?: number;
+  /** RFC 3339. */
+  checkedAt: string;
+  reason?: string;
+  message?: string;
+}
+
+export interface ProxyTiming {
+  provisioningPollMs: number;
+  deletionPollMs: number;
+  driftPollMs: number;
+  quotaRetryMs: number;
+  /** Slow retry after a transient failure exhausted its activity retries, or an unconfigured provider. */
+  errorRetryMs: number;
+}
+
+export const DEFAULT_TIMING: ProxyTiming = {
+  provisioningPollMs: 10_000,
+  deletionPollMs: 10_000,
+  driftPollMs: 120_000,
+  quotaRetryMs: 300_000,
+  errorRetryMs: 60_000,
+};
+
+/** A failure the workflow holds on to until something changes. */
+export interface LatchedFailure {
+  /** The ApplicationFailure type: Permanent, ProviderNotConfigured, CloudInitError, QuotaExceeded, Transient. */
+  type: string;
+  message: string;
+  generation: number;
+  /** RFC 3339 */
+  at: string;
+}
+
+export interface ProxyState {
+  ref: ProxyRef;
+  desired: DesiredSpec;
+  /** The providerID, once create returned. */
+  instanceId?: string;
+  /** Spec hash the current instance was created with. */
+  instanceSpecHash?: string;
+  instanceState?: InstanceState;
+  ip?: string;
+  /** The instance is being deleted to be replaced (spec change, or Stopped/Terminated). */
+  replacing?: 'spec-changed' | 'stopped';
+  failure?: LatchedFailure;
+  health: { verdict: HealthVerdict; latencyMillis?: number; checkedAt?: string; reason?: string; message?: string };
+  /** Last status written to the apiserver, canonical JSON, for transition-only writes. */
+  lastWrittenStatus?: string;
+  conditions: Condition[];
+  phase: ProxyPhase;
+  /** Phase last written to the search attribute (upsert only on change). */
+  indexedPhase?: ProxyPhase;
+  /** RFC 3339 of the next scheduled poll, for the query. */
+  nextPollAt?: string;
+}
+
+export interface ProxyWorkflowInput {
+  ref: ProxyRef;
+  desired: DesiredSpec;
+  timing?: Partial<ProxyTiming>;
+  /** Continue-as-new once history has this many events (the server's suggestion also counts). */
+  maxHistoryEvents?: number;
+  /** Present when continuing as new. */
+  carried?: ProxyState;
+}
+
+/** What the `state` query returns. */
+export interface ProxyStateView {
+  phase: ProxyPhase;
+  providerID?: string;
+  ip?: string;
+  instanceState?: InstanceState;
+  replacing?: string;
+  observedGeneration: number;
+  specHash: string;
+  instanceSpecHash?: string;
+  conditions: Condition[];
+  lastError?: LatchedFailure;
+  health: ProxyState['health'];
+  nextPollAt?: string;
+  deletionRequested: boolean;
+}
