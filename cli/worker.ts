@@ -6,6 +6,9 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
   bundleWorkflowCode,
+  DefaultLogger,
+  Runtime,
+  type LogLevel,
   NativeConnection,
   Worker,
   type WorkflowBundleOption,
@@ -16,6 +19,30 @@ import type { Logger } from 'pino';
 import { createKubeActivities } from '../activities/kube-activities.js';
 import { createProviderActivities } from '../activities/provider-activities.js';
 import type { ProviderRegistry } from '../providers/config.js';
+
+const SDK_LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = {
+  TRACE: 'trace',
+  DEBUG: 'debug',
+  INFO: 'info',
+  WARN: 'warn',
+  ERROR: 'error',
+};
+
+/**
+ * Routes the SDK's own logs (worker state, workflow `log`, webpack output)
+ * through our logger at WARN and above: at INFO the SDK narrates every state
+ * change and bundle step. Must run before the first NativeConnection.
+ */
+export function installTemporalRuntime(logger: Logger, level: LogLevel = 'WARN'): void {
+  const sdk = logger.child({ component: 'temporal-sdk' });
+  try {
+    Runtime.install({
+      logger: new DefaultLogger(level, (entry) => sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message)),
+    });
+  } catch {
+    // Already installed in this process (dev runs several parts in one).
+  }
+}
 
 /** The workflows entry point, from source (tsx, vitest) or from dist/. */
 export function workflowsPath(): string {

@@ -1,0 +1,94 @@
+/**
+ * Control-plane configuration shared by every subcommand: read once from
+ * flags and environment, validated into a typed object. Nothing here runs at
+ * import time.
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { parseDuration } from '../api/config.js';
+import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
+
+export const commonConfigSchema = z.strictObject({
+  temporalAddress: z.string().min(1),
+  temporalNamespace: z.string().min(1),
+  taskQueue: z.string().min(1),
+  /** Path of a kubeconfig; undefined means in-cluster config, then the default loading rules. */
+  kubeconfig: z.string().min(1).optional(),
+  /** Path of the providers config file; undefined only in `dev` (embedded defaults). */
+  providersConfig: z.string().min(1).optional(),
+  /** Where providers that keep state on disk keep it (the local provider's records). */
+  stateDir: z.string().min(1),
+  /** The installation identity mark; undefined derives it from the cluster at start. */
+  installation: z
+    .string()
+    .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a lowercase DNS-1123 label')
+    .optional(),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+  timing: z.strictObject({
+    provisioningPollMs: z.int().positive(),
+    deletionPollMs: z.int().positive(),
+    driftPollMs: z.int().positive(),
+    quotaRetryMs: z.int().positive(),
+    errorRetryMs: z.int().positive(),
+  }),
+});
+
+export type CommonConfig = z.infer<typeof commonConfigSchema>;
+
+/** The flags every subcommand accepts, as commander parsed them (strings). */
+export interface CommonFlags {
+  temporalAddress?: string;
+  temporalNamespace?: string;
+  taskQueue?: string;
+  kubeconfig?: string;
+  providersConfig?: string;
+  stateDir?: string;
+  installation?: string;
+  logLevel?: string;
+  provisioningPoll?: string;
+  driftPoll?: string;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function durationMs(text: string | undefined, flag: string, fallback: number): number {
+  if (text === undefined) return fallback;
+  try {
+    return parseDuration(text);
+  } catch (error) {
+    throw new ConfigError(`${flag}: ${(error as Error).message}`);
+  }
+}
+
+export function defaultStateDir(env: Readonly<Record<string, string | undefined>>): string {
+  return join(env.EGRESS_PROXIES_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'egress-proxies'), 'state');
+}
+
+export function readCommonConfig(env: Readonly<Record<string, string | undefined>>, flags: CommonFlags): CommonConfig {
+  const timing: ProxyTiming = {
+    ...DEFAULT_TIMING,
+    provisioningPollMs: durationMs(flags.provisioningPoll, '--provisioning-poll', DEFAULT_TIMING.provisioningPollMs),
+    driftPollMs: durationMs(flags.driftPoll, '--drift-poll', DEFAULT_TIMING.driftPollMs),
+  };
+  timing.deletionPollMs = timing.provisioningPollMs;
+  const candidate = {
+    temporalAddress: flags.temporalAddress ?? env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
+    temporalNamespace: flags.temporalNamespace ?? env.TEMPORAL_NAMESPACE ?? 'default',
+    taskQueue: flags.taskQueue ?? 'egress-proxies',
+    kubeconfig: flags.kubeconfig ?? env.KUBECONFIG,
+    providersConfig: flags.providersConfig ?? env.PROVIDERS_CONFIG,
+    stateDir: flags.stateDir ?? defaultStateDir(env),
+    installation: flags.installation ?? env.INSTALLATION_ID,
+    logLevel: flags.logLevel ?? env.LOG_LEVEL ?? 'info',
+    timing,
+  };
+  const parsed = commonConfigSchema.safeParse(candidate);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new ConfigError(`${issue.path.join('.') || 'config'}: ${issue.message}`);
+  }
+  return parsed.data;
+}

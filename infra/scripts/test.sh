@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: prerequisites, format, lint, type-check, then every
+# vitest project (unit, then integration on a real Temporal dev server and a
+# real kube-apiserver started by the global setup). Ends with the runner's
+# summary line.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bash infra/scripts/check-prereqs.sh
+[[ -f node_modules/.package-lock.json ]] || npm ci --no-audit --no-fund
+
+# First run: the temporal CLI (seconds) and kube-apiserver/etcd/kubectl
+# (5-15 minutes on 2 cores) into the cache; later runs reuse them.
+start=$(date +%s)
+bash infra/scripts/install-temporal.sh >/dev/null
+bash infra/scripts/build-kube.sh >/dev/null
+echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"
+
+echo "test.sh: format" && npx prettier --check . --log-level warn
+echo "test.sh: lint" && npx eslint . --max-warnings 0
+echo "test.sh: typecheck" && npx tsc -p tsconfig.json --noEmit
+
+mkdir -p .tmp
+set +e
+npx vitest run --reporter=default --reporter=json --outputFile.json=.tmp/vitest-results.json "$@"
+status=$?
+set -e
+node infra/scripts/summarize-tests.mjs .tmp/vitest-results.json || true
+exit $status

@@ -1,0 +1,249 @@
+/**
+ * The Proxy workflow's edges on the real control plane: skip-cleanup, quota
+ * and permanent errors through the local provider's failure mode, an unknown
+ * provider that is configured later, External proxies, adoption after a
+ * lost run, cloud-init Secrets that never reach history, and the search
+ * attributes operators filter on.
+ */
+import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ANNOTATION_SKIP_CLEANUP, FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { createBridge } from '../../k8s-bridge/bridge.js';
+import { localConfigSchema } from '../../providers/local/config.js';
+import { createLocalProvider } from '../../providers/local/provider.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import { createProxy, getProxy } from '../helpers/kube.js';
+import { FAST_TIMING, privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { eventually } from '../helpers/temporal.js';
+import { getThroughConnect, startTarget } from '../helpers/net.js';
+
+describe('Proxy workflow edges', () => {
+  let cp: ControlPlane;
+  let target: Awaited<ReturnType<typeof startTarget>>;
+
+  beforeAll(async () => {
+    cp = await startControlPlane({
+      prefix: 'edges',
+      providersYaml: (root, range) => `providers:
+  - name: local
+    type: local
+    local: { stateDir: ${root}/local, addressRange: ${range} }
+  - name: local-quota
+    type: local
+    local: { stateDir: ${root}/quota, addressRange: ${range}, failureMode: quota }
+  - name: local-broken
+    type: local
+    local: { stateDir: ${root}/broken, addressRange: ${range}, failureMode: permanent }
+`,
+    });
+    target = await startTarget('edge ok');
+  });
+  afterAll(async () => {
+    await cp?.close();
+    await target?.close();
+  });
+
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean, timeoutMs = 30_000) =>
+    eventually(
+      `${name}: ${what}`,
+      async () => {
+        const p = await getProxy(cp.api, cp.namespace, name);
+        return test(p) ? p : undefined;
+      },
+      { timeoutMs },
+    );
+  const condition = (p: Proxy, type: string) => p.status?.conditions?.find((c) => c.type === type);
+  const provisioned = (p: Proxy) => condition(p, 'Provisioned')?.status === 'True';
+  const patch = (name: string, body: unknown[]) =>
+    cp.api.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name, body });
+  const remove = (name: string) =>
+    cp.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name });
+  const gone = (name: string) =>
+    eventually(`${name} gone`, async () =>
+      getProxy(cp.api, cp.namespace, name).then(
+        () => undefined,
+        (e: { code?: number }) => (e.code === 404 ? true : undefined),
+      ),
+    );
+  const completed = (id: string) =>
+    eventually(`${id} completed`, async () => ((await cp.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined));
+
+  it('skip-cleanup releases the Proxy and leaves the instance running', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'skip', { mode: 'Managed', provider: 'local', port: 18180 });
+    const p = await waitFor('skip', 'Running', provisioned);
+    await patch('skip', [{ op: 'add', path: '/metadata/annotations', value: { [ANNOTATION_SKIP_CLEANUP]: 'true' } }]);
+    await remove('skip');
+    await gone('skip');
+    await completed(proxyWorkflowId({ namespace: cp.namespace, name: 'skip', uid: created.metadata.uid! }));
+    const local = cp.registry.get('local')!;
+    const instance = await local.get(p.status!.providerID!, AbortSignal.timeout(5_000));
+    expect(instance.state).toBe('Running');
+    expect(await getThroughConnect(p.status!.ip!, 18180, target.port)).toBe('edge ok');
+    await local.delete(p.status!.providerID!, AbortSignal.timeout(5_000));
+  });
+
+  it('QuotaExceeded is a condition and a slow retry, never Failed', async () => {
+    await createProxy(cp.api, cp.namespace, 'quota', { mode: 'Managed', provider: 'local-quota' });
+    const p = await waitFor('quota', 'QuotaExceeded condition', (x) => condition(x, 'QuotaExceeded')?.status === 'True');
+    expect(p.status?.phase).toBe('Pending');
+    expect(condition(p, 'Provisioned')).toMatchObject({ status: 'False', reason: 'QuotaExceeded' });
+    await remove('quota');
+    await gone('quota');
+  });
+
+  it('a Permanent error latches Failed for the generation; a spec edit tries again', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'broken', { mode: 'Managed', provider: 'local-broken' });
+    const failed = await waitFor('broken', 'Failed', (x) => x.status?.phase === 'Failed');
+    expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
+    expect(condition(failed, 'Provisioned')?.message).toContain('local-broken');
+    const handle = cp.client.workflow.getHandle(proxyWorkflowId({ namespace: cp.namespace, name: 'broken', uid: created.metadata.uid! }));
+    const first = await handle.query(stateQuery);
+    expect(first.lastError).toMatchObject({ type: 'Permanent', generation: 1 });
+    await patch('broken', [{ op: 'add', path: '/spec/attributes', value: { edited: 'yes' } }]);
+    const retried = await eventually('retried at generation 2', async () => {
+      const v = await handle.query(stateQuery);
+      return v.lastError?.generation === 2 ? v : undefined;
+    });
+    expect(retried.phase).toBe('Failed');
+    expect((await getProxy(cp.api, cp.namespace, 'broken')).status?.observedGeneration).toBe(2);
+    await remove('broken');
+    await gone('broken');
+  });
+
+  it('a Proxy naming an unknown provider is Failed naming it, and recovers when the provider is configured later', async () => {
+    await createProxy(cp.api, cp.namespace, 'later', { mode: 'Managed', provider: 'added-later', port: 18181 });
+    const failed = await waitFor('later', 'Failed', (x) => x.status?.phase === 'Failed');
+    expect(condition(failed, 'Provisioned')).toMatchObject({ reason: 'ProviderNotConfigured' });
+    expect(condition(failed, 'Provisioned')?.message).toContain('added-later');
+    cp.registry.add(
+      createLocalProvider({
+        name: 'added-later',
+        config: localConfigSchema.parse({ addressRange: privateLoopbackRange() }),
+        stateDir: `${cp.stateRoot}/added-later`,
+        logger: cp.logger,
+      }),
+    );
+    const recovered = await waitFor('later', 'Running after the provider appeared', provisioned);
+    expect(await getThroughConnect(recovered.status!.ip!, 18181, target.port)).toBe('edge ok');
+    await remove('later');
+    await gone('later');
+  });
+
+  it('External proxies: tracked, no finalizer, no provider calls, workflow completes on delete', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'ext', { mode: 'External', endpoint: { host: '127.0.0.1', port: 3128 } });
+    const p = await waitFor('ext', 'status written', (x) => x.status?.phase !== undefined);
+    expect(p.status?.phase).toBe('Pending');
+    expect(condition(p, 'Provisioned')).toMatchObject({ status: 'True', reason: 'External' });
+    expect(p.metadata.finalizers ?? []).not.toContain(FINALIZER);
+    expect(p.status?.providerID).toBeUndefined();
+    await remove('ext');
+    await completed(proxyWorkflowId({ namespace: cp.namespace, name: 'ext', uid: created.metadata.uid! }));
+  });
+
+  it('adopts the existing instance when a lost run is restarted by another bridge (no duplicate)', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'adopt', { mode: 'Managed', provider: 'local', port: 18182 });
+    const ref = { namespace: cp.namespace, name: 'adopt', uid: created.metadata.uid! };
+    const before = await waitFor('adopt', 'Running', provisioned);
+    const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    await handle.terminate('test: lose the run that created the instance');
+    // A second bridge (a restart, or a second replica) re-signals everything at start.
+    const second = createBridge({ kubeConfig: cp.kc, client: cp.client, taskQueue: cp.taskQueue, logger: cp.logger, timing: FAST_TIMING, namespace: cp.namespace });
+    await second.start();
+    try {
+      const view = await eventually('new run Running', async () => {
+        const v = await cp.client.workflow.getHandle(proxyWorkflowId(ref)).query(stateQuery);
+        return v.instanceState === 'Running' ? v : undefined;
+      });
+      expect(view.providerID).toBe(before.status?.providerID);
+      const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter((i) => i.uid === ref.uid);
+      expect(mine).toHaveLength(1);
+      expect(await getThroughConnect(view.ip!, 18182, target.port)).toBe('edge ok');
+    } finally {
+      await second.stop();
+    }
+    await remove('adopt');
+    await gone('adopt');
+  });
+
+  it('cloud-init from a labelled Secret: never in workflow history; rotating it replaces the instance', async () => {
+    const core = cp.kc.makeApiClient(CoreV1Api);
+    const sentinel = 'SENTINEL-cloud-init-5f0c9e';
+    await core.createNamespacedSecret({
+      namespace: cp.namespace,
+      body: {
+        metadata: { name: 'ci', labels: { [LABEL_CLOUD_INIT]: 'true' } },
+        stringData: { userdata: `#cloud-config\npassword: ${sentinel}\n` },
+      },
+    });
+    const inlineSentinel = 'SENTINEL-inline-8d21aa';
+    const created = await createProxy(cp.api, cp.namespace, 'secret', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18183,
+      cloudInit: { secretRef: { name: 'ci' } },
+    });
+    const inline = await createProxy(cp.api, cp.namespace, 'inline', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18184,
+      cloudInit: { inline: `#cloud-config\ntoken: ${inlineSentinel}\n` },
+    });
+    const first = await waitFor('secret', 'Running', provisioned);
+    await waitFor('inline', 'Running', provisioned);
+
+    await core.patchNamespacedSecret(
+      { namespace: cp.namespace, name: 'ci', body: { stringData: { userdata: `#cloud-config\npassword: ${sentinel}-rotated\n` } } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+    const rotated = await waitFor('secret', 'replaced after rotation', (x) => provisioned(x) && x.status?.specHash !== first.status?.specHash);
+    expect(rotated.status?.observedGeneration).toBe(1);
+
+    for (const [name, uid] of [
+      ['secret', created.metadata.uid!],
+      ['inline', inline.metadata.uid!],
+    ] as const) {
+      const history = await cp.client.workflow.getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid })).fetchHistory();
+      const text = JSON.stringify(history);
+      expect(text.length).toBeGreaterThan(1_000);
+      expect(text).not.toContain(sentinel);
+      expect(text).not.toContain(inlineSentinel);
+      expect(text).not.toContain(Buffer.from(sentinel).toString('base64').slice(0, 16));
+    }
+    await remove('secret');
+    await remove('inline');
+    await gone('secret');
+    await gone('inline');
+  });
+
+  it('a Secret without the label is a CloudInitError condition, not a crash; labelling it recovers', async () => {
+    const core = cp.kc.makeApiClient(CoreV1Api);
+    await core.createNamespacedSecret({ namespace: cp.namespace, body: { metadata: { name: 'unlabelled' }, stringData: { userdata: '#cloud-config\n' } } });
+    await createProxy(cp.api, cp.namespace, 'unlabelled', { mode: 'Managed', provider: 'local', port: 18185, cloudInit: { secretRef: { name: 'unlabelled' } } });
+    const p = await waitFor('unlabelled', 'CloudInitError', (x) => condition(x, 'CloudInitError')?.status === 'True');
+    expect(condition(p, 'CloudInitError')?.message).toContain('unlabelled');
+    await core.patchNamespacedSecret(
+      { namespace: cp.namespace, name: 'unlabelled', body: { metadata: { labels: { [LABEL_CLOUD_INIT]: 'true' } } } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+    const ok = await waitFor('unlabelled', 'Running after labelling', provisioned);
+    expect(condition(ok, 'CloudInitError')?.status).toBe('False');
+    await remove('unlabelled');
+    await gone('unlabelled');
+  });
+
+  it('search attributes find a Proxy by namespace, name, provider and phase', async () => {
+    await createProxy(cp.api, cp.namespace, 'findme', { mode: 'Managed', provider: 'local', port: 18186 });
+    await waitFor('findme', 'Running', provisioned);
+    const query = `ProxyNamespace = '${cp.namespace}' AND ProxyName = 'findme' AND ProxyProvider = 'local' AND ProxyPhase = 'Provisioning' AND ExecutionStatus = 'Running'`;
+    const found = await eventually('visible in the list query', async () => {
+      const ids: string[] = [];
+      for await (const wf of cp.client.workflow.list({ query })) ids.push(wf.workflowId);
+      return ids.length > 0 ? ids : undefined;
+    });
+    expect(found).toHaveLength(1);
+    expect(found[0]).toContain(`/${cp.namespace}/findme/`);
+    await remove('findme');
+    await gone('findme');
+  });
+});

@@ -1,0 +1,223 @@
+import { describe, expect, it } from 'vitest';
+import {
+  applyDeletion,
+  applyHealth,
+  applySpec,
+  buildConditions,
+  buildStatus,
+  derivePhase,
+  initialState,
+  latch,
+  nextStep,
+  observe,
+} from '../../workflows/proxy/state.js';
+import { FailureType } from '../../workflows/proxy/failure-types.js';
+import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
+
+const T0 = new Date('2026-11-29T10:00:00Z');
+
+function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
+  return {
+    generation: 1,
+    mode: 'Managed',
+    provider: 'local',
+    placement: {},
+    port: 3128,
+    specHash: 'v2:aaaa',
+    legacySpecHashes: ['v1:old-aaaa'],
+    skipCleanup: false,
+    deletionRequested: false,
+    ...over,
+  };
+}
+
+function state(over: Partial<DesiredSpec> = {}): ProxyState {
+  return initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired(over) });
+}
+
+function running(s: ProxyState, ip = '127.0.0.5'): ProxyState {
+  s.instanceId = 'local/proxy-x';
+  s.instanceSpecHash = s.desired.specHash;
+  observe(s, { found: true, state: 'Running', ip });
+  return s;
+}
+
+describe('applySpec', () => {
+  it('ignores an older generation arriving late (several bridges, restarts)', () => {
+    const s = state({ generation: 3 });
+    expect(applySpec(s, desired({ generation: 2, port: 9999 }))).toBe(false);
+    expect(s.desired.port).toBe(3128);
+  });
+
+  it('treats a re-sent identical spec as no change', () => {
+    const s = state();
+    expect(applySpec(s, desired())).toBe(false);
+  });
+
+  it('never undoes a deletion request', () => {
+    const s = state();
+    applyDeletion(s, { skipCleanup: false });
+    applySpec(s, desired({ generation: 2 }));
+    expect(s.desired.deletionRequested).toBe(true);
+  });
+
+  it('clears a latched failure when the generation changes, and only then', () => {
+    const s = state();
+    latch(s, FailureType.Permanent, 'bad zone', T0);
+    expect(applySpec(s, desired({ skipCleanup: true }))).toBe(true);
+    expect(s.failure?.type).toBe(FailureType.Permanent);
+    applySpec(s, desired({ generation: 2 }));
+    expect(s.failure).toBeUndefined();
+  });
+
+  it('clears a cloud-init failure when the Secret content (hash) changes at the same generation', () => {
+    const s = state();
+    latch(s, FailureType.CloudInitError, 'Secret ns/s not found', T0);
+    applySpec(s, desired({ specHash: 'v2:bbbb' }));
+    expect(s.failure).toBeUndefined();
+  });
+});
+
+describe('nextStep', () => {
+  it('creates when there is no instance', () => {
+    expect(nextStep(state())).toEqual({ kind: 'create' });
+  });
+
+  it('waits for a signal while a Permanent failure is latched for this generation', () => {
+    const s = state();
+    latch(s, FailureType.Permanent, 'x', T0);
+    expect(nextStep(s)).toEqual({ kind: 'wait-for-signal' });
+  });
+
+  it('waits (no create) while the referenced Secret cannot be resolved', () => {
+    expect(nextStep(state({ cloudInitProblem: 'Secret ns/s not found' }))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
+  });
+
+  it('replaces on a spec-hash change', () => {
+    const s = running(state());
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    expect(nextStep(s)).toEqual({ kind: 'delete' });
+  });
+
+  it('adopts a hash that differs only by version without replacing', () => {
+    const s = running(state());
+    s.instanceSpecHash = 'v1:old-aaaa';
+    expect(nextStep(s)).toEqual({ kind: 'get' });
+    expect(s.instanceSpecHash).toBe('v2:aaaa');
+  });
+
+  it('External proxies make no provider calls', () => {
+    expect(nextStep(state({ mode: 'External', provider: undefined, endpoint: { host: '198.51.100.1', port: 3128 } }))).toEqual({
+      kind: 'wait-for-signal',
+    });
+  });
+});
+
+describe('observe', () => {
+  it('Running needs an IP: Running without one is Provisioning', () => {
+    const s = state();
+    s.instanceId = 'local/x';
+    expect(observe(s, { found: true, state: 'Running' })).toBe('provisioningPollMs');
+    expect(s.instanceState).toBe('Provisioning');
+    expect(derivePhase(s)).toBe('Provisioning');
+  });
+
+  it('Stopped or Terminated starts a replacement (delete, then recreate)', () => {
+    for (const st of ['Stopped', 'Terminated'] as const) {
+      const s = running(state());
+      expect(observe(s, { found: true, state: st })).toBe('now');
+      expect(s.replacing).toBe('stopped');
+      expect(nextStep(s)).toEqual({ kind: 'delete' });
+    }
+  });
+
+  it('NotFound during a replacement lets the replacement be created', () => {
+    const s = running(state());
+    s.replacing = 'spec-changed';
+    expect(observe(s, { found: true, state: 'Running', ip: '127.0.0.5' })).toBe('deletionPollMs');
+    expect(observe(s, { found: false })).toBe('now');
+    expect(s.instanceId).toBeUndefined();
+    expect(nextStep(s)).toEqual({ kind: 'create' });
+  });
+
+  it('a new IP resets the health verdict to Unknown', () => {
+    const s = running(state());
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: T0.toISOString() });
+    expect(s.health.verdict).toBe('Healthy');
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.6' });
+    expect(s.health.verdict).toBe('Unknown');
+  });
+});
+
+describe('health and phase', () => {
+  it('ignores a verdict for an address the proxy no longer has', () => {
+    const s = running(state());
+    expect(applyHealth(s, { ip: '127.0.0.99', healthy: true, checkedAt: T0.toISOString() })).toBe(false);
+  });
+
+  it('derives Ready / Unhealthy from the verdict once Running; Provisioning while Unknown (the seed rule)', () => {
+    const s = running(state());
+    expect(derivePhase(s)).toBe('Provisioning');
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: T0.toISOString(), latencyMillis: 12 });
+    expect(derivePhase(s)).toBe('Ready');
+    applyHealth(s, { ip: '127.0.0.5', healthy: false, checkedAt: T0.toISOString(), reason: 'ProxyRefused' });
+    expect(derivePhase(s)).toBe('Unhealthy');
+  });
+
+  it('QuotaExceeded is a condition, never Failed; Permanent and unknown provider are Failed', () => {
+    const s = state();
+    latch(s, FailureType.QuotaExceeded, 'quota', T0);
+    expect(derivePhase(s)).toBe('Pending');
+    const conditions = buildConditions(s, T0);
+    expect(conditions.find((c) => c.type === 'QuotaExceeded')?.status).toBe('True');
+    expect(conditions.find((c) => c.type === 'Provisioned')).toMatchObject({ status: 'False', reason: 'QuotaExceeded' });
+    latch(s, FailureType.Permanent, 'bad', T0);
+    expect(derivePhase(s)).toBe('Failed');
+    latch(s, FailureType.ProviderNotConfigured, 'provider "x" is not configured', T0);
+    expect(derivePhase(s)).toBe('Failed');
+    expect(buildConditions(s, T0).find((c) => c.type === 'Provisioned')?.reason).toBe('ProviderNotConfigured');
+  });
+
+  it('Deleting wins over everything', () => {
+    const s = running(state());
+    applyDeletion(s, { skipCleanup: false });
+    expect(derivePhase(s)).toBe('Deleting');
+  });
+});
+
+describe('conditions and status', () => {
+  it('keeps lastTransitionTime while a condition status is unchanged, moves it on a change', () => {
+    const s = running(state());
+    buildStatus(s, T0);
+    const t1 = new Date(T0.getTime() + 60_000);
+    const again = buildStatus(s, t1);
+    expect(again.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe('2026-11-29T10:00:00Z');
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: t1.toISOString() });
+    const after = buildStatus(s, t1);
+    expect(after.conditions?.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'True', lastTransitionTime: '2026-11-29T10:01:00Z' });
+    expect(after.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe('2026-11-29T10:00:00Z');
+  });
+
+  it('a status built twice from the same state is identical (transition-only writes compare it)', () => {
+    const s = running(state());
+    const a = JSON.stringify(buildStatus(s, T0));
+    const b = JSON.stringify(buildStatus(s, new Date(T0.getTime() + 5_000)));
+    expect(b).toBe(a);
+  });
+
+  it('carries observedGeneration and the instance spec hash', () => {
+    const s = running(state({ generation: 4 }));
+    const status = buildStatus(s, T0);
+    expect(status).toMatchObject({ observedGeneration: 4, specHash: 'v2:aaaa', ip: '127.0.0.5', providerID: 'local/proxy-x' });
+    expect(status.conditions?.every((c) => c.observedGeneration === 4)).toBe(true);
+  });
+
+  it('a QuotaExceeded condition, once seen, stays as False after recovery', () => {
+    const s = state();
+    latch(s, FailureType.QuotaExceeded, 'quota', T0);
+    buildStatus(s, T0);
+    running(s);
+    const status = buildStatus(s, T0);
+    expect(status.conditions?.find((c) => c.type === 'QuotaExceeded')).toMatchObject({ status: 'False' });
+  });
+});
