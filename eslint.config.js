@@ -48,7 +48,10 @@ export default tseslint.config(
             .filter((p) => !p.includes('*'))
             .map((name) => ({ name, message: 'not allowed in the workflow sandbox' })),
           patterns: [
-            { group: forbiddenInWorkflows.filter((p) => p.includes('*')), message: 'not allowed in the workflow sandbox' },
+            {
+              group: forbiddenInWorkflows.filter((p) => p.includes('*')),
+              message: 'not allowed in the workflow sandbox',
+            },
             {
               group: ['**/activities/*'],
               allowTypeImports: true,

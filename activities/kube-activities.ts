@@ -2,9 +2,22 @@
  * Activities that read and write Kubernetes objects: Proxy status (the
  * workflow is its single writer), the finalizer, and cloud-init resolution.
  */
-import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubeConfig,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import {
+  FINALIZER,
+  GROUP,
+  LABEL_CLOUD_INIT,
+  PROXY_PLURAL,
+  VERSION,
+  type Proxy,
+} from '../resources/proxy-schema.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
 import { nonRetryable } from './failures.js';
@@ -53,13 +66,19 @@ export async function resolveCloudInit(
   if (!cloudInit) return undefined;
   if (cloudInit.source === 'inline') {
     const proxy = await reader.readProxy(ref);
-    if (!proxy) throw nonRetryable(FailureType.ProxyGone, `Proxy ${ref.namespace}/${ref.name} (uid ${ref.uid}) is gone`);
+    if (!proxy)
+      throw nonRetryable(
+        FailureType.ProxyGone,
+        `Proxy ${ref.namespace}/${ref.name} (uid ${ref.uid}) is gone`,
+      );
     return proxy.spec.cloudInit?.inline;
   }
   const where = `Secret ${ref.namespace}/${cloudInit.name}`;
   let secret;
   try {
-    secret = await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ namespace: ref.namespace, name: cloudInit.name });
+    secret = await kc
+      .makeApiClient(CoreV1Api)
+      .readNamespacedSecret({ namespace: ref.namespace, name: cloudInit.name });
   } catch (error) {
     if (httpCode(error) === 404) throw nonRetryable(FailureType.CloudInitError, `${where} not found`);
     throw error;
@@ -68,7 +87,8 @@ export async function resolveCloudInit(
     throw nonRetryable(FailureType.CloudInitError, `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`);
   }
   const encoded = secret.data?.[cloudInit.key];
-  if (encoded === undefined) throw nonRetryable(FailureType.CloudInitError, `${where} has no key "${cloudInit.key}"`);
+  if (encoded === undefined)
+    throw nonRetryable(FailureType.CloudInitError, `${where} has no key "${cloudInit.key}"`);
   return Buffer.from(encoded, 'base64').toString('utf8');
 }
 

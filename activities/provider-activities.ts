@@ -41,7 +41,10 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     const provider = deps.registry.get(name);
     if (!provider) {
       const known = deps.registry.names().join(', ') || 'none';
-      throw nonRetryable(FailureType.ProviderNotConfigured, `provider "${name}" is not configured (configured: ${known})`);
+      throw nonRetryable(
+        FailureType.ProviderNotConfigured,
+        `provider "${name}" is not configured (configured: ${known})`,
+      );
     }
     return provider;
   };
@@ -50,7 +53,11 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     async createInstance(input) {
       const provider = lookup(input.provider);
       const cloudInit = await resolveCloudInit(deps.kubeConfig, reader, input.ref, input.cloudInit);
-      const hash = specHash({ placement: input.placement, port: input.port, cloudInitSha256: cloudInitContentHash(cloudInit) });
+      const hash = specHash({
+        placement: input.placement,
+        port: input.port,
+        cloudInitSha256: cloudInitContentHash(cloudInit),
+      });
       const name = instanceNameFromUid(input.ref.uid);
       try {
         const id = await provider.create(
@@ -67,7 +74,12 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
           abortSignal(),
         );
         log.info(
-          { provider: provider.name, id, proxy: `${input.ref.namespace}/${input.ref.name}`, cloudInitBytes: cloudInit?.length ?? 0 },
+          {
+            provider: provider.name,
+            id,
+            proxy: `${input.ref.namespace}/${input.ref.name}`,
+            cloudInitBytes: cloudInit?.length ?? 0,
+          },
           'instance created',
         );
         return { id, specHash: hash };

@@ -64,13 +64,23 @@ function durationMs(text: string | undefined, flag: string, fallback: number): n
 }
 
 export function defaultStateDir(env: Readonly<Record<string, string | undefined>>): string {
-  return join(env.EGRESS_PROXIES_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'egress-proxies'), 'state');
+  return join(
+    env.EGRESS_PROXIES_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'egress-proxies'),
+    'state',
+  );
 }
 
-export function readCommonConfig(env: Readonly<Record<string, string | undefined>>, flags: CommonFlags): CommonConfig {
+export function readCommonConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  flags: CommonFlags,
+): CommonConfig {
   const timing: ProxyTiming = {
     ...DEFAULT_TIMING,
-    provisioningPollMs: durationMs(flags.provisioningPoll, '--provisioning-poll', DEFAULT_TIMING.provisioningPollMs),
+    provisioningPollMs: durationMs(
+      flags.provisioningPoll,
+      '--provisioning-poll',
+      DEFAULT_TIMING.provisioningPollMs,
+    ),
     driftPollMs: durationMs(flags.driftPoll, '--drift-poll', DEFAULT_TIMING.driftPollMs),
   };
   timing.deletionPollMs = timing.provisioningPollMs;

@@ -25,12 +25,18 @@ export interface DevFlags {
   apiAddr: string;
 }
 
-export async function runDev(config: CommonConfig, flags: DevFlags, logger: Logger, env: NodeJS.ProcessEnv): Promise<void> {
+export async function runDev(
+  config: CommonConfig,
+  flags: DevFlags,
+  logger: Logger,
+  env: NodeJS.ProcessEnv,
+): Promise<void> {
   const root = join(cacheRoot(env), 'dev');
   mkdirSync(root, { recursive: true });
   const stops: Array<() => Promise<void>> = [];
   const stopAll = async () => {
-    for (const stop of stops.reverse()) await stop().catch((e: unknown) => logger.warn({ err: String(e) }, 'stop failed'));
+    for (const stop of stops.reverse())
+      await stop().catch((e: unknown) => logger.warn({ err: String(e) }, 'stop failed'));
   };
 
   try {
@@ -56,7 +62,12 @@ export async function runDev(config: CommonConfig, flags: DevFlags, logger: Logg
       uiUrl = temporal.uiUrl;
     }
     if (!kubeconfigPath) {
-      const kube = await startLocalKubeApiServer({ binDir: kubeBinDir, dataDir: join(root, 'kube'), port: 6443, persist: true });
+      const kube = await startLocalKubeApiServer({
+        binDir: kubeBinDir,
+        dataDir: join(root, 'kube'),
+        port: 6443,
+        persist: true,
+      });
       stops.push(kube.stop);
       kubeconfigPath = kube.kubeconfigPath;
       kubectlHint = join(kubeBinDir, 'kubectl');
@@ -64,7 +75,12 @@ export async function runDev(config: CommonConfig, flags: DevFlags, logger: Logg
     const kc = loadKubeConfig(kubeconfigPath);
     await installCrds(kc);
 
-    const devConfig: CommonConfig = { ...config, temporalAddress, kubeconfig: kubeconfigPath, stateDir: join(root, 'state') };
+    const devConfig: CommonConfig = {
+      ...config,
+      temporalAddress,
+      kubeconfig: kubeconfigPath,
+      stateDir: join(root, 'state'),
+    };
     const parts: Running[] = [];
     const worker = await startWorker(devConfig, kc, logger, { dev: true });
     stops.push(worker.stop);

@@ -10,7 +10,15 @@ export function createLogger(level: LevelWithSilent = 'info', name = 'egress-pro
     name,
     level,
     redact: {
-      paths: ['token', '*.token', 'cloudInit', '*.cloudInit', 'authorization', '*.authorization', 'req.headers.authorization'],
+      paths: [
+        'token',
+        '*.token',
+        'cloudInit',
+        '*.cloudInit',
+        'authorization',
+        '*.authorization',
+        'req.headers.authorization',
+      ],
       censor: '[redacted]',
     },
   });

@@ -15,20 +15,33 @@ function commonOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--temporal-address <host:port>', 'Temporal frontend (env TEMPORAL_ADDRESS)'))
     .addOption(new Option('--temporal-namespace <ns>', 'Temporal namespace (env TEMPORAL_NAMESPACE)'))
-    .addOption(new Option('--task-queue <name>', 'task queue of the Proxy workflows').default('egress-proxies'))
+    .addOption(
+      new Option('--task-queue <name>', 'task queue of the Proxy workflows').default('egress-proxies'),
+    )
     .addOption(new Option('--kubeconfig <path>', 'kubeconfig (env KUBECONFIG; in-cluster config when unset)'))
     .addOption(new Option('--providers-config <path>', 'providers config YAML (env PROVIDERS_CONFIG)'))
     .addOption(new Option('--state-dir <path>', 'state of providers that keep it on disk'))
-    .addOption(new Option('--installation <id>', 'installation identity mark (env INSTALLATION_ID; derived from the cluster)'))
+    .addOption(
+      new Option(
+        '--installation <id>',
+        'installation identity mark (env INSTALLATION_ID; derived from the cluster)',
+      ),
+    )
     .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'))
-    .addOption(new Option('--provisioning-poll <duration>', 'poll while provisioning or deleting (default 10s)'))
+    .addOption(
+      new Option('--provisioning-poll <duration>', 'poll while provisioning or deleting (default 10s)'),
+    )
     .addOption(new Option('--drift-poll <duration>', 'poll when steady (default 2m)'));
 }
 
 function apiOptions(cmd: Command): Command {
   return cmd
-    .addOption(new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'))
-    .addOption(new Option('--discovery-token-file <path>', 'file with the bearer token (or env DISCOVERY_TOKEN)'))
+    .addOption(
+      new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'),
+    )
+    .addOption(
+      new Option('--discovery-token-file <path>', 'file with the bearer token (or env DISCOVERY_TOKEN)'),
+    )
     .addOption(new Option('--lease-cooldown <duration>', 'cooldown after rate_limited/banned (default 15m)'))
     .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'));
 }
@@ -55,7 +68,9 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     });
 
   apiOptions(commonOptions(program.command('dev')))
-    .description('run the whole control plane locally: Temporal dev server, kube-apiserver (unless --kubeconfig), worker, bridge, lease API')
+    .description(
+      'run the whole control plane locally: Temporal dev server, kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
+    )
     .action(async (flags: CommonFlags & { discoveryAddr?: string }) => {
       const config = readCommonConfig(env, flags);
       const logger = createLogger(config.logLevel);

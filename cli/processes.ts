@@ -8,9 +8,20 @@ import { NativeConnection } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import { createApi, createInformerProxyCatalog, MemoryLeaseStore, serveApi, type ApiOptions } from '../api/index.js';
+import {
+  createApi,
+  createInformerProxyCatalog,
+  MemoryLeaseStore,
+  serveApi,
+  type ApiOptions,
+} from '../api/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
-import { buildProviders, loadProvidersConfig, devProvidersConfig, type ProvidersConfig } from '../providers/config.js';
+import {
+  buildProviders,
+  loadProvidersConfig,
+  devProvidersConfig,
+  type ProvidersConfig,
+} from '../providers/config.js';
 import type { CommonConfig } from './config.js';
 import { deriveInstallation } from './kube.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
@@ -24,7 +35,12 @@ export interface Running {
   describe(): string;
 }
 
-export async function startWorker(config: CommonConfig, kc: KubeConfig, logger: Logger, opts: { dev?: boolean } = {}): Promise<Running> {
+export async function startWorker(
+  config: CommonConfig,
+  kc: KubeConfig,
+  logger: Logger,
+  opts: { dev?: boolean } = {},
+): Promise<Running> {
   let providersConfig: ProvidersConfig;
   if (config.providersConfig) providersConfig = await loadProvidersConfig(config.providersConfig);
   else if (opts.dev) providersConfig = devProvidersConfig();
@@ -60,7 +76,13 @@ export async function startWorker(config: CommonConfig, kc: KubeConfig, logger: 
 export async function startBridge(config: CommonConfig, kc: KubeConfig, logger: Logger): Promise<Running> {
   const connection = await Connection.connect({ address: config.temporalAddress });
   const client = new Client({ connection, namespace: config.temporalNamespace });
-  const bridge = createBridge({ kubeConfig: kc, client, taskQueue: config.taskQueue, logger, timing: config.timing });
+  const bridge = createBridge({
+    kubeConfig: kc,
+    client,
+    taskQueue: config.taskQueue,
+    logger,
+    timing: config.timing,
+  });
   await bridge.start();
   return {
     name: 'bridge',
@@ -98,7 +120,8 @@ export async function startApi(
     url: server.url,
     registry,
     done: new Promise(() => undefined),
-    describe: () => `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics)`,
+    describe: () =>
+      `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics)`,
     async stop() {
       await server.close();
       await catalog.stop();

@@ -14,5 +14,6 @@ export function projectRoot(): string {
 }
 
 export function packageVersion(): string {
-  return (JSON.parse(readFileSync(join(projectRoot(), 'package.json'), 'utf8')) as { version: string }).version;
+  return (JSON.parse(readFileSync(join(projectRoot(), 'package.json'), 'utf8')) as { version: string })
+    .version;
 }

@@ -37,7 +37,9 @@ export function installTemporalRuntime(logger: Logger, level: LogLevel = 'WARN')
   const sdk = logger.child({ component: 'temporal-sdk' });
   try {
     Runtime.install({
-      logger: new DefaultLogger(level, (entry) => sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message)),
+      logger: new DefaultLogger(level, (entry) =>
+        sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message),
+      ),
     });
   } catch {
     // Already installed in this process (dev runs several parts in one).
@@ -55,7 +57,10 @@ export function workflowsPath(): string {
 
 export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
   // Silence webpack's progress output; errors still throw.
-  return bundleWorkflowCode({ workflowsPath: workflowsPath(), logger: { log() {}, info() {}, warn() {}, error() {}, debug() {}, trace() {} } });
+  return bundleWorkflowCode({
+    workflowsPath: workflowsPath(),
+    logger: { log() {}, info() {}, warn() {}, error() {}, debug() {}, trace() {} },
+  });
 }
 
 export interface WorkerDeps {

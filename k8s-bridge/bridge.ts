@@ -6,10 +6,24 @@
  * resourceVersion, same generation) changes nothing the bridge sends and is
  * dropped: the workflow's own status writes cannot feed it a storm.
  */
-import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubeConfig,
+  type V1Secret,
+} from '@kubernetes/client-node';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import {
+  FINALIZER,
+  GROUP,
+  LABEL_CLOUD_INIT,
+  PROXY_PLURAL,
+  VERSION,
+  type Proxy,
+} from '../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
 import {
@@ -71,7 +85,12 @@ export function createBridge(opts: BridgeOptions): Bridge {
       : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
     list: () =>
       opts.namespace
-        ? objects.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: opts.namespace, plural: PROXY_PLURAL })
+        ? objects.listNamespacedCustomObject({
+            group: GROUP,
+            version: VERSION,
+            namespace: opts.namespace,
+            plural: PROXY_PLURAL,
+          })
         : objects.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
     logger: log,
     onChange: (obj) => enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name)),
@@ -125,7 +144,10 @@ export function createBridge(opts: BridgeOptions): Bridge {
       inFlight.add(k);
       void reconcile(k)
         .catch((error: unknown) => {
-          log.warn({ proxy: k, err: error instanceof Error ? error.message : String(error) }, 'reconcile failed; retrying');
+          log.warn(
+            { proxy: k, err: error instanceof Error ? error.message : String(error) },
+            'reconcile failed; retrying',
+          );
           setTimeout(() => enqueue(k), 2_000).unref();
         })
         .finally(() => {
@@ -151,7 +173,12 @@ export function createBridge(opts: BridgeOptions): Bridge {
           namespace: proxy.metadata.namespace ?? 'default',
           plural: PROXY_PLURAL,
           name: proxy.metadata.name,
-          body: { metadata: { resourceVersion: proxy.metadata.resourceVersion, finalizers: [...finalizers, FINALIZER] } },
+          body: {
+            metadata: {
+              resourceVersion: proxy.metadata.resourceVersion,
+              finalizers: [...finalizers, FINALIZER],
+            },
+          },
         },
         setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
       );
@@ -174,7 +201,9 @@ export function createBridge(opts: BridgeOptions): Bridge {
       lastSent.delete(k);
       if (!ref) return;
       try {
-        await opts.client.workflow.getHandle(proxyWorkflowId(ref)).signal(deletionRequestedSignal, { skipCleanup: false });
+        await opts.client.workflow
+          .getHandle(proxyWorkflowId(ref))
+          .signal(deletionRequestedSignal, { skipCleanup: false });
         counters.deletion += 1;
       } catch (error) {
         if (!(error instanceof WorkflowNotFoundError)) throw error;

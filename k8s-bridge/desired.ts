@@ -4,7 +4,12 @@
  * content hash, never cloud-init text.
  */
 import { ANNOTATION_SKIP_CLEANUP, LABEL_CLOUD_INIT, type Proxy } from '../resources/proxy-schema.js';
-import { cloudInitContentHash, CURRENT_SPEC_HASH_VERSION, SPEC_HASH_VERSIONS, specHash } from '../providers/spec-hash.js';
+import {
+  cloudInitContentHash,
+  CURRENT_SPEC_HASH_VERSION,
+  SPEC_HASH_VERSIONS,
+  specHash,
+} from '../providers/spec-hash.js';
 import type { CloudInitRef, DesiredSpec, ProxyRef } from '../workflows/proxy/types.js';
 
 export interface SecretView {
@@ -16,7 +21,11 @@ export interface SecretView {
 export type SecretLookup = (namespace: string, name: string) => SecretView | undefined;
 
 export function refOf(proxy: Proxy): ProxyRef {
-  return { namespace: proxy.metadata.namespace ?? 'default', name: proxy.metadata.name, uid: proxy.metadata.uid ?? '' };
+  return {
+    namespace: proxy.metadata.namespace ?? 'default',
+    name: proxy.metadata.name,
+    uid: proxy.metadata.uid ?? '',
+  };
 }
 
 export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): DesiredSpec {
@@ -34,7 +43,8 @@ export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): Desired
     const secret = lookupSecret(ref.namespace, name);
     const where = `Secret ${ref.namespace}/${name}`;
     if (!secret) cloudInitProblem = `${where} not found, or it lacks the label ${LABEL_CLOUD_INIT}: "true"`;
-    else if (secret.labels[LABEL_CLOUD_INIT] !== 'true') cloudInitProblem = `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`;
+    else if (secret.labels[LABEL_CLOUD_INIT] !== 'true')
+      cloudInitProblem = `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`;
     else if (secret.data[key] === undefined) cloudInitProblem = `${where} has no key "${key}"`;
     else cloudInitText = Buffer.from(secret.data[key], 'base64').toString('utf8');
   }

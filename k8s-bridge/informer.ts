@@ -5,7 +5,12 @@
  * the re-list on restart replays every object as add/update, so no event is
  * lost for a consumer that reconciles by key.
  */
-import { makeInformer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  makeInformer,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 
 /** Any object with metadata; our CRD types keep timestamps as the strings the wire carries. */
@@ -33,7 +38,9 @@ export interface ResilientInformerOptions<T extends WatchedObject> {
   maxBackoffMs?: number;
 }
 
-export function createResilientInformer<T extends WatchedObject>(opts: ResilientInformerOptions<T>): ResilientInformer<T> {
+export function createResilientInformer<T extends WatchedObject>(
+  opts: ResilientInformerOptions<T>,
+): ResilientInformer<T> {
   // The informer only reads metadata.name/namespace/resourceVersion, which
   // every watched object has; the cast bridges our string-timestamp types.
   const informer = makeInformer<KubernetesObject>(
@@ -83,7 +90,10 @@ export function createResilientInformer<T extends WatchedObject>(opts: Resilient
           return;
         } catch (error) {
           if (stopped) return;
-          log.warn({ err: error instanceof Error ? error.message : String(error), retryInMs: backoffMs }, 'initial list failed');
+          log.warn(
+            { err: error instanceof Error ? error.message : String(error), retryInMs: backoffMs },
+            'initial list failed',
+          );
           await new Promise((r) => setTimeout(r, backoffMs));
           backoffMs = Math.min(backoffMs * 2, maxBackoffMs);
         }

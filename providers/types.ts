@@ -56,7 +56,14 @@ export interface Instance {
   createdAt?: Date;
 }
 
-export const CHECK_REASONS = ['Reachable', 'Unreachable', 'Unauthorized', 'Forbidden', 'Timeout', 'APIError'] as const;
+export const CHECK_REASONS = [
+  'Reachable',
+  'Unreachable',
+  'Unauthorized',
+  'Forbidden',
+  'Timeout',
+  'APIError',
+] as const;
 
 export interface TargetStatus {
   name: string;

@@ -38,7 +38,13 @@ export function proxyCrd(): Json {
     spec: {
       group: GROUP,
       scope: 'Namespaced',
-      names: { kind: 'Proxy', listKind: 'ProxyList', plural: PROXY_PLURAL, singular: 'proxy', shortNames: ['px'] },
+      names: {
+        kind: 'Proxy',
+        listKind: 'ProxyList',
+        plural: PROXY_PLURAL,
+        singular: 'proxy',
+        shortNames: ['px'],
+      },
       versions: [
         {
           name: VERSION,
@@ -56,7 +62,8 @@ export function proxyCrd(): Json {
           schema: {
             openAPIV3Schema: {
               type: 'object',
-              description: 'Proxy is one HTTP egress proxy, provisioned by a provider (Managed) or tracked (External).',
+              description:
+                'Proxy is one HTTP egress proxy, provisioned by a provider (Managed) or tracked (External).',
               required: ['spec'],
               properties: {
                 apiVersion: { type: 'string' },
@@ -104,7 +111,8 @@ export function providerHealthCrd(): Json {
           schema: {
             openAPIV3Schema: {
               type: 'object',
-              description: 'ProviderHealth reports the latest check of one configured provider. Written by the control plane.',
+              description:
+                'ProviderHealth reports the latest check of one configured provider. Written by the control plane.',
               properties: {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },

@@ -54,7 +54,8 @@ export const proxySpecSchema = {
     mode: {
       type: 'string',
       enum: ['Managed', 'External'],
-      description: 'Managed proxies are provisioned by a provider; External ones are only tracked and health-checked.',
+      description:
+        'Managed proxies are provisioned by a provider; External ones are only tracked and health-checked.',
       'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'mode is immutable' }],
     },
     provider: {
@@ -91,7 +92,10 @@ export const proxySpecSchema = {
       },
       additionalProperties: false,
       'x-kubernetes-validations': [
-        { rule: 'has(self.inline) != has(self.secretRef)', message: 'exactly one of inline or secretRef must be set' },
+        {
+          rule: 'has(self.inline) != has(self.secretRef)',
+          message: 'exactly one of inline or secretRef must be set',
+        },
       ],
     },
     endpoint: {
@@ -126,13 +130,28 @@ export const proxySpecSchema = {
   },
   additionalProperties: false,
   'x-kubernetes-validations': [
-    { rule: "self.mode != 'Managed' || has(self.provider)", message: 'provider is required when mode is Managed' },
-    { rule: "self.mode != 'External' || !has(self.provider)", message: 'provider must not be set when mode is External' },
-    { rule: "self.mode != 'External' || has(self.endpoint)", message: 'endpoint is required when mode is External' },
-    { rule: "self.mode != 'Managed' || !has(self.endpoint)", message: 'endpoint must not be set when mode is Managed' },
+    {
+      rule: "self.mode != 'Managed' || has(self.provider)",
+      message: 'provider is required when mode is Managed',
+    },
+    {
+      rule: "self.mode != 'External' || !has(self.provider)",
+      message: 'provider must not be set when mode is External',
+    },
+    {
+      rule: "self.mode != 'External' || has(self.endpoint)",
+      message: 'endpoint is required when mode is External',
+    },
+    {
+      rule: "self.mode != 'Managed' || !has(self.endpoint)",
+      message: 'endpoint must not be set when mode is Managed',
+    },
     // A field-level rule does not fire when the field disappears, so removal
     // of provider needs this whole-object form.
-    { rule: 'has(self.provider) == has(oldSelf.provider)', message: 'provider is immutable (it cannot be added or removed)' },
+    {
+      rule: 'has(self.provider) == has(oldSelf.provider)',
+      message: 'provider is immutable (it cannot be added or removed)',
+    },
   ],
 } as const;
 

@@ -1,2 +1,4 @@
 // The workflow bundle's entry point: every workflow the worker registers.
 export { proxyWorkflow } from './proxy/workflow.js';
+export { orphanGcWorkflow } from './gc/workflow.js';
+export { providerChecksWorkflow } from './provider-checks/workflow.js';

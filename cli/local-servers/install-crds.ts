@@ -1,7 +1,13 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ApiextensionsV1Api, ApisApi, loadYaml, type KubeConfig, type V1CustomResourceDefinition } from '@kubernetes/client-node';
+import {
+  ApiextensionsV1Api,
+  ApisApi,
+  loadYaml,
+  type KubeConfig,
+  type V1CustomResourceDefinition,
+} from '@kubernetes/client-node';
 
 export const CRD_DIR = fileURLToPath(new URL('../../infra/k8s/crds/', import.meta.url));
 
@@ -16,7 +22,9 @@ function isNotFound(error: unknown): boolean {
 export async function installCrds(kc: KubeConfig, dir = CRD_DIR): Promise<string[]> {
   const api = kc.makeApiClient(ApiextensionsV1Api);
   const names: string[] = [];
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort()) {
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort()) {
     // loadYaml maps wire names (x-kubernetes-validations, default) onto the
     // client's model fields; a plain parsed object would silently lose them.
     const crd = loadYaml<V1CustomResourceDefinition>(readFileSync(join(dir, file), 'utf8'));
@@ -36,7 +44,9 @@ export async function installCrds(kc: KubeConfig, dir = CRD_DIR): Promise<string
   for (const name of names) {
     for (;;) {
       const crd = await api.readCustomResourceDefinition({ name });
-      const established = crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True');
+      const established = crd.status?.conditions?.some(
+        (c) => c.type === 'Established' && c.status === 'True',
+      );
       if (established) break;
       if (Date.now() > deadline) throw new Error(`CRD ${name} not Established after 30 s`);
       await new Promise((r) => setTimeout(r, 100));

@@ -153,7 +153,12 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
         },
       ],
       users: [{ name: 'admin', user: { token } }],
-      contexts: [{ name: 'egress-proxies-local', context: { cluster: 'egress-proxies-local', user: 'admin', namespace: 'default' } }],
+      contexts: [
+        {
+          name: 'egress-proxies-local',
+          context: { cluster: 'egress-proxies-local', user: 'admin', namespace: 'default' },
+        },
+      ],
       'current-context': 'egress-proxies-local',
     }),
     { mode: 0o600 },

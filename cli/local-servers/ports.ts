@@ -23,7 +23,10 @@ export async function portInUse(port: number, host = '127.0.0.1'): Promise<boole
 }
 
 /** `preferred` if it is free, otherwise any free port. */
-export async function preferredOrFreePort(preferred: number | undefined, host = '127.0.0.1'): Promise<number> {
+export async function preferredOrFreePort(
+  preferred: number | undefined,
+  host = '127.0.0.1',
+): Promise<number> {
   if (preferred !== undefined && preferred > 0 && !(await portInUse(preferred, host))) return preferred;
   return freePort(host);
 }

@@ -59,7 +59,9 @@ export async function waitUntil(
   });
   for (;;) {
     if (exitedCode !== undefined) {
-      throw new Error(`${what}: process exited with code ${exitedCode} before it was ready (log: ${opts.logPath ?? 'n/a'})`);
+      throw new Error(
+        `${what}: process exited with code ${exitedCode} before it was ready (log: ${opts.logPath ?? 'n/a'})`,
+      );
     }
     try {
       if (await probe()) return;

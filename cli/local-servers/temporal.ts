@@ -71,7 +71,8 @@ export async function startTemporalDevServer(opts: TemporalDevServerOptions): Pr
   if (opts.persist) args.push('--db-filename', join(opts.dataDir, 'temporal.db'));
   if (uiPort === undefined) args.push('--headless');
   else args.push('--ui-port', String(uiPort), '--ui-ip', host, '--ui-disable-news-fetch');
-  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES))
+    args.push('--search-attribute', `${name}=${type}`);
   const logPath = join(opts.dataDir, 'temporal.log');
   const proc = spawnServer('temporal', opts.cli, args, logPath);
   await waitUntil('Temporal dev server', () => tcpReady(host, port), {
@@ -80,7 +81,11 @@ export async function startTemporalDevServer(opts: TemporalDevServerOptions): Pr
     logPath,
   });
   if (uiPort !== undefined) {
-    await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), { timeoutMs: 30_000, process: proc, logPath });
+    await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), {
+      timeoutMs: 30_000,
+      process: proc,
+      logPath,
+    });
   }
   return {
     address: `${host}:${port}`,

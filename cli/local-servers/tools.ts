@@ -15,7 +15,11 @@ export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
 async function script(name: string, env: NodeJS.ProcessEnv): Promise<string> {
   const path = join(INFRA_SCRIPTS, name);
   try {
-    const { stdout } = await run('bash', [path], { env, maxBuffer: 16 * 1024 * 1024, timeout: 60 * 60 * 1000 });
+    const { stdout } = await run('bash', [path], {
+      env,
+      maxBuffer: 16 * 1024 * 1024,
+      timeout: 60 * 60 * 1000,
+    });
     const last = stdout.trim().split('\n').pop() ?? '';
     if (!last) throw new Error(`${name} printed no path`);
     return last;

@@ -10,7 +10,13 @@
  * `allowNonLoopback` is set: everything in this workplace must stay on
  * 127.0.0.0/8.
  */
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import { connect, isIP, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 
@@ -62,7 +68,7 @@ export function isLoopbackHost(host: string): boolean {
 export async function startForwardProxy(options: ForwardProxyOptions): Promise<ForwardProxy> {
   const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
   const sockets = new Set<Socket>();
-  const state = { behaviour: options.behaviour ?? ('forward') };
+  const state = { behaviour: options.behaviour ?? 'forward' };
 
   const targetAllowed = (host: string) => options.allowNonLoopback === true || isLoopbackHost(host);
 

@@ -4,7 +4,13 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { inject } from 'vitest';
-import { GROUP, VERSION, PROXY_PLURAL, type Proxy, type ProxySpecInput } from '../../resources/proxy-schema.js';
+import {
+  GROUP,
+  VERSION,
+  PROXY_PLURAL,
+  type Proxy,
+  type ProxySpecInput,
+} from '../../resources/proxy-schema.js';
 
 const run = promisify(execFile);
 
@@ -41,17 +47,32 @@ export async function createProxy(
     version: VERSION,
     namespace,
     plural: PROXY_PLURAL,
-    body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Proxy', metadata: { name, namespace, ...metadata }, spec },
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'Proxy',
+      metadata: { name, namespace, ...metadata },
+      spec,
+    },
   })) as Proxy;
 }
 
 export async function getProxy(api: CustomObjectsApi, namespace: string, name: string): Promise<Proxy> {
-  return (await api.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROXY_PLURAL, name })) as Proxy;
+  return (await api.getNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PROXY_PLURAL,
+    name,
+  })) as Proxy;
 }
 
 /** Runs the kubectl built with the apiserver against the test cluster. */
 export async function kubectl(args: string[]): Promise<string> {
-  const { stdout } = await run(join(inject('kubeBinDir'), 'kubectl'), ['--kubeconfig', inject('kubeconfigPath'), ...args]);
+  const { stdout } = await run(join(inject('kubeBinDir'), 'kubectl'), [
+    '--kubeconfig',
+    inject('kubeconfigPath'),
+    ...args,
+  ]);
   return stdout;
 }
 

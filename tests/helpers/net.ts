@@ -3,7 +3,9 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 
 /** A plain HTTP server on the loopback that answers every request 200 with `body`. */
-export async function startTarget(body = 'hello from the target'): Promise<{ server: Server; port: number; close(): Promise<void> }> {
+export async function startTarget(
+  body = 'hello from the target',
+): Promise<{ server: Server; port: number; close(): Promise<void> }> {
   const server = createServer((_req, res) =>
     res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }).end(body),
   );
@@ -16,14 +18,21 @@ export async function startTarget(body = 'hello from the target'): Promise<{ ser
  * Opens a CONNECT tunnel through the proxy to 127.0.0.1:targetPort and sends
  * a GET through it. Resolves with the target's response body.
  */
-export function getThroughConnect(proxyHost: string, proxyPort: number, targetPort: number, timeoutMs = 5_000): Promise<string> {
+export function getThroughConnect(
+  proxyHost: string,
+  proxyPort: number,
+  targetPort: number,
+  timeoutMs = 5_000,
+): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: proxyHost, port: proxyPort });
     const timer = setTimeout(() => socket.destroy(new Error('timeout')), timeoutMs);
     let buffer = '';
     let tunnelled = false;
     socket.setEncoding('utf8');
-    socket.once('connect', () => socket.write(`CONNECT 127.0.0.1:${targetPort} HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\n\r\n`));
+    socket.once('connect', () =>
+      socket.write(`CONNECT 127.0.0.1:${targetPort} HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\n\r\n`),
+    );
     socket.on('data', (chunk: string) => {
       buffer += chunk;
       if (!tunnelled) {
@@ -54,10 +63,20 @@ export function getThroughConnect(proxyHost: string, proxyPort: number, targetPo
 }
 
 /** An absolute-form plain HTTP GET through the proxy. */
-export function getThroughProxy(proxyHost: string, proxyPort: number, targetPort: number): Promise<{ status: number; body: string }> {
+export function getThroughProxy(
+  proxyHost: string,
+  proxyPort: number,
+  targetPort: number,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: proxyHost, port: proxyPort, path: `http://127.0.0.1:${targetPort}/`, headers: { host: `127.0.0.1:${targetPort}` }, timeout: 5_000 },
+      {
+        host: proxyHost,
+        port: proxyPort,
+        path: `http://127.0.0.1:${targetPort}/`,
+        headers: { host: `127.0.0.1:${targetPort}` },
+        timeout: 5_000,
+      },
       (res) => {
         let body = '';
         res.setEncoding('utf8');

@@ -37,7 +37,9 @@ export async function eventually<T>(
       last = error;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`);
+      throw new Error(
+        `timed out waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`,
+      );
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }

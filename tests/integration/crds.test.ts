@@ -1,8 +1,23 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { DEFAULT_HEALTH_CHECK, DEFAULT_MAX_LEASES, DEFAULT_PORT, GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import {
+  DEFAULT_HEALTH_CHECK,
+  DEFAULT_MAX_LEASES,
+  DEFAULT_PORT,
+  GROUP,
+  PROXY_PLURAL,
+  VERSION,
+} from '../../resources/proxy-schema.js';
 import type { ProxySpecInput } from '../../resources/proxy-schema.js';
-import { apiErrorMessage, createNamespace, createProxy, customObjects, getProxy, kubeConfig, kubectl } from '../helpers/kube.js';
+import {
+  apiErrorMessage,
+  createNamespace,
+  createProxy,
+  customObjects,
+  getProxy,
+  kubeConfig,
+  kubectl,
+} from '../helpers/kube.js';
 
 describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
   let kc: KubeConfig;
@@ -17,11 +32,27 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
 
   const invalid: Array<[string, ProxySpecInput, string]> = [
     ['Managed without provider', { mode: 'Managed' }, 'provider is required when mode is Managed'],
-    ['External with provider', { mode: 'External', provider: 'stub', endpoint: { host: '203.0.113.9' } }, 'provider must not be set when mode is External'],
+    [
+      'External with provider',
+      { mode: 'External', provider: 'stub', endpoint: { host: '203.0.113.9' } },
+      'provider must not be set when mode is External',
+    ],
     ['External without endpoint', { mode: 'External' }, 'endpoint is required when mode is External'],
-    ['Managed with endpoint', { mode: 'Managed', provider: 'stub', endpoint: { host: '203.0.113.9' } }, 'endpoint must not be set when mode is Managed'],
-    ['cloudInit with both', { mode: 'Managed', provider: 'stub', cloudInit: { inline: '#cloud-config', secretRef: { name: 's' } } }, 'exactly one of inline or secretRef'],
-    ['cloudInit with neither', { mode: 'Managed', provider: 'stub', cloudInit: {} }, 'exactly one of inline or secretRef'],
+    [
+      'Managed with endpoint',
+      { mode: 'Managed', provider: 'stub', endpoint: { host: '203.0.113.9' } },
+      'endpoint must not be set when mode is Managed',
+    ],
+    [
+      'cloudInit with both',
+      { mode: 'Managed', provider: 'stub', cloudInit: { inline: '#cloud-config', secretRef: { name: 's' } } },
+      'exactly one of inline or secretRef',
+    ],
+    [
+      'cloudInit with neither',
+      { mode: 'Managed', provider: 'stub', cloudInit: {} },
+      'exactly one of inline or secretRef',
+    ],
   ];
 
   it.each(invalid)('rejects %s with the seed wording', async (_about, spec, want) => {
@@ -67,7 +98,9 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
           () => undefined,
           (e: unknown) => e,
         );
-    expect(apiErrorMessage(await patch({ mode: 'Managed', provider: 'other' }))).toContain('provider is immutable');
+    expect(apiErrorMessage(await patch({ mode: 'Managed', provider: 'other' }))).toContain(
+      'provider is immutable',
+    );
     // Removal: flip mode too so the required-iff rule is not what fires.
     const removal = apiErrorMessage(await patch({ mode: 'External', endpoint: { host: '203.0.113.9' } }));
     expect(removal).toContain('provider is immutable');
@@ -91,7 +124,10 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
   });
 
   it('kubectl get px shows MODE, PROVIDER, PHASE, IP, HEALTHY, AGE', async () => {
-    await createProxy(api, ns, 'columns', { mode: 'External', endpoint: { host: '203.0.113.7', port: 8080 } });
+    await createProxy(api, ns, 'columns', {
+      mode: 'External',
+      endpoint: { host: '203.0.113.7', port: 8080 },
+    });
     const out = await kubectl(['get', 'px', '-n', ns, 'columns']);
     const header = out.split('\n')[0]!.trim().split(/\s+/);
     expect(header).toEqual(['NAME', 'MODE', 'PROVIDER', 'PHASE', 'IP', 'HEALTHY', 'AGE']);
@@ -120,14 +156,29 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
             type: 'local',
             targetsReady: '1/1',
             lastCheckTime: now,
-            conditions: [{ type: 'Ready', status: 'True', reason: 'AllTargetsReady', message: '1/1', lastTransitionTime: now }],
+            conditions: [
+              {
+                type: 'Ready',
+                status: 'True',
+                reason: 'AllTargetsReady',
+                message: '1/1',
+                lastTransitionTime: now,
+              },
+            ],
           },
         },
       ],
     });
     const out = await kubectl(['get', 'ph', name]);
     const lines = out.trim().split('\n');
-    expect(lines[0]!.trim().split(/\s{2,}/)).toEqual(['NAME', 'TYPE', 'READY', 'TARGETS', 'LAST CHECK', 'AGE']);
+    expect(lines[0]!.trim().split(/\s{2,}/)).toEqual([
+      'NAME',
+      'TYPE',
+      'READY',
+      'TARGETS',
+      'LAST CHECK',
+      'AGE',
+    ]);
     expect(lines[1]).toMatch(new RegExp(`${name}\\s+local\\s+True\\s+1/1`));
     await api.deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: 'providerhealths', name });
   });

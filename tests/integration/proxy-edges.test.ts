@@ -7,14 +7,27 @@
  */
 import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ANNOTATION_SKIP_CLEANUP, FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import {
+  ANNOTATION_SKIP_CLEANUP,
+  FINALIZER,
+  GROUP,
+  LABEL_CLOUD_INIT,
+  PROXY_PLURAL,
+  VERSION,
+  type Proxy,
+} from '../../resources/proxy-schema.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, getProxy } from '../helpers/kube.js';
-import { FAST_TIMING, privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import {
+  FAST_TIMING,
+  privateLoopbackRange,
+  startControlPlane,
+  type ControlPlane,
+} from '../helpers/control-plane.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
@@ -56,9 +69,22 @@ describe('Proxy workflow edges', () => {
   const condition = (p: Proxy, type: string) => p.status?.conditions?.find((c) => c.type === type);
   const provisioned = (p: Proxy) => condition(p, 'Provisioned')?.status === 'True';
   const patch = (name: string, body: unknown[]) =>
-    cp.api.patchNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name, body });
+    cp.api.patchNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: cp.namespace,
+      plural: PROXY_PLURAL,
+      name,
+      body,
+    });
   const remove = (name: string) =>
-    cp.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name });
+    cp.api.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: cp.namespace,
+      plural: PROXY_PLURAL,
+      name,
+    });
   const gone = (name: string) =>
     eventually(`${name} gone`, async () =>
       getProxy(cp.api, cp.namespace, name).then(
@@ -67,12 +93,20 @@ describe('Proxy workflow edges', () => {
       ),
     );
   const completed = (id: string) =>
-    eventually(`${id} completed`, async () => ((await cp.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined));
+    eventually(`${id} completed`, async () =>
+      (await cp.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined,
+    );
 
   it('skip-cleanup releases the Proxy and leaves the instance running', async () => {
-    const created = await createProxy(cp.api, cp.namespace, 'skip', { mode: 'Managed', provider: 'local', port: 18180 });
+    const created = await createProxy(cp.api, cp.namespace, 'skip', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18180,
+    });
     const p = await waitFor('skip', 'Running', provisioned);
-    await patch('skip', [{ op: 'add', path: '/metadata/annotations', value: { [ANNOTATION_SKIP_CLEANUP]: 'true' } }]);
+    await patch('skip', [
+      { op: 'add', path: '/metadata/annotations', value: { [ANNOTATION_SKIP_CLEANUP]: 'true' } },
+    ]);
     await remove('skip');
     await gone('skip');
     await completed(proxyWorkflowId({ namespace: cp.namespace, name: 'skip', uid: created.metadata.uid! }));
@@ -85,7 +119,11 @@ describe('Proxy workflow edges', () => {
 
   it('QuotaExceeded is a condition and a slow retry, never Failed', async () => {
     await createProxy(cp.api, cp.namespace, 'quota', { mode: 'Managed', provider: 'local-quota' });
-    const p = await waitFor('quota', 'QuotaExceeded condition', (x) => condition(x, 'QuotaExceeded')?.status === 'True');
+    const p = await waitFor(
+      'quota',
+      'QuotaExceeded condition',
+      (x) => condition(x, 'QuotaExceeded')?.status === 'True',
+    );
     expect(p.status?.phase).toBe('Pending');
     expect(condition(p, 'Provisioned')).toMatchObject({ status: 'False', reason: 'QuotaExceeded' });
     await remove('quota');
@@ -93,11 +131,16 @@ describe('Proxy workflow edges', () => {
   });
 
   it('a Permanent error latches Failed for the generation; a spec edit tries again', async () => {
-    const created = await createProxy(cp.api, cp.namespace, 'broken', { mode: 'Managed', provider: 'local-broken' });
+    const created = await createProxy(cp.api, cp.namespace, 'broken', {
+      mode: 'Managed',
+      provider: 'local-broken',
+    });
     const failed = await waitFor('broken', 'Failed', (x) => x.status?.phase === 'Failed');
     expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
     expect(condition(failed, 'Provisioned')?.message).toContain('local-broken');
-    const handle = cp.client.workflow.getHandle(proxyWorkflowId({ namespace: cp.namespace, name: 'broken', uid: created.metadata.uid! }));
+    const handle = cp.client.workflow.getHandle(
+      proxyWorkflowId({ namespace: cp.namespace, name: 'broken', uid: created.metadata.uid! }),
+    );
     const first = await handle.query(stateQuery);
     expect(first.lastError).toMatchObject({ type: 'Permanent', generation: 1 });
     await patch('broken', [{ op: 'add', path: '/spec/attributes', value: { edited: 'yes' } }]);
@@ -112,7 +155,11 @@ describe('Proxy workflow edges', () => {
   });
 
   it('a Proxy naming an unknown provider is Failed naming it, and recovers when the provider is configured later', async () => {
-    await createProxy(cp.api, cp.namespace, 'later', { mode: 'Managed', provider: 'added-later', port: 18181 });
+    await createProxy(cp.api, cp.namespace, 'later', {
+      mode: 'Managed',
+      provider: 'added-later',
+      port: 18181,
+    });
     const failed = await waitFor('later', 'Failed', (x) => x.status?.phase === 'Failed');
     expect(condition(failed, 'Provisioned')).toMatchObject({ reason: 'ProviderNotConfigured' });
     expect(condition(failed, 'Provisioned')?.message).toContain('added-later');
@@ -131,7 +178,10 @@ describe('Proxy workflow edges', () => {
   });
 
   it('External proxies: tracked, no finalizer, no provider calls, workflow completes on delete', async () => {
-    const created = await createProxy(cp.api, cp.namespace, 'ext', { mode: 'External', endpoint: { host: '127.0.0.1', port: 3128 } });
+    const created = await createProxy(cp.api, cp.namespace, 'ext', {
+      mode: 'External',
+      endpoint: { host: '127.0.0.1', port: 3128 },
+    });
     const p = await waitFor('ext', 'status written', (x) => x.status?.phase !== undefined);
     expect(p.status?.phase).toBe('Pending');
     expect(condition(p, 'Provisioned')).toMatchObject({ status: 'True', reason: 'External' });
@@ -142,13 +192,24 @@ describe('Proxy workflow edges', () => {
   });
 
   it('adopts the existing instance when a lost run is restarted by another bridge (no duplicate)', async () => {
-    const created = await createProxy(cp.api, cp.namespace, 'adopt', { mode: 'Managed', provider: 'local', port: 18182 });
+    const created = await createProxy(cp.api, cp.namespace, 'adopt', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18182,
+    });
     const ref = { namespace: cp.namespace, name: 'adopt', uid: created.metadata.uid! };
     const before = await waitFor('adopt', 'Running', provisioned);
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     await handle.terminate('test: lose the run that created the instance');
     // A second bridge (a restart, or a second replica) re-signals everything at start.
-    const second = createBridge({ kubeConfig: cp.kc, client: cp.client, taskQueue: cp.taskQueue, logger: cp.logger, timing: FAST_TIMING, namespace: cp.namespace });
+    const second = createBridge({
+      kubeConfig: cp.kc,
+      client: cp.client,
+      taskQueue: cp.taskQueue,
+      logger: cp.logger,
+      timing: FAST_TIMING,
+      namespace: cp.namespace,
+    });
     await second.start();
     try {
       const view = await eventually('new run Running', async () => {
@@ -156,7 +217,9 @@ describe('Proxy workflow edges', () => {
         return v.instanceState === 'Running' ? v : undefined;
       });
       expect(view.providerID).toBe(before.status?.providerID);
-      const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter((i) => i.uid === ref.uid);
+      const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+        (i) => i.uid === ref.uid,
+      );
       expect(mine).toHaveLength(1);
       expect(await getThroughConnect(view.ip!, 18182, target.port)).toBe('edge ok');
     } finally {
@@ -193,17 +256,27 @@ describe('Proxy workflow edges', () => {
     await waitFor('inline', 'Running', provisioned);
 
     await core.patchNamespacedSecret(
-      { namespace: cp.namespace, name: 'ci', body: { stringData: { userdata: `#cloud-config\npassword: ${sentinel}-rotated\n` } } },
+      {
+        namespace: cp.namespace,
+        name: 'ci',
+        body: { stringData: { userdata: `#cloud-config\npassword: ${sentinel}-rotated\n` } },
+      },
       setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
     );
-    const rotated = await waitFor('secret', 'replaced after rotation', (x) => provisioned(x) && x.status?.specHash !== first.status?.specHash);
+    const rotated = await waitFor(
+      'secret',
+      'replaced after rotation',
+      (x) => provisioned(x) && x.status?.specHash !== first.status?.specHash,
+    );
     expect(rotated.status?.observedGeneration).toBe(1);
 
     for (const [name, uid] of [
       ['secret', created.metadata.uid!],
       ['inline', inline.metadata.uid!],
     ] as const) {
-      const history = await cp.client.workflow.getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid })).fetchHistory();
+      const history = await cp.client.workflow
+        .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid }))
+        .fetchHistory();
       const text = JSON.stringify(history);
       expect(text.length).toBeGreaterThan(1_000);
       expect(text).not.toContain(sentinel);
@@ -218,12 +291,28 @@ describe('Proxy workflow edges', () => {
 
   it('a Secret without the label is a CloudInitError condition, not a crash; labelling it recovers', async () => {
     const core = cp.kc.makeApiClient(CoreV1Api);
-    await core.createNamespacedSecret({ namespace: cp.namespace, body: { metadata: { name: 'unlabelled' }, stringData: { userdata: '#cloud-config\n' } } });
-    await createProxy(cp.api, cp.namespace, 'unlabelled', { mode: 'Managed', provider: 'local', port: 18185, cloudInit: { secretRef: { name: 'unlabelled' } } });
-    const p = await waitFor('unlabelled', 'CloudInitError', (x) => condition(x, 'CloudInitError')?.status === 'True');
+    await core.createNamespacedSecret({
+      namespace: cp.namespace,
+      body: { metadata: { name: 'unlabelled' }, stringData: { userdata: '#cloud-config\n' } },
+    });
+    await createProxy(cp.api, cp.namespace, 'unlabelled', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18185,
+      cloudInit: { secretRef: { name: 'unlabelled' } },
+    });
+    const p = await waitFor(
+      'unlabelled',
+      'CloudInitError',
+      (x) => condition(x, 'CloudInitError')?.status === 'True',
+    );
     expect(condition(p, 'CloudInitError')?.message).toContain('unlabelled');
     await core.patchNamespacedSecret(
-      { namespace: cp.namespace, name: 'unlabelled', body: { metadata: { labels: { [LABEL_CLOUD_INIT]: 'true' } } } },
+      {
+        namespace: cp.namespace,
+        name: 'unlabelled',
+        body: { metadata: { labels: { [LABEL_CLOUD_INIT]: 'true' } } },
+      },
       setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
     );
     const ok = await waitFor('unlabelled', 'Running after labelling', provisioned);

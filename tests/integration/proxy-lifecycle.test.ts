@@ -46,14 +46,26 @@ describe('Proxy lifecycle with the local provider', () => {
     });
 
   const deleteProxy = (name: string) =>
-    cp.api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: cp.namespace, plural: PROXY_PLURAL, name });
+    cp.api.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: cp.namespace,
+      plural: PROXY_PLURAL,
+      name,
+    });
 
   it('creates a real forward proxy, replaces it on a spec change, and cleans up on delete', async () => {
-    const created = await createProxy(cp.api, cp.namespace, 'px-main', { mode: 'Managed', provider: 'local', port: 18080 });
+    const created = await createProxy(cp.api, cp.namespace, 'px-main', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18080,
+    });
     const ref = { namespace: cp.namespace, name: 'px-main', uid: created.metadata.uid! };
 
     const running = await waitFor('px-main', 'Provisioned=True with an IP', (p) =>
-      Boolean(p.status?.ip && p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')),
+      Boolean(
+        p.status?.ip && p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
+      ),
     );
     expect(running.metadata.finalizers).toContain(FINALIZER);
     // No prober yet: Running but not known healthy stays Provisioning, Healthy Unknown (the seed's rule).
@@ -98,7 +110,9 @@ describe('Proxy lifecycle with the local provider', () => {
     // Delete: instance gone, finalizer removed (object gone), workflow completed.
     await deleteProxy('px-main');
     await gone('px-main');
-    await expect(cp.registry.get('local')!.get(replaced.status!.providerID!, AbortSignal.timeout(5_000))).rejects.toMatchObject({
+    await expect(
+      cp.registry.get('local')!.get(replaced.status!.providerID!, AbortSignal.timeout(5_000)),
+    ).rejects.toMatchObject({
       errorClass: 'NotFound',
     });
     await expect(getThroughConnect(newIp, 18081, target.port, 1_000)).rejects.toThrow();

@@ -4,9 +4,12 @@ import { CRD_FILES } from '../../resources/crds.js';
 import { CRD_DIR, renderCrd } from '../../resources/generate-crds.js';
 
 describe('generated CRDs', () => {
-  it.each(Object.entries(CRD_FILES))('%s matches resources/proxy-schema.ts (run npm run gen:crds)', (file, build) => {
-    expect(readFileSync(CRD_DIR + file, 'utf8')).toBe(renderCrd(build));
-  });
+  it.each(Object.entries(CRD_FILES))(
+    '%s matches resources/proxy-schema.ts (run npm run gen:crds)',
+    (file, build) => {
+      expect(readFileSync(CRD_DIR + file, 'utf8')).toBe(renderCrd(build));
+    },
+  );
 
   it('never carries additionalProperties: false, which the apiserver rejects in structural schemas', () => {
     for (const build of Object.values(CRD_FILES)) {

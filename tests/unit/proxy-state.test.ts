@@ -90,7 +90,10 @@ describe('nextStep', () => {
   });
 
   it('waits (no create) while the referenced Secret cannot be resolved', () => {
-    expect(nextStep(state({ cloudInitProblem: 'Secret ns/s not found' }))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
+    expect(nextStep(state({ cloudInitProblem: 'Secret ns/s not found' }))).toEqual({
+      kind: 'wait',
+      ms: 'errorRetryMs',
+    });
   });
 
   it('replaces on a spec-hash change', () => {
@@ -107,7 +110,11 @@ describe('nextStep', () => {
   });
 
   it('External proxies make no provider calls', () => {
-    expect(nextStep(state({ mode: 'External', provider: undefined, endpoint: { host: '198.51.100.1', port: 3128 } }))).toEqual({
+    expect(
+      nextStep(
+        state({ mode: 'External', provider: undefined, endpoint: { host: '198.51.100.1', port: 3128 } }),
+      ),
+    ).toEqual({
       kind: 'wait-for-signal',
     });
   });
@@ -170,12 +177,17 @@ describe('health and phase', () => {
     expect(derivePhase(s)).toBe('Pending');
     const conditions = buildConditions(s, T0);
     expect(conditions.find((c) => c.type === 'QuotaExceeded')?.status).toBe('True');
-    expect(conditions.find((c) => c.type === 'Provisioned')).toMatchObject({ status: 'False', reason: 'QuotaExceeded' });
+    expect(conditions.find((c) => c.type === 'Provisioned')).toMatchObject({
+      status: 'False',
+      reason: 'QuotaExceeded',
+    });
     latch(s, FailureType.Permanent, 'bad', T0);
     expect(derivePhase(s)).toBe('Failed');
     latch(s, FailureType.ProviderNotConfigured, 'provider "x" is not configured', T0);
     expect(derivePhase(s)).toBe('Failed');
-    expect(buildConditions(s, T0).find((c) => c.type === 'Provisioned')?.reason).toBe('ProviderNotConfigured');
+    expect(buildConditions(s, T0).find((c) => c.type === 'Provisioned')?.reason).toBe(
+      'ProviderNotConfigured',
+    );
   });
 
   it('Deleting wins over everything', () => {
@@ -191,11 +203,18 @@ describe('conditions and status', () => {
     buildStatus(s, T0);
     const t1 = new Date(T0.getTime() + 60_000);
     const again = buildStatus(s, t1);
-    expect(again.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe('2026-11-29T10:00:00Z');
+    expect(again.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe(
+      '2026-11-29T10:00:00Z',
+    );
     applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: t1.toISOString() });
     const after = buildStatus(s, t1);
-    expect(after.conditions?.find((c) => c.type === 'Healthy')).toMatchObject({ status: 'True', lastTransitionTime: '2026-11-29T10:01:00Z' });
-    expect(after.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe('2026-11-29T10:00:00Z');
+    expect(after.conditions?.find((c) => c.type === 'Healthy')).toMatchObject({
+      status: 'True',
+      lastTransitionTime: '2026-11-29T10:01:00Z',
+    });
+    expect(after.conditions?.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe(
+      '2026-11-29T10:00:00Z',
+    );
   });
 
   it('a status built twice from the same state is identical (transition-only writes compare it)', () => {
@@ -208,7 +227,12 @@ describe('conditions and status', () => {
   it('carries observedGeneration and the instance spec hash', () => {
     const s = running(state({ generation: 4 }));
     const status = buildStatus(s, T0);
-    expect(status).toMatchObject({ observedGeneration: 4, specHash: 'v2:aaaa', ip: '127.0.0.5', providerID: 'local/proxy-x' });
+    expect(status).toMatchObject({
+      observedGeneration: 4,
+      specHash: 'v2:aaaa',
+      ip: '127.0.0.5',
+      providerID: 'local/proxy-x',
+    });
     expect(status.conditions?.every((c) => c.observedGeneration === 4)).toBe(true);
   });
 

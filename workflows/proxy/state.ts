@@ -39,7 +39,10 @@ export function applySpec(state: ProxyState, incoming: DesiredSpec): boolean {
     incoming.specHash !== current.specHash || incoming.cloudInitProblem !== current.cloudInitProblem;
   state.desired = next;
   // A spec edit recovers a latched failure; a Secret that changed recovers a cloud-init failure.
-  if (state.failure && (generationChanged || (cloudInitChanged && state.failure.type === FailureType.CloudInitError))) {
+  if (
+    state.failure &&
+    (generationChanged || (cloudInitChanged && state.failure.type === FailureType.CloudInitError))
+  ) {
     state.failure = undefined;
   }
   return true;
@@ -84,7 +87,11 @@ function resetHealth(state: ProxyState): void {
 
 export function specMatchesInstance(state: ProxyState): boolean {
   const recorded = state.instanceSpecHash;
-  return recorded === undefined || recorded === state.desired.specHash || state.desired.legacySpecHashes.includes(recorded);
+  return (
+    recorded === undefined ||
+    recorded === state.desired.specHash ||
+    state.desired.legacySpecHashes.includes(recorded)
+  );
 }
 
 export type Step =
@@ -136,7 +143,10 @@ export type Observation = { found: false } | { found: true; state: InstanceState
  * Moves the state by a provider Get answer and says how long to wait before
  * the next look ('now' = act again at once).
  */
-export function observe(state: ProxyState, seen: Observation): 'now' | 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' {
+export function observe(
+  state: ProxyState,
+  seen: Observation,
+): 'now' | 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' {
   if (!seen.found) {
     // Gone: the replacement may be created now, or the instance vanished and is recreated.
     state.instanceId = undefined;
@@ -226,7 +236,8 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
       return c('False', reason, failure.message);
     }
   }
-  if (desired.cloudInitProblem && !state.instanceId) return c('False', 'CloudInitError', desired.cloudInitProblem);
+  if (desired.cloudInitProblem && !state.instanceId)
+    return c('False', 'CloudInitError', desired.cloudInitProblem);
   if (state.replacing) {
     return c(
       'False',
@@ -246,25 +257,47 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
 function healthyCondition(state: ProxyState): ConditionSpec {
   const h = state.health;
   if (h.verdict === 'Healthy') {
-    return { type: 'Healthy', status: 'True', reason: h.reason ?? 'ProbeSucceeded', message: h.message ?? 'probe through the proxy succeeded' };
+    return {
+      type: 'Healthy',
+      status: 'True',
+      reason: h.reason ?? 'ProbeSucceeded',
+      message: h.message ?? 'probe through the proxy succeeded',
+    };
   }
   if (h.verdict === 'Unhealthy') {
-    return { type: 'Healthy', status: 'False', reason: h.reason ?? 'ProbeFailed', message: h.message ?? 'probe through the proxy failed' };
+    return {
+      type: 'Healthy',
+      status: 'False',
+      reason: h.reason ?? 'ProbeFailed',
+      message: h.message ?? 'probe through the proxy failed',
+    };
   }
   return { type: 'Healthy', status: 'Unknown', reason: 'NotProbed', message: 'no health verdict yet' };
 }
 
 /** Conditions that are present only once they have been true, then stay as False. */
-function flagCondition(state: ProxyState, type: 'QuotaExceeded' | 'CloudInitError'): ConditionSpec | undefined {
+function flagCondition(
+  state: ProxyState,
+  type: 'QuotaExceeded' | 'CloudInitError',
+): ConditionSpec | undefined {
   const failure = state.failure;
   const active =
     (failure?.type === type && failure.generation === state.desired.generation) ||
     (type === 'CloudInitError' && Boolean(state.desired.cloudInitProblem) && !state.instanceId);
   const message =
-    failure?.type === type ? failure.message : type === 'CloudInitError' ? (state.desired.cloudInitProblem ?? '') : '';
+    failure?.type === type
+      ? failure.message
+      : type === 'CloudInitError'
+        ? (state.desired.cloudInitProblem ?? '')
+        : '';
   if (active) return { type, status: 'True', reason: type, message };
   if (state.conditions.some((c) => c.type === type)) {
-    return { type, status: 'False', reason: type === 'QuotaExceeded' ? 'QuotaAvailable' : 'CloudInitResolved', message: '' };
+    return {
+      type,
+      status: 'False',
+      reason: type === 'QuotaExceeded' ? 'QuotaAvailable' : 'CloudInitResolved',
+      message: '',
+    };
   }
   return undefined;
 }
@@ -280,7 +313,9 @@ export function buildConditions(state: ProxyState, now: Date): Condition[] {
   return specs.map((spec) => {
     const previous = state.conditions.find((c) => c.type === spec.type);
     const lastTransitionTime =
-      previous && previous.status === spec.status ? previous.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+      previous && previous.status === spec.status
+        ? previous.lastTransitionTime
+        : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
     return {
       ...spec,
       message: spec.message.slice(0, 32_768),
@@ -307,7 +342,8 @@ export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
     status.latencyMillis = state.health.latencyMillis;
   }
   if (state.health.checkedAt) status.lastHealthCheckTime = state.health.checkedAt;
-  if (state.failure && state.failure.generation === state.desired.generation) status.message = state.failure.message;
+  if (state.failure && state.failure.generation === state.desired.generation)
+    status.message = state.failure.message;
   return status;
 }
 

@@ -89,7 +89,13 @@ export interface ProxyState {
   /** The instance is being deleted to be replaced (spec change, or Stopped/Terminated). */
   replacing?: 'spec-changed' | 'stopped';
   failure?: LatchedFailure;
-  health: { verdict: HealthVerdict; latencyMillis?: number; checkedAt?: string; reason?: string; message?: string };
+  health: {
+    verdict: HealthVerdict;
+    latencyMillis?: number;
+    checkedAt?: string;
+    reason?: string;
+    message?: string;
+  };
   /** Last status written to the apiserver, canonical JSON, for transition-only writes. */
   lastWrittenStatus?: string;
   conditions: Condition[];

@@ -55,7 +55,12 @@ const provider = proxyActivities<ProviderActivities>({
 // apiserver restart, then given up (the next transition writes again).
 const kube = proxyActivities<KubeActivities>({
   startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 10 },
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: 10,
+  },
 });
 
 // Finalizer removal must eventually happen or the Proxy stays Terminating:
@@ -171,7 +176,10 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         await publish();
         try {
           await provider.deleteInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
-          const seen = await provider.getInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
+          const seen = await provider.getInstance({
+            provider: state.desired.provider ?? '',
+            id: state.instanceId!,
+          });
           const next = observe(state, seen);
           if (next !== 'now') await pause(timing[next]);
         } catch (error) {
@@ -181,7 +189,10 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       }
       case 'get': {
         try {
-          const seen = await provider.getInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
+          const seen = await provider.getInstance({
+            provider: state.desired.provider ?? '',
+            id: state.instanceId!,
+          });
           const next = observe(state, seen);
           if (next !== 'now') await pause(timing[next]);
         } catch (error) {
@@ -252,7 +263,11 @@ async function runDeletion(
           log.warn('released a Proxy whose instance cannot be read', { id, message: failure.message });
           break;
         } catch (deleteError) {
-          state.failure = { ...failureOf(deleteError), generation: state.desired.generation, at: new Date().toISOString() };
+          state.failure = {
+            ...failureOf(deleteError),
+            generation: state.desired.generation,
+            at: new Date().toISOString(),
+          };
           await pause(timing.errorRetryMs);
           continue;
         }
@@ -262,7 +277,9 @@ async function runDeletion(
     }
   }
   if (state.desired.skipCleanup && state.instanceId) {
-    log.warn('skip-cleanup: releasing the Proxy and leaving its instance to the administrator', { id: state.instanceId });
+    log.warn('skip-cleanup: releasing the Proxy and leaving its instance to the administrator', {
+      id: state.instanceId,
+    });
   }
   if (state.desired.mode === 'Managed') await finalizer.removeProxyFinalizer({ ref: state.ref });
 }

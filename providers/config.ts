@@ -1,0 +1,252 @@
+/**
+ * The providers config file: YAML, a list of named provider instances.
+ *
+ *   providers:
+ *     - name: local            # what Proxy.spec.provider refers to
+ *       type: local            # one of PROVIDER_TYPES
+ *       local:                 # the block named after the type; optional when every field has a default
+ *         startDelaySeconds: 5
+ *
+ * Validation is strict: unknown fields, a block for another type, a bad
+ * value, a name that is not a lowercase DNS-1123 label or a duplicate name
+ * are all rejected with a message naming the field path
+ * (`providers[1].local.startDelay: unknown field`).
+ *
+ * The list of provider types exists once, in PROVIDER_TYPES: the schema is
+ * derived from it and `buildProviders` constructs from it (the seed kept two
+ * lists, contract §13).
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { localConfigSchema, type LocalConfig } from './local/config.js';
+import { createLocalProvider } from './local/provider.js';
+import type { Provider } from './types.js';
+
+/** What a provider factory may use; passed in by the composition root. */
+export interface ProviderDeps {
+  logger: Logger;
+  /** Root for providers that keep state on disk (each uses a subdirectory unless configured). */
+  stateRoot: string;
+}
+
+export interface ProviderTypeDefinition<S extends z.ZodType> {
+  /** The block under `<type>:`; a strict object. */
+  configSchema: S;
+  /** Must not dial anything (contract §7); throw ProvidersConfigError only for config problems. */
+  build(name: string, config: z.output<S>, deps: ProviderDeps): Provider;
+}
+
+function defineType<S extends z.ZodType>(def: ProviderTypeDefinition<S>): ProviderTypeDefinition<S> {
+  return def;
+}
+
+/** A type whose name is reserved and whose blocks are accepted, but which this version cannot build. */
+function notImplemented(type: string) {
+  return defineType({
+    // Its fields are not specified yet: accept any mapping so a config written
+    // for a later version fails with the clear message below, not a schema error.
+    configSchema: z.record(z.string(), z.unknown()),
+    build(name) {
+      throw new ProvidersConfigError(
+        `provider "${name}": type "${type}" is not implemented in this version`,
+        [`type: "${type}" is not implemented in this version`],
+      );
+    },
+  });
+}
+
+export const PROVIDER_TYPES = {
+  local: defineType({
+    configSchema: localConfigSchema,
+    build: (name: string, config: LocalConfig, deps: ProviderDeps) =>
+      createLocalProvider({
+        name,
+        config,
+        logger: deps.logger,
+        stateDir: config.stateDir ?? join(deps.stateRoot, 'local', name),
+      }),
+  }),
+  kubernetes: notImplemented('kubernetes'),
+  gcp: notImplemented('gcp'),
+  kvm: notImplemented('kvm'),
+} as const;
+
+export type ProviderTypeName = keyof typeof PROVIDER_TYPES;
+export const PROVIDER_TYPE_NAMES = Object.keys(PROVIDER_TYPES) as [ProviderTypeName, ...ProviderTypeName[]];
+
+type ConfigOf<K extends ProviderTypeName> = z.output<(typeof PROVIDER_TYPES)[K]['configSchema']>;
+
+/** One validated entry: the type's block, parsed with its defaults, is `config`. */
+export type ProviderConfigEntry = {
+  [K in ProviderTypeName]: { name: string; type: K; config: ConfigOf<K> };
+}[ProviderTypeName];
+
+export interface ProvidersConfig {
+  providers: ProviderConfigEntry[];
+}
+
+export class ProvidersConfigError extends Error {
+  override readonly name = 'ProvidersConfigError';
+  /** One line per problem, each starting with the field path. */
+  readonly issues: string[];
+  constructor(message: string, issues: string[]) {
+    super(message);
+    this.issues = issues;
+  }
+}
+
+/** Lowercase RFC 1123 label: what spec.provider and the ProviderHealth object name accept. */
+export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+const providerNameSchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(63, 'must be at most 63 characters')
+  .regex(DNS_LABEL, 'must be a lowercase DNS-1123 label (a-z, 0-9, "-", starting and ending alphanumeric)');
+
+const blockShape: Record<ProviderTypeName, z.ZodOptional<z.ZodType>> = Object.fromEntries(
+  PROVIDER_TYPE_NAMES.map((t) => [t, (PROVIDER_TYPES[t].configSchema as z.ZodType).optional()]),
+) as Record<ProviderTypeName, z.ZodOptional<z.ZodType>>;
+
+const entrySchema = z
+  .strictObject({ name: providerNameSchema, type: z.enum(PROVIDER_TYPE_NAMES), ...blockShape })
+  .transform((entry, ctx) => {
+    for (const other of PROVIDER_TYPE_NAMES) {
+      if (other !== entry.type && entry[other] !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [other], message: `block does not match type "${entry.type}"` });
+      }
+    }
+    const schema: z.ZodType = PROVIDER_TYPES[entry.type].configSchema;
+    const block = entry[entry.type];
+    let config: unknown = block;
+    if (block === undefined) {
+      // No block: the type's defaults, or its required-field errors.
+      const parsed = schema.safeParse({});
+      if (parsed.success) config = parsed.data;
+      else
+        for (const issue of parsed.error.issues)
+          ctx.addIssue({ code: 'custom', path: [entry.type, ...issue.path], message: issue.message });
+    }
+    return { name: entry.name, type: entry.type, config } as ProviderConfigEntry;
+  });
+
+const fileSchema = z.strictObject({ providers: z.array(entrySchema) }).superRefine((file, ctx) => {
+  const seen = new Map<string, number>();
+  file.providers.forEach((p, i) => {
+    const first = seen.get(p.name);
+    if (first === undefined) seen.set(p.name, i);
+    else
+      ctx.addIssue({
+        code: 'custom',
+        path: ['providers', i, 'name'],
+        message: `duplicate provider name "${p.name}" (first used at providers[${first}].name)`,
+      });
+  });
+});
+
+/** `providers[1].local.startDelay` from zod's path segments. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const seg of path) {
+    if (typeof seg === 'number') out += `[${seg}]`;
+    else out += out === '' ? String(seg) : `.${String(seg)}`;
+  }
+  return out === '' ? '(top level)' : out;
+}
+
+function issueLines(issues: readonly z.core.$ZodIssue[]): string[] {
+  const lines: string[] = [];
+  for (const issue of issues) {
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) lines.push(`${formatPath([...issue.path, key])}: unknown field`);
+    } else {
+      lines.push(`${formatPath(issue.path)}: ${issue.message}`);
+    }
+  }
+  return lines;
+}
+
+/** Parses and validates a providers config; throws ProvidersConfigError naming every bad field. */
+export function parseProvidersConfig(text: string, sourceName: string): ProvidersConfig {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text, { uniqueKeys: true, prettyErrors: true });
+  } catch (err) {
+    const detail = err instanceof Error ? err.message.split('\n')[0] : 'unparsable';
+    throw new ProvidersConfigError(`${sourceName}: invalid YAML: ${detail}`, [`(yaml): ${detail}`]);
+  }
+  if (raw === null || raw === undefined) raw = {};
+  const result = fileSchema.safeParse(raw);
+  if (!result.success) {
+    const lines = issueLines(result.error.issues);
+    throw new ProvidersConfigError(
+      `${sourceName}: invalid providers config:\n  ${lines.join('\n  ')}`,
+      lines,
+    );
+  }
+  return result.data;
+}
+
+export async function loadProvidersConfig(path: string): Promise<ProvidersConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    const raw = (err as { code?: unknown }).code;
+    const code = typeof raw === 'string' ? raw : 'error';
+    throw new ProvidersConfigError(`${path}: cannot read providers config (${code})`, [
+      `(file): cannot read (${code})`,
+    ]);
+  }
+  return parseProvidersConfig(text, path);
+}
+
+/** The embedded config `dev` uses: one `local` provider named `local`, all defaults. */
+export const DEV_PROVIDERS_YAML = `# Embedded providers config for \`egress-proxies dev\`.
+providers:
+  - name: local
+    type: local
+`;
+
+export function devProvidersConfig(): ProvidersConfig {
+  return parseProvidersConfig(DEV_PROVIDERS_YAML, '<embedded dev providers config>');
+}
+
+/** The built providers, by configured name. */
+export interface ProviderRegistry {
+  /** The provider configured under `name`, or undefined (the caller raises its own "unknown provider"). */
+  get(name: string): Provider | undefined;
+  /** Configured names, in config order. */
+  names(): string[];
+  /** Releases every provider's listeners and connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * Constructs every configured provider (no dialling: contract §7). A config
+ * error in one entry aborts the set and closes the ones already built.
+ */
+export function buildProviders(config: ProvidersConfig, deps: ProviderDeps): ProviderRegistry {
+  const built = new Map<string, Provider>();
+  try {
+    for (const entry of config.providers) {
+      const def = PROVIDER_TYPES[entry.type] as ProviderTypeDefinition<z.ZodType>;
+      built.set(entry.name, def.build(entry.name, entry.config, deps));
+    }
+  } catch (err) {
+    void closeAll([...built.values()]);
+    throw err;
+  }
+  return {
+    get: (name) => built.get(name),
+    names: () => [...built.keys()],
+    close: () => closeAll([...built.values()]),
+  };
+}
+
+async function closeAll(providers: Provider[]): Promise<void> {
+  await Promise.allSettled(providers.map((p) => (p.close === undefined ? Promise.resolve() : p.close())));
+}

@@ -1,0 +1,142 @@
+/**
+ * Durability: a worker that dies in the middle of a create, and a workflow
+ * that continues as new, both converge with exactly one instance and the
+ * same state.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { localConfigSchema } from '../../providers/local/config.js';
+import { createLocalProvider } from '../../providers/local/provider.js';
+import type { Provider } from '../../providers/types.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import { createProxy, getProxy } from '../helpers/kube.js';
+import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { eventually } from '../helpers/temporal.js';
+import { getThroughConnect, startTarget } from '../helpers/net.js';
+
+describe('Proxy workflow durability', () => {
+  let cp: ControlPlane;
+  let target: Awaited<ReturnType<typeof startTarget>>;
+
+  beforeAll(async () => {
+    // A short history budget forces continue-as-new within seconds.
+    cp = await startControlPlane({ prefix: 'durable', maxHistoryEvents: 60 });
+    target = await startTarget('durable ok');
+  });
+  afterAll(async () => {
+    await cp?.close();
+    await target?.close();
+  });
+
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
+    eventually(`${name}: ${what}`, async () => {
+      const p = await getProxy(cp.api, cp.namespace, name);
+      return test(p) ? p : undefined;
+    });
+  const provisioned = (p: Proxy) =>
+    p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
+  const remove = (name: string) =>
+    cp.api.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: cp.namespace,
+      plural: PROXY_PLURAL,
+      name,
+    });
+
+  it('a worker stopped mid-create (instance made, ID not yet recorded) ends with exactly one Running instance', async () => {
+    // The real local provider, with its create held open after the backend
+    // has made the instance: the window in which a crash loses the ID.
+    const inner = createLocalProvider({
+      name: 'gated',
+      config: localConfigSchema.parse({ addressRange: privateLoopbackRange() }),
+      stateDir: `${cp.stateRoot}/gated`,
+      logger: cp.logger,
+    });
+    let entered!: () => void;
+    const createEntered = new Promise<void>((r) => (entered = r));
+    let holdCreates = true;
+    const gated: Provider = {
+      name: 'gated',
+      type: inner.type,
+      async create(req, signal) {
+        const id = await inner.create(req, signal);
+        if (holdCreates) {
+          entered();
+          await new Promise<void>((_resolve, reject) => {
+            signal.addEventListener('abort', () => reject(new Error('worker shutting down')), { once: true });
+          });
+        }
+        return id;
+      },
+      get: (id, signal) => inner.get(id, signal),
+      delete: (id, signal) => inner.delete(id, signal),
+      listByTag: (signal) => inner.listByTag(signal),
+      close: () => inner.close(),
+    };
+    cp.registry.add(gated);
+
+    const created = await createProxy(cp.api, cp.namespace, 'crash', {
+      mode: 'Managed',
+      provider: 'gated',
+      port: 18280,
+    });
+    await createEntered;
+    expect(
+      (await inner.listByTag(AbortSignal.timeout(5_000))).filter((i) => i.uid === created.metadata.uid),
+    ).toHaveLength(1);
+
+    holdCreates = false;
+    await cp.restartWorker();
+
+    const running = await waitFor('crash', 'Running after the restart', provisioned);
+    const mine = (await inner.listByTag(AbortSignal.timeout(5_000))).filter(
+      (i) => i.uid === created.metadata.uid,
+    );
+    expect(mine).toHaveLength(1);
+    expect(mine[0]!.id).toBe(running.status?.providerID);
+    expect(await getThroughConnect(running.status!.ip!, 18280, target.port)).toBe('durable ok');
+    await remove('crash');
+  });
+
+  it('continue-as-new carries the state: same instance, same conditions, no second create', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'long', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18281,
+    });
+    const ref = { namespace: cp.namespace, name: 'long', uid: created.metadata.uid! };
+    const running = await waitFor('long', 'Running', provisioned);
+    const firstRun = await cp.client.workflow.getHandle(proxyWorkflowId(ref)).describe();
+
+    const continued = await eventually(
+      'the first run continued as new',
+      async () => {
+        const d = await cp.client.workflow.getHandle(proxyWorkflowId(ref), firstRun.runId).describe();
+        return d.status.name === 'CONTINUED_AS_NEW' ? d : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    expect(continued.historyLength).toBeLessThan(120);
+
+    const latest = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    const view = await latest.query(stateQuery);
+    expect((await latest.describe()).runId).not.toBe(firstRun.runId);
+    expect(view).toMatchObject({
+      providerID: running.status?.providerID,
+      instanceState: 'Running',
+      ip: running.status?.ip,
+    });
+    const provisionedSince = running.status?.conditions?.find(
+      (c) => c.type === 'Provisioned',
+    )?.lastTransitionTime;
+    expect(view.conditions.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe(provisionedSince);
+    const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+      (i) => i.uid === ref.uid,
+    );
+    expect(mine).toHaveLength(1);
+    expect(mine[0]!.createdAt?.getTime()).toBeLessThan(Date.parse(continued.closeTime!.toISOString()));
+    await remove('long');
+  });
+});
