@@ -11,7 +11,7 @@ $(NODE_MODULES_STAMP): package.json package-lock.json
 
 ## Run the control plane locally on its embedded defaults.
 dev: deps
-	node bin/egress-proxies.js dev
+	npx tsx cli/entry.ts dev
 
 ## Lint, type-check and run every test (unit, workflow, integration, end to end).
 test: deps

@@ -1,0 +1,160 @@
+/**
+ * Provisioning and steady-state benchmark (DESIGN.md §6).
+ *
+ *   npx tsx tests/bench/provisioning.ts [N ...]     (default: 25 100)
+ *
+ * Starts its own Temporal dev server and kube-apiserver, runs the real worker
+ * and bridge with the `local` provider, and prints:
+ *  - time from creating N Proxy objects to all of them Provisioned (Running
+ *    with an IP, status written), against N trivial workflows started and
+ *    completed on the same server in the same run (the ratio is the figure);
+ *  - history events and billable actions per steady proxy per drift poll,
+ *    scaled to an hour at the default 2-minute drift poll;
+ *  - history length when a run continued as new (the default budget).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
+import { createBridge } from '../../k8s-bridge/bridge.js';
+import { bundleWorkflows, createProxyWorker } from '../../cli/worker.js';
+import { installCrds } from '../../cli/local-servers/install-crds.js';
+import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
+import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
+import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
+
+const sizes = process.argv.slice(2).map(Number).filter((n) => n > 0);
+const SIZES = sizes.length > 0 ? sizes : [25, 100];
+const BENCH_DRIFT_MS = 2_000;
+
+Runtime.install({ logger: new DefaultLogger('ERROR') });
+const logger = pino({ level: 'silent' });
+const dir = mkdtempSync(join(tmpdir(), 'ep-bench-prov-'));
+const [cli, binDir] = await Promise.all([ensureTemporalCli(), ensureKubeBinaries()]);
+const [temporal, kube] = await Promise.all([
+  startTemporalDevServer({ cli, dataDir: join(dir, 'temporal'), headless: true }),
+  startLocalKubeApiServer({ binDir, dataDir: join(dir, 'kube') }),
+]);
+const kc = new KubeConfig();
+kc.loadFromFile(kube.kubeconfigPath);
+await installCrds(kc);
+const api = kc.makeApiClient(CustomObjectsApi);
+const core = kc.makeApiClient(CoreV1Api);
+const connection = await Connection.connect({ address: temporal.address });
+const client = new Client({ connection });
+const native = await NativeConnection.connect({ address: temporal.address });
+const registry = buildProviders(
+  parseProvidersConfig(`providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.91.0.0/16 }\n`, 'bench'),
+  { logger, stateRoot: dir },
+);
+const bundle = await bundleWorkflows();
+const worker = await createProxyWorker({
+  connection: native,
+  namespace: 'default',
+  taskQueue: 'bench',
+  kubeConfig: kc,
+  registry,
+  installation: 'bench',
+  logger,
+  workflowBundle: bundle,
+  maxCachedWorkflows: 2_000,
+});
+const noopWorker = await Worker.create({
+  connection: native,
+  taskQueue: 'bench-noop',
+  workflowsPath: fileURLToPath(new URL('./workflows/noop.ts', import.meta.url)),
+});
+const running = Promise.all([worker.run(), noopWorker.run()]);
+const bridge = createBridge({
+  kubeConfig: kc,
+  client,
+  taskQueue: 'bench',
+  logger,
+  timing: { ...DEFAULT_TIMING, provisioningPollMs: 1_000, deletionPollMs: 1_000, driftPollMs: BENCH_DRIFT_MS },
+});
+await bridge.start();
+
+async function baseline(n: number): Promise<number> {
+  const t0 = performance.now();
+  const handles = await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      client.workflow.start('noopWorkflow', { taskQueue: 'bench-noop', workflowId: `noop-${n}-${i}-${Date.now()}`, args: [] }),
+    ),
+  );
+  await Promise.all(handles.map((h) => h.result()));
+  return performance.now() - t0;
+}
+
+async function provision(n: number, ns: string): Promise<{ ms: number; proxies: Proxy[] }> {
+  await core.createNamespace({ body: { metadata: { name: ns } } });
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      api.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: PROXY_PLURAL,
+        body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Proxy', metadata: { name: `p${i}` }, spec: { mode: 'Managed', provider: 'local', port: 20000 + i } },
+      }),
+    ),
+  );
+  for (;;) {
+    const list = (await api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PROXY_PLURAL })) as { items: Proxy[] };
+    const ready = list.items.filter((p) => p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'));
+    if (ready.length === n) return { ms: performance.now() - t0, proxies: list.items };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const BILLABLE = new Set(['timerStartedEventAttributes', 'activityTaskScheduledEventAttributes', 'workflowExecutionSignaledEventAttributes', 'upsertWorkflowSearchAttributesEventAttributes', 'workflowExecutionStartedEventAttributes']);
+
+console.log(`# provisioning benchmark (local provider, ${process.version}, 2 cores)`);
+for (const n of SIZES) {
+  const base = await baseline(n);
+  const { ms, proxies } = await provision(n, `bench-${n}`);
+  console.log(
+    `N=${String(n).padStart(4)}  apply→all Provisioned ${(ms / 1000).toFixed(2)} s   ${n} trivial workflows ${(base / 1000).toFixed(2)} s   ratio ${(ms / base).toFixed(1)}x   per proxy ${(ms / n).toFixed(0)} ms`,
+  );
+  // Steady state: count events over a window of drift polls on a sample.
+  const sample = proxies.slice(0, Math.min(10, proxies.length));
+  const before = await Promise.all(sample.map((p) => client.workflow.getHandle(proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! })).fetchHistory()));
+  const windowMs = BENCH_DRIFT_MS * 5;
+  await new Promise((r) => setTimeout(r, windowMs));
+  const after = await Promise.all(sample.map((p) => client.workflow.getHandle(proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! })).fetchHistory()));
+  let events = 0;
+  let actions = 0;
+  let polls = 0;
+  after.forEach((h, i) => {
+    const newer = (h.events ?? []).slice((before[i]!.events ?? []).length);
+    events += newer.length;
+    actions += newer.filter((e) => Object.keys(e).some((k) => BILLABLE.has(k) && (e as Record<string, unknown>)[k])).length;
+    // A drift poll is one fired timer; count them rather than assume the schedule held.
+    polls += newer.filter((e) => (e as Record<string, unknown>).timerFiredEventAttributes).length;
+  });
+  polls = Math.max(polls, 1);
+  const pollsPerHour = 3_600_000 / DEFAULT_TIMING.driftPollMs;
+  console.log(
+    `        steady: ${(events / polls).toFixed(1)} history events and ${(actions / polls).toFixed(1)} billable actions per drift poll → at the default ${DEFAULT_TIMING.driftPollMs / 1000} s drift poll: ${((events / polls) * pollsPerHour).toFixed(0)} events and ${((actions / polls) * pollsPerHour).toFixed(0)} actions per proxy-hour; continue-as-new after ~${Math.round(4000 / (events / polls) / pollsPerHour)} h`,
+  );
+  await core.deleteNamespace({ name: `bench-${n}` }).catch(() => undefined);
+}
+
+await bridge.stop();
+worker.shutdown();
+noopWorker.shutdown();
+await running;
+await registry.close();
+await native.close();
+await connection.close();
+await temporal.stop();
+await kube.stop();
+rmSync(dir, { recursive: true, force: true });
