@@ -23,7 +23,7 @@ const forbiddenInWorkflows = [
 ];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'bin/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'bin/**', '.tmp/**', 'infra/scripts/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -25,6 +25,16 @@ export const commonConfigSchema = z.strictObject({
     .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a lowercase DNS-1123 label')
     .optional(),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+  gc: z.strictObject({
+    /** 0 turns orphan GC off. */
+    intervalMs: z.int().min(0),
+    minAgeMs: z.int().min(0),
+    dryRun: z.boolean(),
+  }),
+  /** 0 turns provider checks off. */
+  providerCheckIntervalMs: z.int().min(0),
+  /** Where a standalone worker serves /metrics (host:port); undefined: not served. */
+  metricsAddr: z.string().optional(),
   timing: z.strictObject({
     provisioningPollMs: z.int().positive(),
     deletionPollMs: z.int().positive(),
@@ -48,6 +58,11 @@ export interface CommonFlags {
   logLevel?: string;
   provisioningPoll?: string;
   driftPoll?: string;
+  gcInterval?: string;
+  gcMinAge?: string;
+  gcDryRun?: boolean;
+  providerCheckInterval?: string;
+  metricsAddr?: string;
 }
 
 export class ConfigError extends Error {
@@ -93,6 +108,13 @@ export function readCommonConfig(
     stateDir: flags.stateDir ?? defaultStateDir(env),
     installation: flags.installation ?? env.INSTALLATION_ID,
     logLevel: flags.logLevel ?? env.LOG_LEVEL ?? 'info',
+    gc: {
+      intervalMs: durationMs(flags.gcInterval, '--gc-interval', 10 * 60_000),
+      minAgeMs: durationMs(flags.gcMinAge, '--gc-min-age', 10 * 60_000),
+      dryRun: flags.gcDryRun ?? false,
+    },
+    providerCheckIntervalMs: durationMs(flags.providerCheckInterval, '--provider-check-interval', 60_000),
+    metricsAddr: flags.metricsAddr,
     timing,
   };
   const parsed = commonConfigSchema.safeParse(candidate);

@@ -8,6 +8,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { Registry } from 'prom-client';
 import { readApiConfig } from '../api/index.js';
 import type { CommonConfig } from './config.js';
 import { loadKubeConfig } from './kube.js';
@@ -57,7 +58,7 @@ export async function runDev(
         uiPort: 8233,
         persist: true,
       });
-      stops.push(temporal.stop);
+      stops.push(() => temporal.stop());
       temporalAddress = temporal.address;
       uiUrl = temporal.uiUrl;
     }
@@ -68,7 +69,7 @@ export async function runDev(
         port: 6443,
         persist: true,
       });
-      stops.push(kube.stop);
+      stops.push(() => kube.stop());
       kubeconfigPath = kube.kubeconfigPath;
       kubectlHint = join(kubeBinDir, 'kubectl');
     }
@@ -82,14 +83,17 @@ export async function runDev(
       stateDir: join(root, 'state'),
     };
     const parts: Running[] = [];
-    const worker = await startWorker(devConfig, kc, logger, { dev: true });
-    stops.push(worker.stop);
+    // One registry for the whole process: the lease API's /metrics serves
+    // the worker's provider-check gauges too.
+    const metrics = new Registry();
+    const worker = await startWorker(devConfig, kc, logger, { dev: true, metrics });
+    stops.push(() => worker.stop());
     parts.push(worker);
     const bridge = await startBridge(devConfig, kc, logger);
-    stops.push(bridge.stop);
+    stops.push(() => bridge.stop());
     parts.push(bridge);
-    const api = await startApi(readApiConfig(env, { discoveryAddr: flags.apiAddr }), kc, logger);
-    stops.push(api.stop);
+    const api = await startApi(readApiConfig(env, { discoveryAddr: flags.apiAddr }), devConfig, kc, logger, metrics);
+    stops.push(() => api.stop());
     parts.push(api);
 
     const banner = [

@@ -12,9 +12,11 @@ import {
   createApi,
   createInformerProxyCatalog,
   MemoryLeaseStore,
+  parseListenAddress,
   serveApi,
   type ApiOptions,
 } from '../api/index.js';
+import { createProber, createProxyProbeTargets, createTemporalHealthSignaller } from '../api/prober/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import {
   buildProviders,
@@ -24,6 +26,8 @@ import {
 } from '../providers/config.js';
 import type { CommonConfig } from './config.js';
 import { deriveInstallation } from './kube.js';
+import { serveMetrics } from './metrics-server.js';
+import { ensureSchedules, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
 
 export interface Running {
@@ -39,7 +43,7 @@ export async function startWorker(
   config: CommonConfig,
   kc: KubeConfig,
   logger: Logger,
-  opts: { dev?: boolean } = {},
+  opts: { dev?: boolean; metrics?: Registry } = {},
 ): Promise<Running> {
   let providersConfig: ProvidersConfig;
   if (config.providersConfig) providersConfig = await loadProvidersConfig(config.providersConfig);
@@ -49,6 +53,7 @@ export async function startWorker(
   const installation = config.installation ?? (await deriveInstallation(kc));
   installTemporalRuntime(logger);
   const connection = await NativeConnection.connect({ address: config.temporalAddress });
+  const metrics = opts.metrics ?? new Registry();
   const worker = await createProxyWorker({
     connection,
     namespace: config.temporalNamespace,
@@ -57,16 +62,43 @@ export async function startWorker(
     registry,
     installation,
     logger,
+    metrics,
   });
   const done = worker.run();
   logger.info({ taskQueue: config.taskQueue, providers: registry.names(), installation }, 'worker started');
+
+  // The worker owns the schedules that drive GC and provider checks:
+  // created or updated to match this config at every start.
+  const schedulesConfig: SchedulesConfig = {
+    taskQueue: config.taskQueue,
+    gc: { intervalMs: config.gc.intervalMs, minAgeMs: config.gc.minAgeMs, dryRun: config.gc.dryRun },
+    providerChecks: { intervalMs: config.providerCheckIntervalMs },
+  };
+  const problems = validateSchedulesConfig(schedulesConfig);
+  if (problems.length > 0) throw new Error(problems.join('; '));
+  const clientConnection = await Connection.connect({ address: config.temporalAddress });
+  const schedules = await ensureSchedules(
+    new Client({ connection: clientConnection, namespace: config.temporalNamespace }),
+    schedulesConfig,
+    logger,
+  );
+  await clientConnection.close();
+
+  let metricsServer: { url: string; close(): Promise<void> } | undefined;
+  if (config.metricsAddr) {
+    const { host, port } = parseListenAddress(config.metricsAddr, '--metrics-addr');
+    metricsServer = await serveMetrics(metrics, host, port);
+  }
   return {
     name: 'worker',
     done,
-    describe: () => `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}`,
+    describe: () =>
+      `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}` +
+      (metricsServer ? `; metrics ${metricsServer.url}` : ''),
     async stop() {
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await done.catch(() => undefined);
+      await metricsServer?.close();
       await registry.close();
       await connection.close();
     },
@@ -95,15 +127,23 @@ export async function startBridge(config: CommonConfig, kc: KubeConfig, logger: 
   };
 }
 
+/**
+ * The api process: the lease API and the health prober. Both read Proxies
+ * from the apiserver; the prober signals verdict transitions to the Proxy
+ * workflows, which write status.
+ */
 export async function startApi(
   apiOptions: ApiOptions,
+  config: Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace'>,
   kc: KubeConfig,
   logger: Logger,
+  registry: Registry = new Registry(),
 ): Promise<Running & { url: string; registry: Registry }> {
-  const registry = new Registry();
   const catalog = createInformerProxyCatalog({ kubeConfig: kc, logger });
   await catalog.start();
   const leaseStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
+  // Only frees memory: every read already ignores ended leases.
+  const stopSweep = leaseStore.startSweeping();
   const app = createApi({
     catalog,
     leaseStore,
@@ -115,15 +155,31 @@ export async function startApi(
   });
   const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
   logger.info({ url: server.url }, 'lease API listening');
+
+  const connection = await Connection.connect({ address: config.temporalAddress });
+  const signaller = createTemporalHealthSignaller(new Client({ connection, namespace: config.temporalNamespace }), {
+    logger,
+  });
+  const prober = createProber({
+    targets: createProxyProbeTargets({ kubeConfig: kc, logger }),
+    signal: signaller.signal,
+    logger,
+    registry,
+  });
+  await prober.start();
   return {
     name: 'api',
     url: server.url,
     registry,
     done: new Promise(() => undefined),
     describe: () =>
-      `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics)`,
+      `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics); health prober on`,
     async stop() {
       await server.close();
+      stopSweep();
+      await prober.stop();
+      await signaller.stop();
+      await connection.close();
       await catalog.stop();
     },
   };

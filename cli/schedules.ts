@@ -53,8 +53,16 @@ export interface SchedulesConfig {
 
 export type ScheduleOutcome = 'created' | 'updated' | 'deleted' | 'absent';
 
-export function scheduleIds(prefix = 'egress-proxies'): { gc: string; providerChecks: string; checksCleanup: string } {
-  return { gc: `${prefix}-orphan-gc`, providerChecks: `${prefix}-provider-checks`, checksCleanup: `${prefix}-provider-checks-cleanup` };
+export function scheduleIds(prefix = 'egress-proxies'): {
+  gc: string;
+  providerChecks: string;
+  checksCleanup: string;
+} {
+  return {
+    gc: `${prefix}-orphan-gc`,
+    providerChecks: `${prefix}-provider-checks`,
+    checksCleanup: `${prefix}-provider-checks-cleanup`,
+  };
 }
 
 /**
@@ -65,15 +73,19 @@ export function scheduleIds(prefix = 'egress-proxies'): { gc: string; providerCh
 export function validateSchedulesConfig(cfg: SchedulesConfig): string[] {
   const problems: string[] = [];
   const nonNegative = (what: string, v: number | undefined) => {
-    if (v !== undefined && !(Number.isFinite(v) && v >= 0)) problems.push(`${what} must be a non-negative duration`);
+    if (v !== undefined && !(Number.isFinite(v) && v >= 0))
+      problems.push(`${what} must be a non-negative duration`);
   };
   nonNegative('gc interval', cfg.gc.intervalMs);
   nonNegative('gc min age', cfg.gc.minAgeMs);
   nonNegative('provider check interval', cfg.providerChecks.intervalMs);
-  if (cfg.gc.intervalMs > 0 && cfg.gc.intervalMs < 60_000) problems.push('gc interval must be 0 (off) or at least 1m');
-  if (cfg.gc.listTimeoutMs !== undefined && !(cfg.gc.listTimeoutMs > 0)) problems.push('gc list timeout must be positive');
+  if (cfg.gc.intervalMs > 0 && cfg.gc.intervalMs < 60_000)
+    problems.push('gc interval must be 0 (off) or at least 1m');
+  if (cfg.gc.listTimeoutMs !== undefined && !(cfg.gc.listTimeoutMs > 0))
+    problems.push('gc list timeout must be positive');
   const every = cfg.providerChecks.intervalMs;
-  if (every > 0 && every < MIN_PROVIDER_CHECK_INTERVAL_MS) problems.push('provider check interval must be 0 (off) or at least 10s');
+  if (every > 0 && every < MIN_PROVIDER_CHECK_INTERVAL_MS)
+    problems.push('provider check interval must be 0 (off) or at least 10s');
   const timeout = cfg.providerChecks.timeoutMs;
   if (timeout !== undefined && every > 0 && !(timeout > 0 && timeout <= every))
     problems.push(`provider check timeout must be positive and at most the interval (${every} ms)`);
@@ -92,7 +104,14 @@ function startWorkflowAction(
   workflowId: string,
   runTimeoutMs: number,
 ): ScheduleOptionsStartWorkflowAction<Workflow> {
-  return { type: 'startWorkflow', workflowType, args, taskQueue, workflowId, workflowRunTimeout: runTimeoutMs };
+  return {
+    type: 'startWorkflow',
+    workflowType,
+    args,
+    taskQueue,
+    workflowId,
+    workflowRunTimeout: runTimeoutMs,
+  };
 }
 
 async function upsert(
@@ -103,9 +122,19 @@ async function upsert(
   catchupWindowMs: number,
 ): Promise<ScheduleOutcome> {
   const spec = { intervals: [{ every: intervalMs }] };
-  const policies = { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: catchupWindowMs, pauseOnFailure: false };
+  const policies = {
+    overlap: ScheduleOverlapPolicy.SKIP,
+    catchupWindow: catchupWindowMs,
+    pauseOnFailure: false,
+  };
   try {
-    await client.schedule.create({ scheduleId, spec, action, policies, state: { note: 'managed by egress-proxies setup' } });
+    await client.schedule.create({
+      scheduleId,
+      spec,
+      action,
+      policies,
+      state: { note: 'managed by egress-proxies setup' },
+    });
     return 'created';
   } catch (error) {
     if (!(error instanceof ScheduleAlreadyRunning)) throw error;
@@ -156,7 +185,13 @@ export async function ensureSchedules(
     };
     // Room for the slowest listing plus the live set and deletions, and never shorter than the interval.
     const runTimeout = Math.max(cfg.gc.intervalMs, input.listTimeoutMs! + 2 * 60_000);
-    gc = await upsert(client, ids.gc, cfg.gc.intervalMs, startWorkflowAction('orphanGcWorkflow', [input], cfg.taskQueue, ids.gc, runTimeout), catchup);
+    gc = await upsert(
+      client,
+      ids.gc,
+      cfg.gc.intervalMs,
+      startWorkflowAction('orphanGcWorkflow', [input], cfg.taskQueue, ids.gc, runTimeout),
+      catchup,
+    );
   }
 
   let providerChecks: ScheduleOutcome;
@@ -176,7 +211,10 @@ export async function ensureSchedules(
     }
   } else {
     const timeoutMs = providerCheckTimeoutMs(every, cfg.providerChecks.timeoutMs);
-    const input: ProviderChecksInput = { timeoutMs, staleAfterMs: Math.max(3 * every, CHECK_DEFAULTS.staleAfterMs) };
+    const input: ProviderChecksInput = {
+      timeoutMs,
+      staleAfterMs: Math.max(3 * every, CHECK_DEFAULTS.staleAfterMs),
+    };
     const runTimeout = Math.max(every, timeoutMs + 60_000);
     providerChecks = await upsert(
       client,

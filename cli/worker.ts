@@ -4,19 +4,23 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import type {
+  NativeConnection} from '@temporalio/worker';
 import {
   bundleWorkflowCode,
   DefaultLogger,
   Runtime,
   type LogLevel,
-  NativeConnection,
   Worker,
   type WorkflowBundleOption,
   type WorkflowBundleWithSourceMap,
 } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { Registry } from 'prom-client';
+import { createGcActivities } from '../activities/gc-activities.js';
 import { createKubeActivities } from '../activities/kube-activities.js';
+import { createProviderCheckActivities } from '../activities/provider-check-activities.js';
 import { createProviderActivities } from '../activities/provider-activities.js';
 import type { ProviderRegistry } from '../providers/config.js';
 
@@ -75,6 +79,8 @@ export interface WorkerDeps {
   workflowBundle?: WorkflowBundleOption;
   /** Caps memory: a cached workflow costs on the order of 1 MB. */
   maxCachedWorkflows?: number;
+  /** Where the provider-check gauges go (the process serving /metrics); a private registry when absent. */
+  metrics?: Registry;
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -86,6 +92,19 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       logger: deps.logger,
     }),
     ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger }),
+    ...createGcActivities({
+      registry: deps.registry,
+      kubeConfig: deps.kubeConfig,
+      installation: deps.installation,
+      logger: deps.logger,
+    }),
+    ...createProviderCheckActivities({
+      registry: deps.registry,
+      kubeConfig: deps.kubeConfig,
+      installation: deps.installation,
+      logger: deps.logger,
+      metrics: deps.metrics ?? new Registry(),
+    }),
   };
   return Worker.create({
     connection: deps.connection,

@@ -38,12 +38,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const temporal = process.env.EP_TEST_TEMPORAL_ADDRESS
     ? { address: process.env.EP_TEST_TEMPORAL_ADDRESS, namespace: 'default', uiUrl: '' }
     : await startTemporalDevServer({ cli: temporalCli, dataDir: join(dataDir, 'temporal') });
-  if ('stop' in temporal) stops.push(temporal.stop);
+  if ('stop' in temporal) stops.push(() => temporal.stop());
 
   let kubeconfigPath = process.env.EP_TEST_KUBECONFIG ?? '';
   if (!kubeconfigPath) {
     const kube = await startLocalKubeApiServer({ binDir: kubeBinDir, dataDir: join(dataDir, 'kube') });
-    stops.push(kube.stop);
+    stops.push(() => kube.stop());
     kubeconfigPath = kube.kubeconfigPath;
   }
   const kc = new KubeConfig();

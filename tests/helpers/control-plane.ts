@@ -93,7 +93,7 @@ export async function startControlPlane(opts: {
     add: (p) => extra.set(p.name, p),
     close: async () => {
       await base.close();
-      await Promise.allSettled([...extra.values()].map((p) => p.close?.()));
+      await Promise.allSettled([...extra.values()].map(async (p) => p.close?.()));
     },
   };
 

@@ -38,7 +38,7 @@ export async function eventually<T>(
     }
     if (Date.now() > deadline) {
       throw new Error(
-        `timed out waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`,
+        `timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`,
       );
     }
     await new Promise((r) => setTimeout(r, intervalMs));

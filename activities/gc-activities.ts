@@ -1,0 +1,202 @@
+/**
+ * Activities of the orphan GC workflow: list each provider's marked
+ * instances under a deadline of its own, list the live Proxy UIDs, and
+ * delete one confirmed orphan (re-reading its marks first, logging loudly).
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { ProviderRegistry } from '../providers/config.js';
+import { classOf, isProviderError, safeCause } from '../providers/errors.js';
+import type { Instance, Provider } from '../providers/types.js';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
+import { nonRetryable, toApplicationFailure } from './failures.js';
+
+/** Stable failure types of the GC activities (the workflow logs them; it never branches on messages). */
+export const GcFailure = {
+  ProviderNotConfigured: 'ProviderNotConfigured',
+  ListTimeout: 'ListTimeout',
+  ListGarbage: 'ListGarbage',
+} as const;
+
+export type DeleteOrphanOutcome = 'deleted' | 'gone' | 'marks-changed';
+
+export interface GcActivities {
+  /** The installation identity and the configured providers, from the worker's config. */
+  gcEnvironment(): Promise<GcEnvironment>;
+  /** One provider's listByTag, bounded by `timeoutMs` even when the backend ignores cancellation. */
+  gcListInstances(input: { provider: string; timeoutMs: number }): Promise<ListedInstance[]>;
+  /** Every Proxy UID in the cluster (deleting ones included). Throws when the list cannot be read whole. */
+  gcListLiveProxyUids(): Promise<string[]>;
+  /** Re-reads the instance's marks, then deletes it and logs a WARNING line. */
+  gcDeleteOrphan(input: OrphanSighting): Promise<DeleteOrphanOutcome>;
+}
+
+export interface GcActivityDeps {
+  registry: ProviderRegistry;
+  kubeConfig: KubeConfig;
+  /** This installation's identity: the only installation mark GC deletes. */
+  installation: string;
+  logger: Logger;
+  /** Page size of the Proxy list. Default 500. */
+  proxyPageSize?: number;
+}
+
+function cancellation(): AbortSignal {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    // Called outside an activity: never cancelled.
+    return new AbortController().signal;
+  }
+}
+
+/** Why a listed value is not an Instance we can vouch for, or undefined when it is one. */
+function invalidInstance(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null) return 'not an object';
+  const i = value as Partial<Record<keyof Instance, unknown>>;
+  if (typeof i.id !== 'string' || i.id === '') return 'no id';
+  if (typeof i.uid !== 'string') return `${i.id}: uid is not a string`;
+  if (typeof i.installation !== 'string') return `${i.id}: installation is not a string`;
+  if (i.createdAt !== undefined && !(i.createdAt instanceof Date && !Number.isNaN(i.createdAt.getTime())))
+    return `${i.id}: createdAt is not a valid Date`;
+  return undefined;
+}
+
+/** Validates a listing whole: one bad entry means the provider cannot vouch for any of it. */
+export function toListedInstances(provider: string, listed: unknown): ListedInstance[] {
+  if (!Array.isArray(listed))
+    throw nonRetryable(GcFailure.ListGarbage, `${provider}: listByTag returned a non-array`);
+  const seen = new Set<string>();
+  const out: ListedInstance[] = [];
+  for (const value of listed as unknown[]) {
+    const problem = invalidInstance(value);
+    if (problem !== undefined)
+      throw nonRetryable(GcFailure.ListGarbage, `${provider}: listByTag returned garbage (${problem})`);
+    const instance = value as Instance;
+    if (seen.has(instance.id))
+      throw nonRetryable(GcFailure.ListGarbage, `${provider}: listByTag returned ${instance.id} twice`);
+    seen.add(instance.id);
+    out.push({
+      id: instance.id,
+      uid: instance.uid,
+      installation: instance.installation,
+      ...(instance.createdAt === undefined ? {} : { createdAt: instance.createdAt.toISOString() }),
+    });
+  }
+  return out;
+}
+
+export function createGcActivities(deps: GcActivityDeps): GcActivities {
+  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const log = deps.logger.child({ component: 'orphan-gc' });
+  const pageSize = deps.proxyPageSize ?? 500;
+
+  const lookup = (name: string): Provider => {
+    const provider = deps.registry.get(name);
+    if (!provider)
+      throw nonRetryable(GcFailure.ProviderNotConfigured, `provider "${name}" is not configured`);
+    return provider;
+  };
+
+  return {
+    // eslint-disable-next-line @typescript-eslint/require-await
+    async gcEnvironment() {
+      return {
+        installation: deps.installation,
+        providers: deps.registry.names().map((name) => ({ name, type: deps.registry.get(name)?.type ?? '' })),
+      };
+    },
+
+    async gcListInstances({ provider: name, timeoutMs }) {
+      const provider = lookup(name);
+      const deadline = new AbortController();
+      const signal = AbortSignal.any([cancellation(), deadline.signal]);
+      let timer: NodeJS.Timeout | undefined;
+      // The race, not only the signal, bounds the call: a backend that
+      // ignores its signal stalls only its own (abandoned) promise.
+      const expired = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          deadline.abort();
+          reject(
+            nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
+          );
+        }, timeoutMs);
+      });
+      try {
+        const listed = await Promise.race([provider.listByTag(signal), expired]);
+        return toListedInstances(name, listed);
+      } catch (error) {
+        const failure = error instanceof ApplicationFailure ? error : toApplicationFailure(error);
+        log.warn(
+          { provider: name, type: failure.type, error: failure.message },
+          'listing instances failed; skipping this provider for this sweep',
+        );
+        throw failure;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+
+    async gcListLiveProxyUids() {
+      const uids: string[] = [];
+      let next: string | undefined;
+      do {
+        const page = (await api.listClusterCustomObject({
+          group: GROUP,
+          version: VERSION,
+          plural: PROXY_PLURAL,
+          limit: pageSize,
+          ...(next === undefined ? {} : { _continue: next }),
+        })) as { items: Proxy[]; metadata?: { continue?: string } };
+        for (const proxy of page.items) {
+          // A Proxy without a UID cannot come from the apiserver; refusing
+          // the list is safer than a live set with a hole in it.
+          if (!proxy.metadata.uid)
+            throw new Error(`Proxy ${proxy.metadata.namespace}/${proxy.metadata.name} has no uid`);
+          uids.push(proxy.metadata.uid);
+        }
+        next = page.metadata?.continue || undefined;
+      } while (next !== undefined);
+      return uids;
+    },
+
+    async gcDeleteOrphan({ provider: name, id, uid }) {
+      const provider = lookup(name);
+      const signal = cancellation();
+      let current: Instance;
+      try {
+        current = await provider.get(id, signal);
+      } catch (error) {
+        if (classOf(error) === 'NotFound') return 'gone';
+        throw toApplicationFailure(error);
+      }
+      if (current.uid !== uid || current.installation !== deps.installation) {
+        log.warn(
+          { provider: name, providerID: id, uid, nowUid: current.uid, nowInstallation: current.installation },
+          'orphan marks changed since the sweep listed it; not deleting',
+        );
+        return 'marks-changed';
+      }
+      log.warn({ provider: name, providerID: id, uid }, 'WARNING: deleting orphaned instance');
+      try {
+        await provider.delete(id, signal);
+      } catch (error) {
+        log.error(
+          {
+            provider: name,
+            providerID: id,
+            uid,
+            error: isProviderError(error) ? error.toJSON() : safeCause(error),
+          },
+          'deleting orphaned instance failed',
+        );
+        throw toApplicationFailure(error);
+      }
+      log.warn({ provider: name, providerID: id, uid }, 'deleted orphaned instance');
+      return 'deleted';
+    },
+  };
+}

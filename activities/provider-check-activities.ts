@@ -1,0 +1,354 @@
+/**
+ * Activities of the provider-checks workflow: run every provider's check()
+ * in parallel under one timeout (and keep the latest results for the
+ * worker's gauges), write one ProviderHealth object per provider, delete
+ * the objects of providers no longer configured.
+ *
+ * Metrics: `proxy_operator_provider_target_up`,
+ * `proxy_operator_provider_check_duration_seconds` and
+ * `proxy_operator_provider_check_timestamp_seconds`, each
+ * `{provider,target}`, read at scrape time from the latest results this
+ * worker process ran. A worker that stops receiving check tasks stops
+ * exporting them once they are `staleAfterMs` old, so no stale series lingers.
+ */
+import { createHash } from 'node:crypto';
+import { Context } from '@temporalio/activity';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { Gauge, type Registry } from 'prom-client';
+import type { ProviderRegistry } from '../providers/config.js';
+import type { Provider, TargetStatus } from '../providers/types.js';
+import {
+  API_VERSION,
+  PROVIDER_HEALTH_PLURAL,
+  GROUP,
+  VERSION,
+  type ProviderHealth,
+} from '../resources/proxy-schema.js';
+import {
+  buildProviderHealthStatus,
+  LABEL_INSTALLATION,
+  isValidLabelValue,
+  LABEL_MANAGED_BY,
+  MANAGED_BY_VALUE,
+  MAX_MESSAGE_CHARS,
+  truncate,
+} from '../workflows/provider-checks/status.js';
+import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
+
+export interface ProviderCheckActivities {
+  /** Checks every configured provider; records the results for this worker's gauges. */
+  checkProviders(input: { timeoutMs: number; staleAfterMs: number }): Promise<{
+    installation: string;
+    results: ProviderCheckResult[];
+  }>;
+  /** Creates the provider's ProviderHealth object if missing, then replaces its status (one write). */
+  publishProviderHealth(input: { result: ProviderCheckResult }): Promise<'created' | 'updated'>;
+  /** Deletes this installation's ProviderHealth objects whose name is not in `keep`; returns their names. */
+  deleteStaleProviderHealth(input: { keep: string[] }): Promise<string[]>;
+}
+
+export interface ProviderCheckActivityDeps {
+  registry: ProviderRegistry;
+  kubeConfig: KubeConfig;
+  /** Label value on the objects; cleanup touches only objects with this installation's label. */
+  installation: string;
+  logger: Logger;
+  /** Where the three gauges are registered (the worker process's /metrics registry). */
+  metrics: Registry;
+}
+
+/** A check that ignores its signal gets this long past the deadline before its verdict is made up. */
+const GRACE_MS = 1_000;
+
+interface Latest {
+  provider: string;
+  target: string;
+  up: boolean;
+  durationSeconds: number;
+  checkedAtSeconds: number;
+  expiresAtMs: number;
+}
+
+function cancellation(): AbortSignal {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return new AbortController().signal;
+  }
+}
+
+function httpCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/** A TargetStatus from a provider, checked: anything malformed is reported as a failed target, never thrown. */
+function sanitise(value: unknown, fallbackLatency: number): CheckedTarget {
+  const t = (typeof value === 'object' && value !== null ? value : {}) as Partial<TargetStatus>;
+  if (
+    typeof t.name !== 'string' ||
+    t.name === '' ||
+    typeof t.ready !== 'boolean' ||
+    typeof t.reason !== 'string' ||
+    t.reason === ''
+  ) {
+    return {
+      name: typeof t.name === 'string' && t.name !== '' ? t.name : 'check',
+      ready: false,
+      reason: 'APIError',
+      message: 'the provider returned a malformed verdict',
+    };
+  }
+  const out: CheckedTarget = { name: t.name, ready: t.ready, reason: t.reason };
+  if (typeof t.address === 'string' && t.address !== '') out.address = t.address;
+  if (typeof t.message === 'string' && t.message !== '') out.message = truncate(t.message, MAX_MESSAGE_CHARS);
+  out.latencyMillis =
+    typeof t.latencyMillis === 'number' && Number.isFinite(t.latencyMillis)
+      ? Math.max(0, t.latencyMillis)
+      : fallbackLatency;
+  if (t.details && typeof t.details === 'object') {
+    const details = Object.fromEntries(Object.entries(t.details).filter(([, v]) => typeof v === 'string'));
+    if (Object.keys(details).length > 0) out.details = details;
+  }
+  return out;
+}
+
+/** Registers (or re-registers, for a restarted worker on the same registry) one scrape-time gauge. */
+function scrapeGauge(
+  metrics: Registry,
+  name: string,
+  help: string,
+  read: () => Array<{ labels: { provider: string; target: string }; value: number }>,
+): void {
+  if (metrics.getSingleMetric(name)) metrics.removeSingleMetric(name);
+  new Gauge({
+    name,
+    help,
+    labelNames: ['provider', 'target'] as const,
+    registers: [metrics],
+    collect() {
+      this.reset();
+      for (const { labels, value } of read()) this.set(labels, value);
+    },
+  });
+}
+
+/** The installation as a label value: itself when it is a valid one, else a stable hash of it. */
+export function installationLabelValue(installation: string): string {
+  if (isValidLabelValue(installation) && installation !== '') return installation;
+  return `sha256-${createHash('sha256').update(installation, 'utf8').digest('hex').slice(0, 32)}`;
+}
+
+export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): ProviderCheckActivities {
+  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const installationLabel = installationLabelValue(deps.installation);
+  const log = deps.logger.child({ component: 'provider-checks' });
+  let latest: Latest[] = [];
+  /** Target names per provider from its last answer: what a check that never answers is reported as. */
+  const knownTargets = new Map<string, string[]>();
+
+  const fresh = () => {
+    const now = Date.now();
+    return latest.filter((l) => l.expiresAtMs > now);
+  };
+  scrapeGauge(
+    deps.metrics,
+    'proxy_operator_provider_target_up',
+    'Whether the target passed its latest provider health check (1) or not (0).',
+    () => fresh().map((l) => ({ labels: { provider: l.provider, target: l.target }, value: l.up ? 1 : 0 })),
+  );
+  scrapeGauge(
+    deps.metrics,
+    'proxy_operator_provider_check_duration_seconds',
+    "Duration of the target's latest provider health check.",
+    () =>
+      fresh().map((l) => ({ labels: { provider: l.provider, target: l.target }, value: l.durationSeconds })),
+  );
+  scrapeGauge(
+    deps.metrics,
+    'proxy_operator_provider_check_timestamp_seconds',
+    "Unix time of the target's latest provider health check.",
+    () =>
+      fresh().map((l) => ({ labels: { provider: l.provider, target: l.target }, value: l.checkedAtSeconds })),
+  );
+
+  const checkOne = async (
+    name: string,
+    provider: Provider | undefined,
+    signal: AbortSignal,
+    deadlineMs: number,
+  ): Promise<ProviderCheckResult> => {
+    const type = provider?.type ?? '';
+    const started = Date.now();
+    const done = (supported: boolean, targets: CheckedTarget[]): ProviderCheckResult => ({
+      provider: name,
+      type,
+      supported,
+      targets,
+      checkedAt: new Date().toISOString(),
+    });
+    if (provider?.check === undefined) return done(false, []);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), Math.max(0, deadlineMs - Date.now()) + GRACE_MS);
+    });
+    try {
+      const answer = await Promise.race([provider.check(signal), late]);
+      const elapsed = Date.now() - started;
+      if (answer === 'late') {
+        log.warn({ provider: name }, 'check ignored its deadline; reporting its targets as Timeout');
+        const names = knownTargets.get(name) ?? ['check'];
+        return done(
+          true,
+          names.map((target) => ({
+            name: target,
+            ready: false,
+            reason: 'Timeout',
+            message: 'check did not finish in time',
+            latencyMillis: elapsed,
+          })),
+        );
+      }
+      if (!Array.isArray(answer))
+        return done(true, [
+          {
+            name: 'check',
+            ready: false,
+            reason: 'APIError',
+            message: 'check returned a non-array',
+            latencyMillis: elapsed,
+          },
+        ]);
+      const targets = (answer as unknown[]).map((t) => sanitise(t, elapsed));
+      knownTargets.set(
+        name,
+        targets.map((t) => t.name),
+      );
+      return done(true, targets);
+    } catch {
+      // The contract says check never throws; one that does is reported, not propagated.
+      return done(true, [
+        {
+          name: 'check',
+          ready: false,
+          reason: 'APIError',
+          message: 'check threw instead of reporting a verdict',
+          latencyMillis: Date.now() - started,
+        },
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  return {
+    async checkProviders({ timeoutMs, staleAfterMs }) {
+      const names = deps.registry.names();
+      const signal = AbortSignal.any([cancellation(), AbortSignal.timeout(timeoutMs)]);
+      const deadlineMs = Date.now() + timeoutMs;
+      const results = await Promise.all(
+        names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs)),
+      );
+      const now = Date.now();
+      latest = results.flatMap((r) =>
+        r.targets.map((t) => ({
+          provider: r.provider,
+          target: t.name,
+          up: t.ready,
+          durationSeconds: (t.latencyMillis ?? 0) / 1000,
+          checkedAtSeconds: Date.parse(r.checkedAt) / 1000,
+          expiresAtMs: now + staleAfterMs,
+        })),
+      );
+      return { installation: deps.installation, results };
+    },
+
+    async publishProviderHealth({ result }) {
+      let existing: ProviderHealth | undefined;
+      try {
+        existing = (await api.getClusterCustomObject({
+          group: GROUP,
+          version: VERSION,
+          plural: PROVIDER_HEALTH_PLURAL,
+          name: result.provider,
+        })) as ProviderHealth;
+      } catch (error) {
+        if (httpCode(error) !== 404) throw error;
+      }
+      let outcome: 'created' | 'updated' = 'updated';
+      if (existing === undefined) {
+        const body: ProviderHealth = {
+          apiVersion: API_VERSION,
+          kind: 'ProviderHealth',
+          metadata: {
+            name: result.provider,
+            labels: { [LABEL_MANAGED_BY]: MANAGED_BY_VALUE, [LABEL_INSTALLATION]: installationLabel },
+          },
+        };
+        try {
+          existing = (await api.createClusterCustomObject({
+            group: GROUP,
+            version: VERSION,
+            plural: PROVIDER_HEALTH_PLURAL,
+            body,
+          })) as ProviderHealth;
+          outcome = 'created';
+          log.info({ provider: result.provider }, 'created ProviderHealth');
+        } catch (error) {
+          // Created concurrently (a retried round): read it back below.
+          if (httpCode(error) !== 409) throw error;
+          existing = (await api.getClusterCustomObject({
+            group: GROUP,
+            version: VERSION,
+            plural: PROVIDER_HEALTH_PLURAL,
+            name: result.provider,
+          })) as ProviderHealth;
+        }
+      }
+      const status = buildProviderHealthStatus(existing.status, result);
+      await api.patchClusterCustomObjectStatus(
+        {
+          group: GROUP,
+          version: VERSION,
+          plural: PROVIDER_HEALTH_PLURAL,
+          name: result.provider,
+          // The test pins the write to the object read; a recreated one fails (422) and the activity retries.
+          body: [
+            { op: 'test', path: '/metadata/uid', value: existing.metadata.uid },
+            { op: 'add', path: '/status', value: status },
+          ],
+        },
+        setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
+      );
+      return outcome;
+    },
+
+    async deleteStaleProviderHealth({ keep }) {
+      const wanted = new Set(keep);
+      const list = (await api.listClusterCustomObject({
+        group: GROUP,
+        version: VERSION,
+        plural: PROVIDER_HEALTH_PLURAL,
+        labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE},${LABEL_INSTALLATION}=${installationLabel}`,
+      })) as { items: ProviderHealth[] };
+      const deleted: string[] = [];
+      for (const ph of list.items) {
+        if (wanted.has(ph.metadata.name)) continue;
+        try {
+          await api.deleteClusterCustomObject({
+            group: GROUP,
+            version: VERSION,
+            plural: PROVIDER_HEALTH_PLURAL,
+            name: ph.metadata.name,
+          });
+        } catch (error) {
+          if (httpCode(error) !== 404) throw error;
+        }
+        deleted.push(ph.metadata.name);
+        log.info({ name: ph.metadata.name }, 'deleted the ProviderHealth of a provider no longer configured');
+      }
+      return deleted;
+    },
+  };
+}

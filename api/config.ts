@@ -1,0 +1,147 @@
+/**
+ * Lease API configuration: read once, validated, typed. The CLI passes the
+ * environment and its parsed flags; nothing here reads process state on its
+ * own or at import time.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { DEFAULT_LEASE_COOLDOWN_MS } from './lease-store.js';
+
+export const DEFAULT_LISTEN_ADDRESS = ':8090';
+export const DEFAULT_MAX_LEASE_TTL_SECONDS = 3600;
+export const DEFAULT_LEASE_TTL_SECONDS = 300;
+
+export const apiOptionsSchema = z
+  .object({
+    /** Listen host; '' means every interface. */
+    host: z.string(),
+    port: z.int().min(0).max(65535),
+    /** Bearer token; '' serves the API unauthenticated. */
+    token: z.string(),
+    leaseCooldownMs: z.int().positive(),
+    maxLeaseTtlSeconds: z.int().positive(),
+    defaultLeaseTtlSeconds: z.int().positive(),
+  })
+  .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
+    message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
+    path: ['maxLeaseTtlSeconds'],
+  });
+
+export type ApiOptions = z.infer<typeof apiOptionsSchema>;
+
+/** The flags the `api` subcommand accepts, as the CLI parsed them (strings, unvalidated). */
+export interface ApiFlags {
+  /** `--discovery-addr`, `host:port` or `:port` (default `:8090`). */
+  discoveryAddr?: string | undefined;
+  /** `--lease-cooldown`, a Go-style duration (default `15m`). */
+  leaseCooldown?: string | undefined;
+  /** `--max-lease-ttl`, a Go-style duration in whole seconds (default `1h`). */
+  maxLeaseTtl?: string | undefined;
+  /** `--discovery-token-file`, a file holding the bearer token (surrounding whitespace trimmed). */
+  discoveryTokenFile?: string | undefined;
+}
+
+export class ApiConfigError extends Error {
+  override name = 'ApiConfigError';
+}
+
+/**
+ * Builds validated options from the environment (`DISCOVERY_TOKEN`) and
+ * flags. Throws `ApiConfigError` naming the bad setting.
+ */
+export function readApiConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  flags: ApiFlags = {},
+): ApiOptions {
+  const { host, port } = parseListenAddress(
+    flags.discoveryAddr ?? DEFAULT_LISTEN_ADDRESS,
+    '--discovery-addr',
+  );
+  const leaseCooldownMs =
+    flags.leaseCooldown === undefined
+      ? DEFAULT_LEASE_COOLDOWN_MS
+      : positiveDuration(flags.leaseCooldown, '--lease-cooldown');
+  let maxLeaseTtlSeconds = DEFAULT_MAX_LEASE_TTL_SECONDS;
+  if (flags.maxLeaseTtl !== undefined) {
+    const ms = positiveDuration(flags.maxLeaseTtl, '--max-lease-ttl');
+    if (ms % 1000 !== 0)
+      throw new ApiConfigError(`--max-lease-ttl must be whole seconds, got ${flags.maxLeaseTtl}`);
+    maxLeaseTtlSeconds = ms / 1000;
+  }
+
+  const envToken = env.DISCOVERY_TOKEN ?? '';
+  let token = envToken;
+  if (flags.discoveryTokenFile !== undefined) {
+    if (envToken !== '') {
+      throw new ApiConfigError('set the token through DISCOVERY_TOKEN or --discovery-token-file, not both');
+    }
+    try {
+      token = readFileSync(flags.discoveryTokenFile, 'utf8').trim();
+    } catch (err) {
+      throw new ApiConfigError(
+        `--discovery-token-file: cannot read ${flags.discoveryTokenFile}: ${(err as Error).message}`,
+      );
+    }
+  }
+
+  const parsed = apiOptionsSchema.safeParse({
+    host,
+    port,
+    token,
+    leaseCooldownMs,
+    maxLeaseTtlSeconds,
+    defaultLeaseTtlSeconds: DEFAULT_LEASE_TTL_SECONDS,
+  });
+  if (!parsed.success) {
+    throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
+  }
+  return parsed.data;
+}
+
+const UNIT_MS: Record<string, number> = {
+  ns: 1e-6,
+  us: 1e-3,
+  µs: 1e-3,
+  μs: 1e-3,
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
+const DURATION = /^(?:(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$/;
+const DURATION_PART = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g;
+
+/**
+ * Parses a Go `time.ParseDuration` string ("90s", "15m", "1h30m", "1.5h")
+ * to milliseconds. Signs are not accepted: no setting here can be negative.
+ * "0" is accepted as in Go.
+ */
+export function parseDuration(text: string): number {
+  if (text === '0') return 0;
+  if (!DURATION.test(text))
+    throw new ApiConfigError(`invalid duration ${JSON.stringify(text)} (examples: 90s, 15m, 1h)`);
+  let ms = 0;
+  for (const [, value, unit] of text.matchAll(DURATION_PART)) ms += Number(value) * (UNIT_MS[unit!] ?? NaN);
+  return Math.round(ms);
+}
+
+function positiveDuration(text: string, flag: string): number {
+  let ms: number;
+  try {
+    ms = parseDuration(text);
+  } catch (err) {
+    throw new ApiConfigError(`${flag}: ${(err as Error).message}`);
+  }
+  if (!(ms > 0) || !Number.isSafeInteger(ms))
+    throw new ApiConfigError(`${flag} must be positive, got ${text}`);
+  return ms;
+}
+
+/** `host:port`, `:port` or `[v6]:port`, as Go's net.Listen takes it. */
+export function parseListenAddress(text: string, flag = 'address'): { host: string; port: number } {
+  const m = /^(?:\[([^\]]*)\]|([^:[\]]*)):(\d{1,5})$/.exec(text);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535)
+    throw new ApiConfigError(`${flag}: expected host:port or :port, got ${JSON.stringify(text)}`);
+  return { host: m[1] ?? m[2] ?? '', port };
+}

@@ -1,0 +1,51 @@
+export { createApi, MAX_BODY_BYTES, rfc3339, type CreateApiOptions } from './app.js';
+export {
+  apiOptionsSchema,
+  ApiConfigError,
+  parseDuration,
+  parseListenAddress,
+  readApiConfig,
+  DEFAULT_LEASE_TTL_SECONDS,
+  DEFAULT_LISTEN_ADDRESS,
+  DEFAULT_MAX_LEASE_TTL_SECONDS,
+  type ApiFlags,
+  type ApiOptions,
+} from './config.js';
+export {
+  createInformerProxyCatalog,
+  type InformerProxyCatalog,
+  type InformerProxyCatalogOptions,
+} from './informer-catalog.js';
+export {
+  MemoryLeaseStore,
+  newLeaseId,
+  systemClock,
+  DEFAULT_LEASE_COOLDOWN_MS,
+  REPORT_RESULTS,
+  type AcquireOutcome,
+  type AcquireRequest,
+  type AcquireStats,
+  type Candidate,
+  type Clock,
+  type Lease,
+  type LeaseStore,
+  type ReportOutcome,
+  type ReportResult,
+} from './lease-store.js';
+export { metricsHandler, registerApiMetrics, registerProcessMetrics, type ApiMetrics } from './metrics.js';
+export {
+  createStaticProxyCatalog,
+  proxyViewFromResource,
+  type ProxyCatalog,
+  type ProxyView,
+  type StaticProxyCatalog,
+} from './proxy-catalog.js';
+export { buildOpenApiDocument, ERROR_CODES, type ErrorCode } from './schemas.js';
+export { serveApi, type RunningServer, type ServeOptions } from './server.js';
+export {
+  parseTraceparent,
+  type TraceContext,
+  type TraceHook,
+  type TraceRequest,
+  type TraceSpan,
+} from './tracing.js';

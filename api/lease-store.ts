@@ -1,0 +1,320 @@
+/**
+ * Lease state: which proxy slots are taken, until when, and which
+ * (proxy, target) pairs are cooling down after a bad report.
+ *
+ * `LeaseStore` is the seam a durable store (Redis, a CRD, a database) would
+ * implement, so its methods return promises. `MemoryLeaseStore` is the
+ * per-process implementation: every method body runs synchronously to
+ * completion before its promise settles, so selection and insertion in
+ * `acquire` form one critical section on Node's single thread. Keep it that
+ * way: an `await` between choosing a proxy and recording the lease would let
+ * concurrent requests overcommit a proxy.
+ *
+ * Nothing here depends on the expiry sweep for correctness: every read
+ * compares against the clock. The sweep only bounds memory.
+ */
+import { randomFillSync } from 'node:crypto';
+
+/** Milliseconds since the Unix epoch. Injected so tests can move time. */
+export interface Clock {
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+export const REPORT_RESULTS = ['ok', 'rate_limited', 'banned'] as const;
+export type ReportResult = (typeof REPORT_RESULTS)[number];
+
+export const DEFAULT_LEASE_COOLDOWN_MS = 15 * 60_000;
+export const DEFAULT_SWEEP_INTERVAL_MS = 30_000;
+
+/**
+ * One leasable proxy as the caller sees it when asking for a lease. The
+ * store hands the chosen object back, so callers can pass their own richer
+ * records (the API passes its ProxyView objects as they are).
+ */
+export interface Candidate {
+  /** Stable key, `namespace/name`. */
+  id: string;
+  /** Concurrent lease capacity; 0 means the proxy is never leased. */
+  maxLeases: number;
+  /** Last probe latency; the second selection key. */
+  latencyMillis: number;
+}
+
+export interface AcquireRequest<C extends Candidate = Candidate> {
+  /** Healthy, selector-matching proxies. Selection happens inside the store. */
+  candidates: readonly C[];
+  /** Site the lease is for; '' means none (only global cooldowns apply). */
+  target: string;
+  ttlMs: number;
+}
+
+/**
+ * Why each candidate did or did not get the lease. The four counts always
+ * add up to `considered`, minus the one granted candidate on success:
+ * `considered = inCooldown + atCapacity + outranked + (granted ? 1 : 0)`.
+ * A cooldown is checked before capacity, so a proxy that is both counts once,
+ * as `inCooldown`.
+ */
+export interface AcquireStats {
+  considered: number;
+  inCooldown: number;
+  atCapacity: number;
+  /** Eligible but beaten by the chosen proxy (always 0 when nothing is granted). */
+  outranked: number;
+}
+
+export interface Lease {
+  id: string;
+  proxy: string;
+  target: string;
+  /** Epoch milliseconds. */
+  expiresAt: number;
+}
+
+export type AcquireOutcome<C extends Candidate = Candidate> =
+  | { granted: Lease; candidate: C; activeLeases: number; stats: AcquireStats }
+  | { granted: null; stats: AcquireStats };
+
+/**
+ * `cooldown`: a rate_limited/banned report started a cooldown.
+ * `acknowledged`: an `ok` report, nothing recorded.
+ * `unknown_lease`: the id was never issued, or it ended more than one
+ * cooldown window ago.
+ */
+export type ReportOutcome = 'cooldown' | 'acknowledged' | 'unknown_lease';
+
+export interface LeaseStore {
+  acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>>;
+  /** Idempotent; unknown and already-ended leases are a no-op. */
+  release(id: string): Promise<void>;
+  /** `target` '' falls back to the lease's own target, then to the global pool. */
+  report(id: string, result: ReportResult, target: string): Promise<ReportOutcome>;
+  /** Unexpired, unreleased leases per proxy; proxies with none are absent. */
+  activeCounts(): Promise<ReadonlyMap<string, number>>;
+}
+
+interface LeaseRecord {
+  readonly id: string;
+  readonly proxy: string;
+  readonly target: string;
+  /** When the lease stops holding a slot: its TTL, or the release time if released early. */
+  endsAt: number;
+}
+
+const GLOBAL = '';
+const BASE32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+
+const ID_LENGTH = 26;
+// One CSPRNG call per 157 ids instead of one per id.
+const pool = Buffer.alloc(ID_LENGTH * 157);
+let poolOffset = pool.length;
+
+/** 26 characters of RFC 4648 base32, 130 random bits: the seed's lease ID shape. */
+export function newLeaseId(): string {
+  if (poolOffset + ID_LENGTH > pool.length) {
+    randomFillSync(pool);
+    poolOffset = 0;
+  }
+  let out = '';
+  // 256 is a multiple of 32, so taking the low five bits is unbiased.
+  for (let i = 0; i < ID_LENGTH; i++) out += BASE32[pool[poolOffset + i]! & 31];
+  poolOffset += ID_LENGTH;
+  return out;
+}
+
+export interface MemoryLeaseStoreOptions {
+  clock?: Clock;
+  /** How long a rate_limited/banned report blocks the (proxy, target) pair; also how long an ended lease stays reportable. */
+  cooldownMs?: number;
+  newId?: () => string;
+}
+
+export class MemoryLeaseStore implements LeaseStore {
+  readonly cooldownMs: number;
+  private readonly clock: Clock;
+  private readonly newId: () => string;
+  /** Every lease still reportable (ended less than one cooldown window ago), by id. */
+  private readonly leases = new Map<string, LeaseRecord>();
+  /** Per proxy, the leases that may still hold a slot; ended ones are pruned when read. */
+  private readonly holding = new Map<string, Set<LeaseRecord>>();
+  /** Per proxy, per target ('' = global), the end of the cooldown. */
+  private readonly cooldowns = new Map<string, Map<string, number>>();
+
+  constructor(options: MemoryLeaseStoreOptions = {}) {
+    this.clock = options.clock ?? systemClock;
+    this.cooldownMs = options.cooldownMs ?? DEFAULT_LEASE_COOLDOWN_MS;
+    this.newId = options.newId ?? newLeaseId;
+    if (!(this.cooldownMs > 0)) throw new RangeError(`cooldownMs must be positive, got ${this.cooldownMs}`);
+  }
+
+  acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>> {
+    return Promise.resolve(this.acquireNow(req));
+  }
+
+  release(id: string): Promise<void> {
+    this.releaseNow(id);
+    return Promise.resolve();
+  }
+
+  report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {
+    return Promise.resolve(this.reportNow(id, result, target));
+  }
+
+  activeCounts(): Promise<ReadonlyMap<string, number>> {
+    return Promise.resolve(this.activeCountsNow());
+  }
+
+  /** The critical section: choose and record in one synchronous pass. */
+  acquireNow<C extends Candidate>(req: AcquireRequest<C>): AcquireOutcome<C> {
+    if (!Number.isFinite(req.ttlMs) || req.ttlMs <= 0)
+      throw new RangeError(`ttlMs must be positive, got ${req.ttlMs}`);
+    const now = this.clock.now();
+    const { candidates, target } = req;
+    const stats: AcquireStats = { considered: candidates.length, inCooldown: 0, atCapacity: 0, outranked: 0 };
+    // This loop runs over every matching proxy on every acquire (1,000 in
+    // the benchmark), so it avoids allocation and skips empty maps.
+    const anyCooldown = this.cooldowns.size > 0;
+    const anyHeld = this.holding.size > 0;
+    let best: C | undefined;
+    let bestActive = 0;
+    let eligible = 0;
+    for (let i = 0; i < candidates.length; i++) {
+      const c = candidates[i]!;
+      if (anyCooldown && this.inCooldown(c.id, target, now)) {
+        stats.inCooldown++;
+        continue;
+      }
+      const active = anyHeld ? this.activeCount(c.id, now) : 0;
+      if (active >= c.maxLeases) {
+        stats.atCapacity++;
+        continue;
+      }
+      eligible++;
+      if (best === undefined || ranksBefore(c, active, best, bestActive)) {
+        best = c;
+        bestActive = active;
+      }
+    }
+    if (best === undefined) return { granted: null, stats };
+    stats.outranked = eligible - 1;
+
+    const record: LeaseRecord = { id: this.newId(), proxy: best.id, target, endsAt: now + req.ttlMs };
+    this.leases.set(record.id, record);
+    let set = this.holding.get(record.proxy);
+    if (!set) this.holding.set(record.proxy, (set = new Set<LeaseRecord>()));
+    set.add(record);
+    return { granted: toLease(record), candidate: best, activeLeases: bestActive + 1, stats };
+  }
+
+  releaseNow(id: string): void {
+    const record = this.leases.get(id);
+    if (!record) return;
+    const now = this.clock.now();
+    // Ending the lease now frees the slot and starts its reporting window,
+    // so "release, then report the 429" still lands.
+    if (record.endsAt > now) record.endsAt = now;
+    this.unhold(record);
+  }
+
+  reportNow(id: string, result: ReportResult, target: string): ReportOutcome {
+    const now = this.clock.now();
+    const record = this.leases.get(id);
+    if (!record) return 'unknown_lease';
+    if (now > record.endsAt + this.cooldownMs) {
+      this.forget(record);
+      return 'unknown_lease';
+    }
+    if (result === 'ok') return 'acknowledged';
+    const key = target !== '' ? target : record.target;
+    let byTarget = this.cooldowns.get(record.proxy);
+    if (!byTarget) this.cooldowns.set(record.proxy, (byTarget = new Map<string, number>()));
+    byTarget.set(key, now + this.cooldownMs);
+    return 'cooldown';
+  }
+
+  activeCountsNow(): Map<string, number> {
+    const now = this.clock.now();
+    const counts = new Map<string, number>();
+    for (const proxy of [...this.holding.keys()]) {
+      const n = this.activeCount(proxy, now);
+      if (n > 0) counts.set(proxy, n);
+    }
+    return counts;
+  }
+
+  /** Sum of active leases over all proxies. */
+  activeTotalNow(): number {
+    let total = 0;
+    for (const n of this.activeCountsNow().values()) total += n;
+    return total;
+  }
+
+  /** Drops leases past their reporting window and elapsed cooldowns. Memory only; never needed for correctness. */
+  sweep(): void {
+    const now = this.clock.now();
+    for (const record of this.leases.values()) {
+      if (now > record.endsAt + this.cooldownMs) this.forget(record);
+    }
+    for (const [proxy, byTarget] of this.cooldowns) {
+      for (const [target, until] of byTarget) if (until <= now) byTarget.delete(target);
+      if (byTarget.size === 0) this.cooldowns.delete(proxy);
+    }
+    for (const proxy of [...this.holding.keys()]) this.activeCount(proxy, now);
+  }
+
+  /** Runs `sweep` on an unref'd timer; returns the function that stops it. */
+  startSweeping(intervalMs = DEFAULT_SWEEP_INTERVAL_MS): () => void {
+    const timer = setInterval(() => this.sweep(), intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  /** Number of lease records kept (active or still reportable); for tests and memory accounting. */
+  get retainedLeases(): number {
+    return this.leases.size;
+  }
+
+  private activeCount(proxy: string, now: number): number {
+    const set = this.holding.get(proxy);
+    if (!set) return 0;
+    for (const record of set) if (record.endsAt <= now) set.delete(record);
+    if (set.size === 0) this.holding.delete(proxy);
+    return set.size;
+  }
+
+  /** A global cooldown blocks every request; a targeted one only requests for that target. */
+  private inCooldown(proxy: string, target: string, now: number): boolean {
+    const byTarget = this.cooldowns.get(proxy);
+    if (!byTarget) return false;
+    const global = byTarget.get(GLOBAL);
+    if (global !== undefined && now < global) return true;
+    if (target === GLOBAL) return false;
+    const until = byTarget.get(target);
+    return until !== undefined && now < until;
+  }
+
+  private unhold(record: LeaseRecord): void {
+    const set = this.holding.get(record.proxy);
+    if (!set) return;
+    set.delete(record);
+    if (set.size === 0) this.holding.delete(record.proxy);
+  }
+
+  private forget(record: LeaseRecord): void {
+    this.leases.delete(record.id);
+    this.unhold(record);
+  }
+}
+
+/** Fewer active leases first, then lower latency, then lexicographic id. */
+function ranksBefore(a: Candidate, aActive: number, b: Candidate, bActive: number): boolean {
+  if (aActive !== bActive) return aActive < bActive;
+  if (a.latencyMillis !== b.latencyMillis) return a.latencyMillis < b.latencyMillis;
+  return a.id < b.id;
+}
+
+function toLease(record: LeaseRecord): Lease {
+  return { id: record.id, proxy: record.proxy, target: record.target, expiresAt: record.endsAt };
+}

@@ -1,0 +1,43 @@
+/**
+ * When a latency change is worth a signal (pure). The seed's rule: only
+ * while the verdict is Healthy, only when the change from the last reported
+ * latency exceeds max(20 ms, 50 % of it), and at most once a minute. The
+ * floor makes the rule defined at 0 ms and stops a proxy jittering 40↔61 ms
+ * from signalling forever; the healthy-only guard stops a success streak
+ * below the threshold from reporting latency for a proxy still Unhealthy.
+ */
+import type { HealthVerdict } from '../../workflows/proxy/types.js';
+
+export interface LatencyPolicy {
+  floorMs: number;
+  /** Relative change, 0.5 = 50 % of the last reported latency. */
+  ratio: number;
+  minIntervalMs: number;
+}
+
+export const DEFAULT_LATENCY_POLICY: LatencyPolicy = { floorMs: 20, ratio: 0.5, minIntervalMs: 60_000 };
+
+export interface ReportedLatency {
+  millis: number;
+  /** Clock time (ms) of the report. */
+  at: number;
+}
+
+export function latencyWorthReporting(args: {
+  verdict: HealthVerdict;
+  last: ReportedLatency | undefined;
+  latencyMillis: number;
+  now: number;
+  policy?: LatencyPolicy;
+}): boolean {
+  const policy = args.policy ?? DEFAULT_LATENCY_POLICY;
+  if (args.verdict !== 'Healthy') return false;
+  const { last } = args;
+  // Healthy with nothing reported: the transition that made it Healthy
+  // carries a latency, so this only happens for a seeded verdict whose
+  // status had none; report it (still rate-limited by the seed time).
+  if (last === undefined) return true;
+  if (args.now - last.at < policy.minIntervalMs) return false;
+  const change = Math.abs(args.latencyMillis - last.millis);
+  return change > Math.max(policy.floorMs, policy.ratio * last.millis);
+}

@@ -1,0 +1,293 @@
+/**
+ * One health probe: a request for the probe URL *through* the proxy.
+ *
+ * - https: `CONNECT host:port` to the proxy, TLS to the target through the
+ *   tunnel (verified against the system roots plus any configured CA), then
+ *   `GET path`.
+ * - http: an absolute-form `GET http://host/path` to the proxy.
+ *
+ * The request bytes are written here, not by an HTTP client library, so
+ * nothing can add a header: the target sees Host, User-Agent and
+ * Connection: close, and never a `traceparent` or anything else of ours,
+ * whatever instrumentation the process loads. Redirects are not followed (a
+ * 3xx is just a status). Only the response head is read; the connection is
+ * closed as soon as the status is known. One deadline, the Proxy's
+ * timeoutSeconds, bounds connect, the CONNECT answer, the TLS handshake and
+ * the response together; the failure reason names the stage it hit.
+ */
+import { connect as netConnect, isIP, type Socket } from 'node:net';
+import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
+import { performance } from 'node:perf_hooks';
+
+export const PROBE_FAILURE_REASONS = [
+  /** TCP connection to the proxy failed (refused, unreachable, reset). */
+  'ConnectFailed',
+  /** No TCP connection to the proxy within the timeout. */
+  'ConnectTimeout',
+  /** The proxy answered CONNECT with a non-2xx status (403, 407, 502, ...). */
+  'ProxyRefused',
+  /** TLS to the probe target through the tunnel failed (handshake, certificate, reset). */
+  'TLSFailed',
+  /** The probe URL answered a status that is not in expectedStatusCodes. */
+  'BadStatus',
+  /** Connected, but no complete answer (CONNECT, TLS or response) within the timeout. */
+  'Timeout',
+  /** Something that is not HTTP, or the connection closed before a complete answer. */
+  'ProtocolError',
+  /** The probe URL is not an absolute http:// or https:// URL. */
+  'InvalidProbeURL',
+  /** The prober is stopping. */
+  'Aborted',
+] as const;
+export type ProbeFailureReason = (typeof PROBE_FAILURE_REASONS)[number];
+
+export interface ProbeResult {
+  ok: boolean;
+  /** From the start of the TCP connect to the response head (or to the failure). */
+  durationMs: number;
+  /** The probe target's status, when one was received. */
+  status?: number;
+  reason?: ProbeFailureReason;
+  message?: string;
+}
+
+export interface ProbeTls {
+  /** Extra trusted CA certificates (PEM), added to Node's default roots: private CAs and tests. */
+  ca?: string | Buffer | ReadonlyArray<string | Buffer>;
+}
+
+export interface ProbeRequest {
+  proxyHost: string;
+  proxyPort: number;
+  url: URL;
+  timeoutMs: number;
+  expectedStatusCodes: readonly number[];
+  tls?: ProbeTls;
+  userAgent?: string;
+  signal?: AbortSignal;
+}
+
+export const DEFAULT_USER_AGENT = 'egress-proxies-health/1';
+/** A response head larger than this is not an answer we can use. */
+const MAX_HEAD_BYTES = 16 * 1024;
+const HEAD_END = Buffer.from('\r\n\r\n');
+const STATUS_LINE = /^HTTP\/1\.[01] (\d{3})(?: |$)/;
+
+export function parseProbeURL(raw: string): URL | undefined {
+  try {
+    const url = new URL(raw);
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function bare(hostname: string): string {
+  return hostname.replace(/^\[|\]$/g, '');
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    return code && !error.message.includes(code) ? `${code}: ${error.message}` : error.message;
+  }
+  return String(error);
+}
+
+/** The first bytes of a non-HTTP answer, printable and short, for the message. */
+function snippet(buf: Buffer): string {
+  return JSON.stringify(buf.subarray(0, 32).toString('latin1'));
+}
+
+type Head = { status: number; rest: Buffer } | { garbage: string };
+
+/** Reads one response head from `stream`, skipping interim 1xx responses when `skipInterim`. */
+function readHead(
+  stream: Socket | TLSSocket,
+  skipInterim: boolean,
+  onHead: (head: Head) => void,
+): () => void {
+  let buffered: Buffer = Buffer.alloc(0);
+  const onData = (chunk: Buffer): void => {
+    buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+    for (;;) {
+      const end = buffered.indexOf(HEAD_END);
+      if (end < 0) {
+        // Fail early on garbage: a head must start like a status line.
+        const probe = buffered.subarray(0, 5).toString('latin1');
+        if (!'HTTP/'.startsWith(probe) || buffered.length > MAX_HEAD_BYTES) {
+          detach();
+          onHead({ garbage: snippet(buffered) });
+        }
+        return;
+      }
+      const statusLine = buffered.subarray(0, Math.min(end, buffered.indexOf('\r\n'))).toString('latin1');
+      const match = STATUS_LINE.exec(statusLine);
+      if (!match) {
+        detach();
+        onHead({ garbage: snippet(buffered) });
+        return;
+      }
+      const status = Number(match[1]);
+      const rest = buffered.subarray(end + HEAD_END.length);
+      if (skipInterim && status >= 100 && status < 200 && status !== 101) {
+        buffered = rest;
+        continue;
+      }
+      detach();
+      onHead({ status, rest });
+      return;
+    }
+  };
+  const detach = (): void => {
+    stream.off('data', onData);
+  };
+  stream.on('data', onData);
+  return detach;
+}
+
+export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
+  const started = performance.now();
+  const { url } = req;
+  const https = url.protocol === 'https:';
+  const ua = req.userAgent ?? DEFAULT_USER_AGENT;
+  const hostname = url.hostname;
+  const port = url.port || (https ? '443' : '80');
+
+  return new Promise<ProbeResult>((resolve) => {
+    type Stage = 'connect' | 'proxy' | 'tls' | 'response';
+    let stage: Stage = 'connect';
+    let done = false;
+    let tunnel: TLSSocket | undefined;
+
+    const finish = (result: Omit<ProbeResult, 'durationMs'>): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      req.signal?.removeEventListener('abort', onAbort);
+      tunnel?.destroy();
+      socket.destroy();
+      resolve({ ...result, durationMs: performance.now() - started });
+    };
+    const fail = (reason: ProbeFailureReason, message: string): void =>
+      finish({ ok: false, reason, message });
+
+    const onTimeout = (): void => {
+      const t = `${req.timeoutMs} ms`;
+      switch (stage) {
+        case 'connect':
+          return fail(
+            'ConnectTimeout',
+            `no TCP connection to the proxy ${req.proxyHost}:${req.proxyPort} within ${t}`,
+          );
+        case 'proxy':
+          return fail('Timeout', `the proxy did not answer CONNECT ${hostname}:${port} within ${t}`);
+        case 'tls':
+          return fail(
+            'Timeout',
+            `TLS handshake with ${hostname} through the proxy did not finish within ${t}`,
+          );
+        case 'response':
+          return fail('Timeout', `no response from ${url.origin} through the proxy within ${t}`);
+      }
+    };
+    const timer = setTimeout(onTimeout, req.timeoutMs);
+    const onAbort = (): void => fail('Aborted', 'probe cancelled');
+    if (req.signal?.aborted) {
+      // Resolve without touching the network; `socket` is created below only when not aborted.
+      done = true;
+      clearTimeout(timer);
+      resolve({ ok: false, reason: 'Aborted', message: 'probe cancelled', durationMs: 0 });
+      return;
+    }
+    req.signal?.addEventListener('abort', onAbort, { once: true });
+
+    const onStreamError = (error: unknown): void => {
+      switch (stage) {
+        case 'connect':
+          return fail(
+            'ConnectFailed',
+            `cannot connect to the proxy ${req.proxyHost}:${req.proxyPort}: ${describe(error)}`,
+          );
+        case 'tls':
+          return fail('TLSFailed', `TLS with ${hostname} through the proxy failed: ${describe(error)}`);
+        default:
+          return fail('ProtocolError', `connection failed before a complete answer: ${describe(error)}`);
+      }
+    };
+    const onClosedEarly = (): void => {
+      if (stage === 'tls') fail('TLSFailed', `the tunnel closed during the TLS handshake with ${hostname}`);
+      else
+        fail(
+          'ProtocolError',
+          stage === 'proxy'
+            ? 'the proxy closed the connection without answering CONNECT'
+            : 'the connection closed before a complete response',
+        );
+    };
+
+    const onResponse = (head: Head): void => {
+      if ('garbage' in head) return fail('ProtocolError', `not an HTTP response: ${head.garbage}`);
+      if (req.expectedStatusCodes.includes(head.status)) return finish({ ok: true, status: head.status });
+      finish({
+        ok: false,
+        status: head.status,
+        reason: 'BadStatus',
+        message: `${url.origin}${url.pathname} answered ${head.status}, expected ${req.expectedStatusCodes.join(' or ')}`,
+      });
+    };
+
+    const requestHead = (target: string): string =>
+      `GET ${target} HTTP/1.1\r\nHost: ${url.host}\r\nUser-Agent: ${ua}\r\nConnection: close\r\n\r\n`;
+
+    const socket: Socket = netConnect({ host: req.proxyHost, port: req.proxyPort });
+    socket.setNoDelay(true);
+    socket.on('error', onStreamError);
+    socket.on('close', onClosedEarly);
+    socket.once('connect', () => {
+      if (!https) {
+        stage = 'response';
+        readHead(socket, true, onResponse);
+        socket.write(requestHead(`${url.protocol}//${url.host}${url.pathname}${url.search}`));
+        return;
+      }
+      stage = 'proxy';
+      const authority = `${hostname}:${port}`;
+      readHead(socket, false, (head) => {
+        if ('garbage' in head)
+          return fail('ProtocolError', `the proxy's CONNECT answer is not HTTP: ${head.garbage}`);
+        if (head.status < 200 || head.status > 299) {
+          return finish({
+            ok: false,
+            reason: 'ProxyRefused',
+            message: `the proxy answered CONNECT ${authority} with ${head.status}`,
+          });
+        }
+        // A TLS server speaks only after our ClientHello: bytes here are not TLS.
+        if (head.rest.length > 0)
+          return fail('ProtocolError', `unexpected bytes after the CONNECT answer: ${snippet(head.rest)}`);
+        stage = 'tls';
+        const name = bare(hostname);
+        const extraCa =
+          req.tls?.ca === undefined ? [] : Array.isArray(req.tls.ca) ? req.tls.ca : [req.tls.ca];
+        tunnel = tlsConnect({
+          socket,
+          host: name,
+          ...(isIP(name) === 0 ? { servername: name } : {}),
+          ALPNProtocols: ['http/1.1'],
+          rejectUnauthorized: true,
+          ...(extraCa.length > 0
+            ? { ca: [...rootCertificates, ...(extraCa as Array<string | Buffer>)] }
+            : {}),
+        });
+        tunnel.on('error', onStreamError);
+        tunnel.once('secureConnect', () => {
+          stage = 'response';
+          readHead(tunnel!, true, onResponse);
+          tunnel!.write(requestHead(`${url.pathname}${url.search}`));
+        });
+      });
+      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
+    });
+  });
+}

@@ -1,0 +1,327 @@
+/**
+ * The health prober: probes every target through its proxy on the target's
+ * own jittered interval, folds results into the threshold state machine, and
+ * tells the Proxy's workflow about verdict transitions only (plus the rare
+ * latency update the suppression rule lets through). The workflow stays the
+ * single writer of status; the prober never touches the apiserver.
+ *
+ * Life of a target:
+ * - first sight: the verdict is seeded from the Proxy's Healthy condition
+ *   (kept, counters zeroed); a seeded proxy's first probe lands anywhere in
+ *   its interval, a never-probed one (condition Unknown) is probed at once;
+ * - the same object at a new address (a replacement): a fresh Unknown state,
+ *   probed at once; results of probes still running for the old address are
+ *   discarded;
+ * - gone, deleting or without an address: dropped with its metric series.
+ *
+ * Anti-entropy: a report can be lost (the workflow did not exist yet, the
+ * signaller gave up, the process stopped with a report pending). When the
+ * Proxy's condition still disagrees with the prober's verdict `resyncAfterMs`
+ * after the last report, the current verdict is sent again.
+ */
+import { setMaxListeners } from 'node:events';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+import type { HealthReport, HealthVerdict, ProxyRef } from '../../workflows/proxy/types.js';
+import { systemClock, type Clock, type Random } from './clock.js';
+import {
+  DEFAULT_LATENCY_POLICY,
+  latencyWorthReporting,
+  type LatencyPolicy,
+  type ReportedLatency,
+} from './latency.js';
+import { registerProberMetrics, type SignalKind } from './metrics.js';
+import { parseProbeURL, probeThroughProxy, type ProbeResult, type ProbeTls } from './probe.js';
+import { Scheduler, nextDue, seededFirstDelay, type ScheduledRun } from './schedule.js';
+import { sameHealthCheck, sameInstance, type ProbeTarget, type ProbeTargetSource } from './targets.js';
+import { initialThresholdState, recordProbe, type ThresholdState } from './thresholds.js';
+
+export type HealthSignal = (ref: ProxyRef, report: HealthReport) => void;
+
+export interface ProbeEvent {
+  key: string;
+  /** How late the probe started against its due time. */
+  lagMs: number;
+  result: ProbeResult;
+}
+
+export interface ProberOptions {
+  targets: ProbeTargetSource;
+  /** Delivers a report to the Proxy's workflow; must not throw or block (see createTemporalHealthSignaller). */
+  signal: HealthSignal;
+  logger: Logger;
+  registry: Registry;
+  clock?: Clock;
+  random?: Random;
+  /** Probes running at once, at most (default 100). */
+  maxConcurrentProbes?: number;
+  /** Extra trust for https probe URLs (a private CA). */
+  tls?: ProbeTls;
+  userAgent?: string;
+  latencyPolicy?: LatencyPolicy;
+  /** Re-send the verdict when the Proxy's condition still disagrees this long after the last report (default 5 min). */
+  resyncAfterMs?: number;
+  /** Called after every probe whose result counted: diagnostics and benchmarks. */
+  onProbe?: (event: ProbeEvent) => void;
+}
+
+export interface ProberStats {
+  tracked: number;
+  inFlight: number;
+  probes: number;
+  failures: number;
+  /** Probes that missed a whole period because the prober was behind. */
+  skippedPeriods: number;
+  signals: Record<SignalKind, number>;
+}
+
+export interface Prober {
+  /** Starts the target source (resolves after its first listing) and the schedule. */
+  start(): Promise<void>;
+  /** Stops scheduling, cancels running probes and waits for them, stops the target source. */
+  stop(): Promise<void>;
+  /** The prober's verdict for `namespace/name`, undefined when it does not track the proxy. */
+  verdict(key: string): HealthVerdict | undefined;
+  stats(): ProberStats;
+}
+
+interface Tracked {
+  target: ProbeTarget;
+  url: URL | undefined;
+  threshold: ThresholdState;
+  latency: ReportedLatency | undefined;
+  lastFailure: { reason: string; message: string } | undefined;
+  /** Clock time of the last report sent (or of seeding). */
+  lastSignalAt: number;
+  running: boolean;
+}
+
+const HEADER_SAFE = /^[\x20-\x7e]+$/;
+
+export function createProber(options: ProberOptions): Prober {
+  const clock = options.clock ?? systemClock;
+  const random = options.random ?? Math.random;
+  const log = options.logger.child({ component: 'prober' });
+  const latencyPolicy = options.latencyPolicy ?? DEFAULT_LATENCY_POLICY;
+  const resyncAfterMs = options.resyncAfterMs ?? 300_000;
+  const maxConcurrent = Math.max(1, options.maxConcurrentProbes ?? 100);
+  if (options.userAgent !== undefined && !HEADER_SAFE.test(options.userAgent)) {
+    throw new Error('prober userAgent must be printable ASCII');
+  }
+
+  const tracked = new Map<string, Tracked>();
+  const running = new Set<Promise<void>>();
+  const abort = new AbortController();
+  // Every running probe listens on this one signal.
+  setMaxListeners(0, abort.signal);
+  let stopped = false;
+  let unsubscribe: (() => void) | undefined;
+  const counts = {
+    probes: 0,
+    failures: 0,
+    skippedPeriods: 0,
+    signals: { transition: 0, latency: 0, resync: 0 },
+  };
+
+  const scheduler: Scheduler<string> = new Scheduler<string>({
+    clock,
+    maxConcurrent,
+    run: (run) => {
+      const p = probeOnce(run);
+      running.add(p);
+      return p.finally(() => running.delete(p));
+    },
+  });
+  const metrics = registerProberMetrics(options.registry, {
+    inFlight: () => scheduler.running,
+    tracked: () => tracked.size,
+  });
+
+  function fresh(target: ProbeTarget, seed: HealthVerdict, now: number): Tracked {
+    return {
+      target,
+      url: parseProbeURL(target.healthCheck.probeURL),
+      threshold: initialThresholdState(seed),
+      // A seeded Healthy verdict starts the latency rule from the status's value, rate-limited from now.
+      latency: seed === 'Healthy' ? { millis: target.latencyMillis ?? 0, at: now } : undefined,
+      lastFailure: undefined,
+      lastSignalAt: now,
+      running: false,
+    };
+  }
+
+  function onTargetChanged(key: string): void {
+    if (stopped) return;
+    const target = options.targets.get(key);
+    const current = tracked.get(key);
+    const now = clock.now();
+    if (target === undefined) {
+      if (current === undefined) return;
+      tracked.delete(key);
+      scheduler.unschedule(key);
+      metrics.forget(key);
+      log.debug({ proxy: key }, 'proxy left the prober');
+      return;
+    }
+    const intervalMs = target.healthCheck.intervalSeconds * 1000;
+    if (current === undefined) {
+      const state = fresh(target, target.condition, now);
+      tracked.set(key, state);
+      metrics.track(key);
+      scheduler.schedule(
+        key,
+        target.condition === 'Unknown' ? now : now + seededFirstDelay(intervalMs, random),
+      );
+      return;
+    }
+    if (!sameInstance(current.target, target)) {
+      // A replacement (or the object recreated): nothing we knew applies.
+      tracked.set(key, fresh(target, 'Unknown', now));
+      scheduler.schedule(key, now);
+      log.debug(
+        { proxy: key, host: target.host, port: target.port },
+        'proxy has a new address; verdict reset',
+      );
+      return;
+    }
+    const settingsChanged = !sameHealthCheck(current.target.healthCheck, target.healthCheck);
+    current.target = target;
+    if (settingsChanged) {
+      current.url = parseProbeURL(target.healthCheck.probeURL);
+      if (!current.running) scheduler.schedule(key, now + seededFirstDelay(intervalMs, random));
+    }
+  }
+
+  function send(state: Tracked, kind: SignalKind, now: number, latencyMillis: number | undefined): void {
+    const healthy = state.threshold.verdict === 'Healthy';
+    const report: HealthReport = { ip: state.target.host, healthy, checkedAt: new Date(now).toISOString() };
+    if (healthy && latencyMillis !== undefined) {
+      report.latencyMillis = latencyMillis;
+      state.latency = { millis: latencyMillis, at: now };
+    }
+    if (!healthy && state.lastFailure) {
+      report.reason = state.lastFailure.reason;
+      report.message = state.lastFailure.message;
+    }
+    state.lastSignalAt = now;
+    counts.signals[kind]++;
+    metrics.signalled(kind);
+    try {
+      options.signal(state.target.ref, report);
+    } catch (error) {
+      log.error(
+        { proxy: state.target.key, err: error instanceof Error ? error.message : String(error) },
+        'health signal threw',
+      );
+    }
+  }
+
+  async function probeOnce(run: ScheduledRun<string>): Promise<void> {
+    const state = tracked.get(run.key);
+    if (state === undefined || stopped) return;
+    state.running = true;
+    const { target } = state;
+    const hc = target.healthCheck;
+    metrics.observeLag(run.lagMs / 1000);
+    let result: ProbeResult;
+    try {
+      result = state.url
+        ? await probeThroughProxy({
+            proxyHost: target.host,
+            proxyPort: target.port,
+            url: state.url,
+            timeoutMs: hc.timeoutSeconds * 1000,
+            expectedStatusCodes: hc.expectedStatusCodes,
+            signal: abort.signal,
+            ...(options.tls ? { tls: options.tls } : {}),
+            ...(options.userAgent ? { userAgent: options.userAgent } : {}),
+          })
+        : {
+            ok: false,
+            durationMs: 0,
+            reason: 'InvalidProbeURL',
+            message: `probeURL ${JSON.stringify(hc.probeURL)} is not an http(s) URL`,
+          };
+    } finally {
+      state.running = false;
+    }
+    // Dropped, replaced or stopping while the probe ran: the result belongs to nobody.
+    if (stopped || tracked.get(run.key) !== state) return;
+
+    const now = clock.now();
+    counts.probes++;
+    if (!result.ok) {
+      counts.failures++;
+      state.lastFailure = {
+        reason: result.reason ?? 'ProbeFailed',
+        message: result.message ?? 'probe failed',
+      };
+    }
+    metrics.observeProbe(run.key, result.durationMs / 1000, result.ok);
+    options.onProbe?.({ key: run.key, lagMs: run.lagMs, result });
+
+    // Settings may have changed while the probe ran: fold and reschedule with the current ones.
+    const settings = state.target.healthCheck;
+    const latencyMillis = Math.round(result.durationMs);
+    const folded = recordProbe(state.threshold, result.ok, settings);
+    state.threshold = folded.state;
+    const verdict = folded.state.verdict;
+    if (folded.changed) {
+      log.info(
+        { proxy: run.key, host: target.host, verdict, reason: result.reason, message: result.message },
+        'health verdict changed',
+      );
+      send(state, 'transition', now, result.ok ? latencyMillis : undefined);
+    } else if (
+      result.ok &&
+      latencyWorthReporting({ verdict, last: state.latency, latencyMillis, now, policy: latencyPolicy })
+    ) {
+      send(state, 'latency', now, latencyMillis);
+    } else if (
+      verdict !== 'Unknown' &&
+      state.target.condition !== verdict &&
+      now - state.lastSignalAt >= resyncAfterMs
+    ) {
+      log.info(
+        { proxy: run.key, verdict, condition: state.target.condition },
+        'condition disagrees with the verdict; re-sending',
+      );
+      send(state, 'resync', now, result.ok ? latencyMillis : state.latency?.millis);
+    }
+
+    const next = nextDue(run.due, now, settings.intervalSeconds * 1000, random);
+    if (next.skipped) counts.skippedPeriods++;
+    scheduler.schedule(run.key, next.due);
+  }
+
+  return {
+    async start() {
+      if (stopped) throw new Error('prober was stopped');
+      unsubscribe = options.targets.subscribe(onTargetChanged);
+      await options.targets.start();
+      // Targets the source already held before we subscribed.
+      for (const target of options.targets.list()) if (!tracked.has(target.key)) onTargetChanged(target.key);
+      log.info({ proxies: tracked.size, maxConcurrent }, 'prober started');
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      unsubscribe?.();
+      scheduler.stop();
+      abort.abort();
+      await Promise.allSettled([...running]);
+      await options.targets.stop();
+      for (const key of tracked.keys()) metrics.forget(key);
+      tracked.clear();
+    },
+    verdict: (key) => tracked.get(key)?.threshold.verdict,
+    stats: () => ({
+      tracked: tracked.size,
+      inFlight: scheduler.running,
+      probes: counts.probes,
+      failures: counts.failures,
+      skippedPeriods: counts.skippedPeriods,
+      signals: { ...counts.signals },
+    }),
+  };
+}

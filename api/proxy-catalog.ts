@@ -1,0 +1,81 @@
+/**
+ * What the lease API knows about Proxies: a read-only snapshot, refreshed by
+ * whoever owns the source (an informer in the api process, a fixed list in
+ * tests). The API never writes Proxies.
+ */
+import { DEFAULT_MAX_LEASES, DEFAULT_PORT, type Proxy } from '../resources/proxy-schema.js';
+
+export interface ProxyView {
+  /** `namespace/name`, the key used everywhere. */
+  id: string;
+  /** Effective host: spec.endpoint.host for External, status.ip for Managed; '' until known. */
+  host: string;
+  port: number;
+  attributes: Readonly<Record<string, string>>;
+  /** status.phase, '' before the first status write. */
+  phase: string;
+  /** The Healthy condition is True. */
+  healthy: boolean;
+  latencyMillis: number;
+  maxLeases: number;
+  /** Has a deletionTimestamp: never listed or leased, still counted in the phase gauge. */
+  deleting: boolean;
+}
+
+export interface ProxyCatalog {
+  /** Current snapshot, sorted by id, including proxies being deleted. Cheap to call per request. */
+  list(): readonly ProxyView[];
+  /** False until the first complete listing has been loaded. */
+  synced(): boolean;
+}
+
+/**
+ * Accepts what the apiserver sends: typed as `Proxy`, but a watch delivers
+ * plain JSON, so every status field may be absent and deletionTimestamp may
+ * be a string (or a Date if a typed client produced it).
+ */
+export function proxyViewFromResource(proxy: Proxy): ProxyView {
+  const { metadata, spec } = proxy;
+  const status = proxy.status ?? {};
+  const external = spec.mode === 'External';
+  const host = external ? (spec.endpoint?.host ?? '') : (status.ip ?? '');
+  const port = external ? (spec.endpoint?.port ?? DEFAULT_PORT) : (spec.port ?? DEFAULT_PORT);
+  const healthy = (status.conditions ?? []).some((c) => c.type === 'Healthy' && c.status === 'True');
+  return {
+    id: `${metadata.namespace ?? ''}/${metadata.name}`,
+    host,
+    port,
+    attributes: spec.attributes ?? {},
+    phase: status.phase ?? '',
+    healthy,
+    latencyMillis: status.latencyMillis ?? 0,
+    maxLeases: spec.maxLeases ?? DEFAULT_MAX_LEASES,
+    deleting: Boolean(metadata.deletionTimestamp),
+  };
+}
+
+/** Byte-wise order on ids, the same order selection uses for its final tie-break. */
+export function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+export function sortedViews(proxies: Iterable<Proxy>): ProxyView[] {
+  return [...proxies].map(proxyViewFromResource).sort((a, b) => compareIds(a.id, b.id));
+}
+
+export interface StaticProxyCatalog extends ProxyCatalog {
+  /** Replaces the whole snapshot, as a relist would. */
+  replace(proxies: readonly Proxy[]): void;
+}
+
+/** A catalog over a fixed set of Proxy objects: for tests, benchmarks and embedding. */
+export function createStaticProxyCatalog(proxies: readonly Proxy[] = []): StaticProxyCatalog {
+  let snapshot = sortedViews(proxies);
+  return {
+    list: () => snapshot,
+    synced: () => true,
+    replace(next) {
+      snapshot = sortedViews(next);
+    },
+  };
+}

@@ -1,0 +1,271 @@
+/**
+ * Wire schemas of the lease API, and the OpenAPI 3.1 document built from
+ * them.
+ *
+ * The document comes from zod 4's own `z.toJSONSchema` rather than
+ * @asteasolutions/zod-to-openapi: OpenAPI 3.1 schema objects are JSON Schema
+ * 2020-12, which is exactly what `z.toJSONSchema` emits, so the only code we
+ * need is the thin `paths` skeleton below, and there is no extra dependency
+ * that must keep pace with zod releases. Request schemas are rendered with
+ * `io: 'input'` (unknown fields are accepted and ignored, as the seed's JSON
+ * decoder did) and response schemas with `io: 'output'` (closed objects, so
+ * a test validating a response against the document catches stray fields).
+ */
+import { z } from 'zod';
+import { PHASES } from '../resources/proxy-schema.js';
+import { REPORT_RESULTS } from './lease-store.js';
+
+export const ERROR_CODES = [
+  'unauthorized',
+  'invalid_query',
+  'invalid_body',
+  'invalid_ttl',
+  'invalid_result',
+  'no_match',
+  'unknown_lease',
+  'not_found',
+  'method_not_allowed',
+  'unavailable',
+  'internal',
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+const attributes = z.record(z.string(), z.string());
+
+export const errorSchema = z
+  .object({
+    error: z.enum(ERROR_CODES).describe('Machine-readable code.'),
+    message: z.string().describe('Human-readable explanation.'),
+  })
+  .meta({ description: 'The envelope every error response uses.' });
+
+export const proxySchema = z.object({
+  id: z.string().describe('`namespace/name` of the Proxy resource.'),
+  ip: z
+    .string()
+    .describe('Effective host: spec.endpoint.host (External) or status.ip (Managed); empty until known.'),
+  port: z.int().min(1).max(65535),
+  attributes: attributes.optional().describe('spec.attributes; omitted when empty.'),
+  phase: z.enum([...PHASES, '']).describe('status.phase; empty before the first status write.'),
+  healthy: z.boolean().describe('The Healthy condition is True.'),
+  latencyMillis: z.int(),
+  activeLeases: z.int().min(0),
+  maxLeases: z.int().min(0).describe('Lease capacity; 0 means never leased.'),
+});
+export type ProxyJson = z.output<typeof proxySchema>;
+
+export const proxyListSchema = z.object({
+  proxies: z.array(proxySchema).describe('Sorted by id.'),
+  count: z.int().min(0),
+});
+
+export const leaseSchema = z.object({
+  leaseID: z.string(),
+  proxy: proxySchema,
+  expiresAt: z.iso.datetime().describe('RFC 3339, UTC.'),
+  ttlSeconds: z.int().positive(),
+});
+
+export const noMatchSchema = z
+  .object({
+    error: z.literal('no_match'),
+    message: z.string(),
+    considered: z.int().min(0).describe('Proxies matching the selector (not being deleted).'),
+    atCapacity: z.int().min(0),
+    inCooldown: z.int().min(0),
+    unhealthy: z.int().min(0).describe('Healthy condition not True, or no address yet.'),
+  })
+  .meta({ description: 'considered = atCapacity + inCooldown + unhealthy.' });
+
+/**
+ * Field types are checked strictly (a wrong type is `invalid_body`), but a
+ * `null` field means "absent" and a `null` body means `{}`, which is how the
+ * seed's JSON decoder behaved. `ttlSeconds` 0 or absent selects the default.
+ */
+export function leaseRequestSchema(maxLeaseTtlSeconds: number) {
+  return z
+    .object({
+      selector: attributes.nullish().describe('Attribute equality filter; every pair must match.'),
+      ttlSeconds: z
+        .int()
+        .min(0)
+        .max(maxLeaseTtlSeconds)
+        .nullish()
+        .describe('Lease lifetime in seconds; 0 or absent selects the default (300).'),
+      target: z.string().nullish().describe('Site the lease is for; scopes cooldowns.'),
+    })
+    .nullable();
+}
+
+export const reportRequestSchema = z.object({
+  result: z.enum(REPORT_RESULTS),
+  target: z.string().nullish().describe("Falls back to the lease's target, then to the global pool."),
+});
+
+type JsonObject = Record<string, unknown>;
+
+function componentSchemas(
+  schemas: Record<string, z.ZodType>,
+  io: 'input' | 'output',
+): Record<string, JsonObject> {
+  const registry = z.registry<{ id: string }>();
+  for (const [id, schema] of Object.entries(schemas)) registry.add(schema, { id });
+  const { schemas: out } = z.toJSONSchema(registry, {
+    target: 'draft-2020-12',
+    io,
+    uri: (id) => `#/components/schemas/${id}`,
+  });
+  const cleaned: Record<string, JsonObject> = {};
+  for (const [id, schema] of Object.entries(out)) {
+    // Components live inside the OpenAPI document; their own $schema/$id
+    // would re-root relative references.
+    const { $schema: _s, $id: _i, ...rest } = schema as JsonObject;
+    cleaned[id] = rest;
+  }
+  return cleaned;
+}
+
+const ref = (id: string) => ({ $ref: `#/components/schemas/${id}` });
+const json = (id: string, description: string) => ({
+  description,
+  content: { 'application/json': { schema: ref(id) } },
+});
+const errors = (...codes: Array<[number, string]>) =>
+  Object.fromEntries(codes.map(([status, description]) => [String(status), json('Error', description)]));
+const leaseIdParam = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
+
+export function buildOpenApiDocument(options: { maxLeaseTtlSeconds: number; version?: string }): JsonObject {
+  const components = {
+    ...componentSchemas(
+      {
+        Error: errorSchema,
+        Proxy: proxySchema,
+        ProxyList: proxyListSchema,
+        Lease: leaseSchema,
+        NoMatch: noMatchSchema,
+      },
+      'output',
+    ),
+    ...componentSchemas(
+      { LeaseRequest: leaseRequestSchema(options.maxLeaseTtlSeconds), ReportRequest: reportRequestSchema },
+      'input',
+    ),
+  };
+  const common = errors(
+    [401, 'Missing or wrong bearer token (`unauthorized`).'],
+    [500, 'Unexpected failure (`internal`).'],
+  );
+  const unavailable = errors([503, 'The proxy cache has not synced yet (`unavailable`).']);
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'egress-proxies lease API',
+      version: options.version ?? '1.0.0',
+      description:
+        'List healthy egress proxies by attribute, lease one for a TTL, release it, and report how a target treated it.',
+    },
+    components: {
+      schemas: components,
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+    },
+    security: [{ bearer: [] }],
+    paths: {
+      '/healthz': {
+        get: {
+          summary: 'Liveness',
+          security: [],
+          responses: {
+            '200': { description: '`ok`', content: { 'text/plain': { schema: { type: 'string' } } } },
+          },
+        },
+      },
+      '/metrics': {
+        get: {
+          summary: 'Prometheus metrics',
+          security: [],
+          responses: {
+            '200': {
+              description: 'Prometheus text format',
+              content: { 'text/plain': { schema: { type: 'string' } } },
+            },
+          },
+        },
+      },
+      '/openapi.json': {
+        get: {
+          summary: 'This document',
+          responses: {
+            '200': {
+              description: 'OpenAPI 3.1',
+              content: { 'application/json': { schema: { type: 'object' } } },
+            },
+            ...common,
+          },
+        },
+      },
+      '/v1/proxies': {
+        get: {
+          summary: 'List proxies',
+          parameters: [
+            {
+              name: 'healthy',
+              in: 'query',
+              required: false,
+              schema: { type: 'string', enum: ['true', 'false'] },
+            },
+            {
+              name: 'attr.<key>',
+              in: 'query',
+              required: false,
+              description:
+                'Exact match on spec.attributes[<key>]; repeatable with different keys, all must match.',
+              schema: { type: 'string' },
+            },
+          ],
+          responses: {
+            '200': json('ProxyList', 'Matching proxies, sorted by id.'),
+            ...errors([400, 'Bad `healthy` value (`invalid_query`).']),
+            ...common,
+            ...unavailable,
+          },
+        },
+      },
+      '/v1/leases': {
+        post: {
+          summary: 'Acquire a lease',
+          requestBody: { required: true, content: { 'application/json': { schema: ref('LeaseRequest') } } },
+          responses: {
+            '201': json('Lease', 'Granted.'),
+            '400': json('Error', 'Malformed body (`invalid_body`) or TTL out of range (`invalid_ttl`).'),
+            '409': json('NoMatch', 'No healthy proxy with free capacity matched.'),
+            ...common,
+            ...unavailable,
+          },
+        },
+      },
+      '/v1/leases/{id}': {
+        delete: {
+          summary: 'Release a lease early (idempotent)',
+          parameters: [leaseIdParam],
+          responses: { '204': { description: 'Released, or already gone.' }, ...common },
+        },
+      },
+      '/v1/leases/{id}/report': {
+        post: {
+          summary: 'Report how a target treated the proxy',
+          parameters: [leaseIdParam],
+          requestBody: { required: true, content: { 'application/json': { schema: ref('ReportRequest') } } },
+          responses: {
+            '204': { description: 'Recorded.' },
+            '400': json('Error', 'Malformed body (`invalid_body`) or unknown result (`invalid_result`).'),
+            '404': json(
+              'Error',
+              'Lease never issued or ended more than one cooldown window ago (`unknown_lease`).',
+            ),
+            ...common,
+          },
+        },
+      },
+    },
+  };
+}

@@ -1,0 +1,276 @@
+/**
+ * The informer-backed catalog against the real kube-apiserver from the
+ * harness: it sees creates, status writes and deletions, the API built on
+ * it never lists or leases a Proxy being deleted, and it recovers by itself
+ * after the connection to the apiserver is cut (client-node 1.4's informer
+ * stops for good on such errors).
+ *
+ * The cut goes through a TCP relay in front of the apiserver, so the shared
+ * apiserver keeps running for the other test files.
+ */
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { KubeConfig, type CustomObjectsApi } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApi } from '../../api/app.js';
+import { createInformerProxyCatalog, type InformerProxyCatalog } from '../../api/informer-catalog.js';
+import { MemoryLeaseStore } from '../../api/lease-store.js';
+import { serveApi, type RunningServer } from '../../api/server.js';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy, type ProxyStatus } from '../../resources/proxy-schema.js';
+import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import { captureLogs } from './api-helpers.js';
+import { Registry } from 'prom-client';
+
+/** A TCP relay that can drop every connection and refuse new ones, then come back on the same port. */
+class Relay {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async open(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.target.port, this.target.host);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => resolve());
+    });
+    this.port = (server.address() as { port: number }).port;
+    this.server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+async function waitFor<T>(what: string, probe: () => T | undefined | false, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const healthyStatus = (latencyMillis: number): ProxyStatus => ({
+  phase: 'Ready',
+  latencyMillis,
+  conditions: [
+    {
+      type: 'Healthy',
+      status: 'True',
+      lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      reason: 'Probe',
+      message: 'ok',
+    },
+  ],
+});
+
+async function writeStatus(
+  api: CustomObjectsApi,
+  namespace: string,
+  name: string,
+  status: ProxyStatus,
+): Promise<void> {
+  const current = await getProxy(api, namespace, name);
+  await api.replaceNamespacedCustomObjectStatus({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PROXY_PLURAL,
+    name,
+    body: { ...current, status },
+  });
+}
+
+describe('informer proxy catalog on a real apiserver', () => {
+  const kc = kubeConfig();
+  const objects = customObjects(kc);
+  const logs = captureLogs();
+  let namespace = '';
+  let relay: Relay;
+  let catalog: InformerProxyCatalog;
+  let server: RunningServer;
+  let token = '';
+
+  const mine = () => catalog.list().filter((p) => p.id.startsWith(`${namespace}/`));
+
+  beforeAll(async () => {
+    namespace = await createNamespace(kc, 'api-informer');
+    const apiserver = new URL(kc.getCurrentCluster()!.server);
+    relay = new Relay({ host: apiserver.hostname, port: Number(apiserver.port) });
+    await relay.open();
+    const relayed = new KubeConfig();
+    relayed.loadFromOptions({
+      clusters: kc.clusters.map((c) => ({ ...c, server: `https://127.0.0.1:${relay.port}` })),
+      users: kc.users,
+      contexts: kc.contexts,
+      currentContext: kc.getCurrentContext(),
+    });
+    catalog = createInformerProxyCatalog({
+      kubeConfig: relayed,
+      logger: logs.logger,
+      initialBackoffMs: 100,
+      maxBackoffMs: 1000,
+    });
+    await catalog.start();
+    token = 'informer-test';
+    const app = createApi({
+      catalog,
+      leaseStore: new MemoryLeaseStore(),
+      token,
+      logger: logs.logger,
+      registry: new Registry(),
+      processMetrics: false,
+    });
+    server = await serveApi(app, { host: '127.0.0.1', port: 0, shutdownGraceMs: 1000 });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+    await catalog?.stop();
+    await relay?.cut();
+  });
+
+  const call = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(server.url + path, {
+      method,
+      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+
+  it('is synced after start and follows creates and status writes', async () => {
+    expect(catalog.synced()).toBe(true);
+    await createProxy(objects, namespace, 'edge', {
+      mode: 'External',
+      endpoint: { host: 'edge.example.net', port: 8080 },
+      attributes: { suite: namespace, tier: 'edge' },
+      maxLeases: 2,
+    });
+    const created = await waitFor('the new proxy', () => mine().find((p) => p.id === `${namespace}/edge`));
+    expect(created).toMatchObject({
+      host: 'edge.example.net',
+      port: 8080,
+      healthy: false,
+      phase: '',
+      maxLeases: 2,
+      deleting: false,
+    });
+
+    await writeStatus(objects, namespace, 'edge', healthyStatus(17));
+    await waitFor('the status write', () => mine().find((p) => p.healthy));
+    expect(mine()[0]).toMatchObject({
+      phase: 'Ready',
+      latencyMillis: 17,
+      healthy: true,
+      attributes: { suite: namespace, tier: 'edge' },
+    });
+
+    const lease = await call('POST', '/v1/leases', { selector: { suite: namespace } });
+    expect(lease.status).toBe(201);
+    expect(lease.body.proxy).toMatchObject({
+      id: `${namespace}/edge`,
+      ip: 'edge.example.net',
+      port: 8080,
+      activeLeases: 1,
+    });
+  });
+
+  it('stops listing and leasing a Proxy as soon as it has a deletionTimestamp, and forgets it once gone', async () => {
+    await createProxy(
+      objects,
+      namespace,
+      'leaving',
+      {
+        mode: 'External',
+        endpoint: { host: 'leaving.example.net', port: 3128 },
+        attributes: { suite: namespace, tier: 'leaving' },
+      },
+      { finalizers: ['crawl.example.com/api-test-hold'] },
+    );
+    await writeStatus(objects, namespace, 'leaving', healthyStatus(1));
+    await waitFor('the second proxy to be healthy', () =>
+      mine().find((p) => p.id.endsWith('/leaving') && p.healthy),
+    );
+    expect((await call('GET', `/v1/proxies?attr.tier=leaving&attr.suite=${namespace}`)).body.count).toBe(1);
+
+    await objects.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: PROXY_PLURAL,
+      name: 'leaving',
+    });
+    await waitFor('the deletionTimestamp', () => mine().find((p) => p.id.endsWith('/leaving') && p.deleting));
+    expect((await call('GET', `/v1/proxies?attr.suite=${namespace}`)).body.proxies).toEqual([
+      expect.objectContaining({ id: `${namespace}/edge` }),
+    ]);
+    const refused = await call('POST', '/v1/leases', { selector: { tier: 'leaving' } });
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ considered: 0 });
+
+    const current = (await getProxy(objects, namespace, 'leaving')) as Proxy & {
+      metadata: { resourceVersion?: string };
+    };
+    await objects.replaceNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: PROXY_PLURAL,
+      name: 'leaving',
+      body: { ...current, metadata: { ...current.metadata, finalizers: [] } },
+    });
+    await waitFor('the proxy to be gone', () => !mine().some((p) => p.id.endsWith('/leaving')) && true);
+  });
+
+  it('restarts itself with backoff after the apiserver connection is cut, and catches up', async () => {
+    const warningsBefore = logs.lines.filter((l) => l.msg === 'proxy informer stopped; restarting').length;
+    await relay.cut();
+    await waitFor(
+      'a restart warning',
+      () => logs.lines.filter((l) => l.msg === 'proxy informer stopped; restarting').length > warningsBefore,
+    );
+
+    // Changes made while the informer is cut off.
+    await createProxy(objects, namespace, 'late', {
+      mode: 'External',
+      endpoint: { host: 'late.example.net', port: 3128 },
+      attributes: { suite: namespace },
+    });
+    // Let at least one retry fail against the closed port first.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(mine().some((p) => p.id.endsWith('/late'))).toBe(false);
+    expect(catalog.synced()).toBe(true);
+    expect((await call('GET', `/v1/proxies?attr.suite=${namespace}`)).body.count).toBe(1);
+
+    await relay.open();
+    await waitFor('the informer to catch up', () => mine().find((p) => p.id.endsWith('/late')), 20_000);
+    const restarts = logs.lines
+      .filter((l) => l.msg === 'proxy informer stopped; restarting')
+      .slice(warningsBefore);
+    // At least one restart attempt hit the closed port, so recovery came from
+    // a retry, not from the first reconnect; delays grow and stay capped.
+    expect(restarts.some((l) => (l.err as { code?: unknown }).code === 'ECONNREFUSED')).toBe(true);
+    const delays = restarts.map((l) => l.retryInMs as number);
+    for (let i = 1; i < delays.length; i++) expect(delays[i]).toBeGreaterThanOrEqual(delays[i - 1]!);
+    expect(Math.min(...delays)).toBeGreaterThanOrEqual(100);
+    expect(Math.max(...delays)).toBeLessThanOrEqual(1000);
+  });
+});

@@ -1,0 +1,177 @@
+/**
+ * The prober with the real control plane: a Managed Proxy on the `local`
+ * provider (a real forward proxy on the loopback), the prober watching the
+ * real apiserver and signalling the real Proxy workflow, which writes status.
+ * Then the signaller across a Temporal outage (a relay we cut).
+ */
+import { Client, Connection } from '@temporalio/client';
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
+import type { Proxy } from '../../resources/proxy-schema.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import type { HealthReport, ProxyRef } from '../../workflows/proxy/types.js';
+import { createProxyProbeTargets } from '../../api/prober/kube-targets.js';
+import { createProber, type Prober } from '../../api/prober/prober.js';
+import { createTemporalHealthSignaller, type HealthSignaller } from '../../api/prober/signaller.js';
+import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { createProxy, getProxy } from '../helpers/kube.js';
+import { eventually } from '../helpers/temporal.js';
+import { startProbeTarget, startTcpRelay, type ProbeTarget } from '../helpers/prober-fixtures.js';
+
+describe('prober with the control plane', () => {
+  let cp: ControlPlane;
+  let target: ProbeTarget;
+  let prober: Prober | undefined;
+  let signaller: HealthSignaller | undefined;
+  let ref: ProxyRef;
+  let ip: string;
+
+  beforeAll(async () => {
+    cp = await startControlPlane({ prefix: 'prober' });
+    target = await startProbeTarget();
+  });
+  afterAll(async () => {
+    await prober?.stop();
+    await signaller?.stop();
+    await cp?.close();
+    await target?.close();
+  });
+
+  const waitFor = (what: string, test: (p: Proxy) => boolean, timeoutMs = 60_000) =>
+    eventually(
+      `px-probed: ${what}`,
+      async () => {
+        const p = await getProxy(cp.api, cp.namespace, 'px-probed');
+        return test(p) ? p : undefined;
+      },
+      { timeoutMs, intervalMs: 200 },
+    );
+  const healthy = (p: Proxy) => p.status?.conditions?.find((c) => c.type === 'Healthy');
+  const healthSignals = async (workflowId: string) =>
+    (await cp.client.workflow.getHandle(workflowId).fetchHistory()).events?.filter(
+      (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'healthChanged',
+    ) ?? [];
+
+  it('a Managed proxy becomes Ready when a probe really egresses through it, Unhealthy when the probe URL fails, Ready again', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'px-probed', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18090,
+      healthCheck: {
+        probeURL: target.url,
+        intervalSeconds: 1,
+        timeoutSeconds: 2,
+        successThreshold: 1,
+        failureThreshold: 2,
+      },
+    });
+    ref = { namespace: cp.namespace, name: 'px-probed', uid: created.metadata.uid! };
+
+    signaller = createTemporalHealthSignaller(cp.client, { logger: cp.logger });
+    prober = createProber({
+      targets: createProxyProbeTargets({ kubeConfig: cp.kc, logger: cp.logger, namespace: cp.namespace }),
+      signal: signaller.signal,
+      logger: cp.logger,
+      registry: new Registry(),
+    });
+    await prober.start();
+
+    const ready = await waitFor(
+      'Ready, Healthy=True',
+      (p) => p.status?.phase === 'Ready' && healthy(p)?.status === 'True',
+    );
+    ip = ready.status!.ip!;
+    expect(ip).toMatch(/^127\./);
+    expect(ready.status?.latencyMillis).toEqual(expect.any(Number));
+    expect(ready.status?.lastHealthCheckTime).toEqual(expect.any(String));
+    expect(target.requests.length).toBeGreaterThan(0);
+
+    target.status = 500;
+    const down = await waitFor(
+      'Unhealthy, Healthy=False',
+      (p) => p.status?.phase === 'Unhealthy' && healthy(p)?.status === 'False',
+    );
+    expect(healthy(down)).toMatchObject({ reason: 'BadStatus' });
+    expect(healthy(down)?.message).toContain('500');
+    expect(down.status?.latencyMillis).toBeUndefined();
+
+    target.status = 204;
+    await waitFor('Ready again', (p) => p.status?.phase === 'Ready' && healthy(p)?.status === 'True');
+
+    // Let it run steady for a few more probes, then count: one signal per transition reached the workflow.
+    const probesNow = target.requests.length;
+    await eventually('three more probes', () =>
+      Promise.resolve(target.requests.length >= probesNow + 3 ? true : undefined),
+    );
+    await prober.stop();
+    await eventually('signals delivered', () =>
+      Promise.resolve(signaller!.stats().pending + signaller!.stats().inFlight === 0 ? true : undefined),
+    );
+    const stats = prober.stats();
+    expect(stats.signals.transition).toBe(3);
+    const sent = stats.signals.transition + stats.signals.latency + stats.signals.resync;
+    expect(signaller.stats()).toMatchObject({ delivered: sent, dropped: 0 });
+    expect(await healthSignals(proxyWorkflowId(ref))).toHaveLength(sent);
+  });
+
+  it('Temporal unreachable: the latest report per proxy is delivered when it is back, not a backlog', async () => {
+    expect(ip).toBeDefined();
+    const relay = await startTcpRelay(inject('temporalAddress'));
+    const connection = await Connection.connect({ address: relay.address });
+    const client = new Client({ connection, namespace: inject('temporalNamespace') });
+    const outage = createTemporalHealthSignaller(client, {
+      callTimeoutMs: 1_000,
+      initialBackoffMs: 200,
+      maxBackoffMs: 1_000,
+    });
+    const workflowId = proxyWorkflowId(ref);
+    try {
+      const before = (await healthSignals(workflowId)).length;
+      relay.cut();
+      const report = (reason: string): HealthReport => ({
+        ip,
+        healthy: false,
+        checkedAt: new Date().toISOString(),
+        reason,
+        message: `report ${reason}`,
+      });
+      outage.signal(ref, report('Stale1'));
+      outage.signal(ref, report('Stale2'));
+      outage.signal(ref, report('Latest'));
+      await eventually('a failed attempt', () =>
+        Promise.resolve(outage.stats().failedAttempts > 0 ? true : undefined),
+      );
+      expect(outage.stats()).toMatchObject({ pending: 1, delivered: 0 });
+      expect(outage.stats().superseded).toBeGreaterThanOrEqual(1);
+      expect(await healthSignals(workflowId)).toHaveLength(before);
+
+      relay.restore();
+      await eventually(
+        'delivered',
+        () =>
+          Promise.resolve(outage.stats().delivered === 1 && outage.stats().pending === 0 ? true : undefined),
+        {
+          timeoutMs: 60_000,
+        },
+      );
+      const signals = await healthSignals(workflowId);
+      expect(signals).toHaveLength(before + 1);
+      const view = await cp.client.workflow.getHandle(workflowId).query(stateQuery);
+      expect(view.health).toMatchObject({ verdict: 'Unhealthy', reason: 'Latest' });
+      await eventually('status shows the latest report', async () => {
+        const p = await getProxy(cp.api, cp.namespace, 'px-probed');
+        return p.status?.conditions?.find((c) => c.type === 'Healthy' && c.reason === 'Latest');
+      });
+
+      // A proxy without a workflow: the report is dropped, not retried forever.
+      outage.signal({ ...ref, uid: 'no-such-uid' }, report('Nobody'));
+      await eventually('dropped', () => Promise.resolve(outage.stats().dropped === 1 ? true : undefined));
+      expect(outage.stats().pending).toBe(0);
+    } finally {
+      await outage.stop();
+      await connection.close();
+      await relay.close();
+    }
+  });
+});

@@ -1,0 +1,116 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ApiConfigError, parseDuration, parseListenAddress, readApiConfig } from '../../api/config.js';
+import { parseTraceparent } from '../../api/tracing.js';
+import { rfc3339 } from '../../api/app.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'lease-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('readApiConfig', () => {
+  it('applies the documented defaults', () => {
+    expect(readApiConfig({}, {})).toEqual({
+      host: '',
+      port: 8090,
+      token: '',
+      leaseCooldownMs: 15 * 60_000,
+      maxLeaseTtlSeconds: 3600,
+      defaultLeaseTtlSeconds: 300,
+    });
+  });
+
+  it('reads flags and DISCOVERY_TOKEN', () => {
+    const cfg = readApiConfig(
+      { DISCOVERY_TOKEN: 's3cret' },
+      { discoveryAddr: '127.0.0.1:9000', leaseCooldown: '90s', maxLeaseTtl: '2h' },
+    );
+    expect(cfg).toMatchObject({
+      host: '127.0.0.1',
+      port: 9000,
+      token: 's3cret',
+      leaseCooldownMs: 90_000,
+      maxLeaseTtlSeconds: 7200,
+    });
+  });
+
+  it('reads the token from a file, trimming the trailing newline', () => {
+    const file = join(dir, 'token');
+    writeFileSync(file, '  abc123\n');
+    expect(readApiConfig({}, { discoveryTokenFile: file }).token).toBe('abc123');
+  });
+
+  it.each([
+    [{}, { maxLeaseTtl: '1m' }, /max-lease-ttl/],
+    [{}, { maxLeaseTtl: '1500ms' }, /whole seconds/],
+    [{}, { leaseCooldown: '0' }, /lease-cooldown must be positive/],
+    [{}, { leaseCooldown: '-5m' }, /lease-cooldown/],
+    [{}, { leaseCooldown: '15 minutes' }, /invalid duration/],
+    [{}, { discoveryAddr: '8090' }, /discovery-addr/],
+    [{}, { discoveryAddr: ':70000' }, /discovery-addr/],
+    [{ DISCOVERY_TOKEN: 'x' }, { discoveryTokenFile: '/nonexistent' }, /not both/],
+    [{}, { discoveryTokenFile: '/nonexistent/token' }, /cannot read/],
+  ])('rejects %j %j', (env, flags, message) => {
+    expect(() => readApiConfig(env, flags)).toThrow(ApiConfigError);
+    expect(() => readApiConfig(env, flags)).toThrow(message);
+  });
+});
+
+describe('parseDuration', () => {
+  it.each([
+    ['15m', 900_000],
+    ['1h', 3_600_000],
+    ['1h30m', 5_400_000],
+    ['1.5h', 5_400_000],
+    ['250ms', 250],
+    ['0', 0],
+  ])('%s is %d ms', (text, ms) => {
+    expect(parseDuration(text)).toBe(ms);
+  });
+
+  it.each(['', '15', 'm', '1d', '1h 30m', '+1h'])('rejects %j', (text) => {
+    expect(() => parseDuration(text)).toThrow(ApiConfigError);
+  });
+});
+
+describe('parseListenAddress', () => {
+  it.each([
+    [':8090', { host: '', port: 8090 }],
+    ['127.0.0.1:0', { host: '127.0.0.1', port: 0 }],
+    ['[::1]:8090', { host: '::1', port: 8090 }],
+  ])('%s', (text, want) => {
+    expect(parseListenAddress(text)).toEqual(want);
+  });
+});
+
+describe('parseTraceparent', () => {
+  const valid = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  it('parses a valid header', () => {
+    expect(parseTraceparent(valid)).toEqual({
+      traceId: '4bf92f3577b34da6a3ce929d0e0e4736',
+      parentId: '00f067aa0ba902b7',
+      flags: 1,
+    });
+  });
+  it.each([
+    undefined,
+    '',
+    'garbage',
+    '00-00000000000000000000000000000000-00f067aa0ba902b7-01',
+    '00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01',
+    'ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+    '00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01',
+    `${valid}-extra`,
+  ])('rejects %j', (header) => {
+    expect(parseTraceparent(header)).toBeUndefined();
+  });
+});
+
+describe('rfc3339', () => {
+  it('prints whole seconds without a fraction and trims trailing zeros, like Go', () => {
+    expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0))).toBe('2026-08-11T22:05:00Z');
+    expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0, 120))).toBe('2026-08-11T22:05:00.12Z');
+    expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0, 7))).toBe('2026-08-11T22:05:00.007Z');
+  });
+});
