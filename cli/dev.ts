@@ -92,7 +92,13 @@ export async function runDev(
     const bridge = await startBridge(devConfig, kc, logger);
     stops.push(() => bridge.stop());
     parts.push(bridge);
-    const api = await startApi(readApiConfig(env, { discoveryAddr: flags.apiAddr }), devConfig, kc, logger, metrics);
+    const api = await startApi(
+      readApiConfig(env, { discoveryAddr: flags.apiAddr }),
+      devConfig,
+      kc,
+      logger,
+      metrics,
+    );
     stops.push(() => api.stop());
     parts.push(api);
 

@@ -32,11 +32,19 @@ function commonOptions(cmd: Command): Command {
       new Option('--provisioning-poll <duration>', 'poll while provisioning or deleting (default 10s)'),
     )
     .addOption(new Option('--drift-poll <duration>', 'poll when steady (default 2m)'))
-    .addOption(new Option('--gc-interval <duration>', 'orphan GC schedule interval, 0 disables (default 10m)'))
-    .addOption(new Option('--gc-min-age <duration>', 'never collect an instance younger than this (default 10m)'))
+    .addOption(
+      new Option('--gc-interval <duration>', 'orphan GC schedule interval, 0 disables (default 10m)'),
+    )
+    .addOption(
+      new Option('--gc-min-age <duration>', 'never collect an instance younger than this (default 10m)'),
+    )
     .addOption(new Option('--gc-dry-run', 'report what orphan GC would delete, delete nothing'))
-    .addOption(new Option('--provider-check-interval <duration>', 'provider checks interval, 0 disables (default 1m)'))
-    .addOption(new Option('--metrics-addr <host:port>', 'worker: serve /metrics here (provider-check gauges)'));
+    .addOption(
+      new Option('--provider-check-interval <duration>', 'provider checks interval, 0 disables (default 1m)'),
+    )
+    .addOption(
+      new Option('--metrics-addr <host:port>', 'worker: serve /metrics here (provider-check gauges)'),
+    );
 }
 
 function apiOptions(cmd: Command): Command {
@@ -112,7 +120,12 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     .action(async (flags: CommonFlags & ApiFlags) => {
       const config = readCommonConfig(env, flags);
       const logger = createLogger(config.logLevel);
-      const api = await startApi(readApiConfig(env, flags), config, loadKubeConfig(config.kubeconfig), logger);
+      const api = await startApi(
+        readApiConfig(env, flags),
+        config,
+        loadKubeConfig(config.kubeconfig),
+        logger,
+      );
       await runUntilSignal([api]);
     });
 

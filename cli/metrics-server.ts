@@ -3,7 +3,11 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 
 /** A bare /metrics endpoint for processes without the lease API (a standalone worker). */
-export async function serveMetrics(registry: Registry, host: string, port: number): Promise<{ url: string; close(): Promise<void> }> {
+export async function serveMetrics(
+  registry: Registry,
+  host: string,
+  port: number,
+): Promise<{ url: string; close(): Promise<void> }> {
   const server: Server = createServer((req, res) => {
     if (req.url !== '/metrics') {
       res.writeHead(404).end();

@@ -157,9 +157,12 @@ export async function startApi(
   logger.info({ url: server.url }, 'lease API listening');
 
   const connection = await Connection.connect({ address: config.temporalAddress });
-  const signaller = createTemporalHealthSignaller(new Client({ connection, namespace: config.temporalNamespace }), {
-    logger,
-  });
+  const signaller = createTemporalHealthSignaller(
+    new Client({ connection, namespace: config.temporalNamespace }),
+    {
+      logger,
+    },
+  );
   const prober = createProber({
     targets: createProxyProbeTargets({ kubeConfig: kc, logger }),
     signal: signaller.signal,

@@ -4,8 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type {
-  NativeConnection} from '@temporalio/worker';
+import type { NativeConnection } from '@temporalio/worker';
 import {
   bundleWorkflowCode,
   DefaultLogger,

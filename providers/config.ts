@@ -23,6 +23,8 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { localConfigSchema, type LocalConfig } from './local/config.js';
 import { createLocalProvider } from './local/provider.js';
+import { kubernetesConfigSchema, type KubernetesConfig } from './kubernetes/config.js';
+import { createKubernetesProvider } from './kubernetes/provider.js';
 import type { Provider } from './types.js';
 
 /** What a provider factory may use; passed in by the composition root. */
@@ -69,7 +71,11 @@ export const PROVIDER_TYPES = {
         stateDir: config.stateDir ?? join(deps.stateRoot, 'local', name),
       }),
   }),
-  kubernetes: notImplemented('kubernetes'),
+  kubernetes: defineType({
+    configSchema: kubernetesConfigSchema,
+    build: (name: string, config: KubernetesConfig, deps: ProviderDeps) =>
+      createKubernetesProvider({ name, config, logger: deps.logger }),
+  }),
   gcp: notImplemented('gcp'),
   kvm: notImplemented('kvm'),
 } as const;

@@ -31,7 +31,10 @@ import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/t
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
 
-const sizes = process.argv.slice(2).map(Number).filter((n) => n > 0);
+const sizes = process.argv
+  .slice(2)
+  .map(Number)
+  .filter((n) => n > 0);
 const SIZES = sizes.length > 0 ? sizes : [25, 100];
 const BENCH_DRIFT_MS = 2_000;
 
@@ -52,7 +55,10 @@ const connection = await Connection.connect({ address: temporal.address });
 const client = new Client({ connection });
 const native = await NativeConnection.connect({ address: temporal.address });
 const registry = buildProviders(
-  parseProvidersConfig(`providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.91.0.0/16 }\n`, 'bench'),
+  parseProvidersConfig(
+    `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.91.0.0/16 }\n`,
+    'bench',
+  ),
   { logger, stateRoot: dir },
 );
 const bundle = await bundleWorkflows();
@@ -78,7 +84,12 @@ const bridge = createBridge({
   client,
   taskQueue: 'bench',
   logger,
-  timing: { ...DEFAULT_TIMING, provisioningPollMs: 1_000, deletionPollMs: 1_000, driftPollMs: BENCH_DRIFT_MS },
+  timing: {
+    ...DEFAULT_TIMING,
+    provisioningPollMs: 1_000,
+    deletionPollMs: 1_000,
+    driftPollMs: BENCH_DRIFT_MS,
+  },
 });
 await bridge.start();
 
@@ -86,7 +97,11 @@ async function baseline(n: number): Promise<number> {
   const t0 = performance.now();
   const handles = await Promise.all(
     Array.from({ length: n }, (_, i) =>
-      client.workflow.start('noopWorkflow', { taskQueue: 'bench-noop', workflowId: `noop-${n}-${i}-${Date.now()}`, args: [] }),
+      client.workflow.start('noopWorkflow', {
+        taskQueue: 'bench-noop',
+        workflowId: `noop-${n}-${i}-${Date.now()}`,
+        args: [],
+      }),
     ),
   );
   await Promise.all(handles.map((h) => h.result()));
@@ -103,19 +118,37 @@ async function provision(n: number, ns: string): Promise<{ ms: number; proxies: 
         version: VERSION,
         namespace: ns,
         plural: PROXY_PLURAL,
-        body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Proxy', metadata: { name: `p${i}` }, spec: { mode: 'Managed', provider: 'local', port: 20000 + i } },
+        body: {
+          apiVersion: `${GROUP}/${VERSION}`,
+          kind: 'Proxy',
+          metadata: { name: `p${i}` },
+          spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
+        },
       }),
     ),
   );
   for (;;) {
-    const list = (await api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PROXY_PLURAL })) as { items: Proxy[] };
-    const ready = list.items.filter((p) => p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'));
+    const list = (await api.listNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: PROXY_PLURAL,
+    })) as { items: Proxy[] };
+    const ready = list.items.filter((p) =>
+      p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
+    );
     if (ready.length === n) return { ms: performance.now() - t0, proxies: list.items };
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
-const BILLABLE = new Set(['timerStartedEventAttributes', 'activityTaskScheduledEventAttributes', 'workflowExecutionSignaledEventAttributes', 'upsertWorkflowSearchAttributesEventAttributes', 'workflowExecutionStartedEventAttributes']);
+const BILLABLE = new Set([
+  'timerStartedEventAttributes',
+  'activityTaskScheduledEventAttributes',
+  'workflowExecutionSignaledEventAttributes',
+  'upsertWorkflowSearchAttributesEventAttributes',
+  'workflowExecutionStartedEventAttributes',
+]);
 
 console.log(`# provisioning benchmark (local provider, ${process.version}, 2 cores)`);
 for (const n of SIZES) {
@@ -126,17 +159,35 @@ for (const n of SIZES) {
   );
   // Steady state: count events over a window of drift polls on a sample.
   const sample = proxies.slice(0, Math.min(10, proxies.length));
-  const before = await Promise.all(sample.map((p) => client.workflow.getHandle(proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! })).fetchHistory()));
+  const before = await Promise.all(
+    sample.map((p) =>
+      client.workflow
+        .getHandle(
+          proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! }),
+        )
+        .fetchHistory(),
+    ),
+  );
   const windowMs = BENCH_DRIFT_MS * 5;
   await new Promise((r) => setTimeout(r, windowMs));
-  const after = await Promise.all(sample.map((p) => client.workflow.getHandle(proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! })).fetchHistory()));
+  const after = await Promise.all(
+    sample.map((p) =>
+      client.workflow
+        .getHandle(
+          proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! }),
+        )
+        .fetchHistory(),
+    ),
+  );
   let events = 0;
   let actions = 0;
   let polls = 0;
   after.forEach((h, i) => {
     const newer = (h.events ?? []).slice((before[i]!.events ?? []).length);
     events += newer.length;
-    actions += newer.filter((e) => Object.keys(e).some((k) => BILLABLE.has(k) && (e as Record<string, unknown>)[k])).length;
+    actions += newer.filter((e) =>
+      Object.keys(e).some((k) => BILLABLE.has(k) && (e as Record<string, unknown>)[k]),
+    ).length;
     // A drift poll is one fired timer; count them rather than assume the schedule held.
     polls += newer.filter((e) => (e as Record<string, unknown>).timerFiredEventAttributes).length;
   });

@@ -37,9 +37,7 @@ export async function eventually<T>(
       last = error;
     }
     if (Date.now() > deadline) {
-      throw new Error(
-        `timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`,
-      );
+      throw new Error(`timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }

@@ -45,11 +45,22 @@ describe('restarts of the apiserver and the Temporal server', () => {
   const taskQueue = 'restarts';
 
   const startKube = async () => {
-    kube = await startLocalKubeApiServer({ binDir: inject('kubeBinDir'), dataDir: join(dir, 'kube'), persist: true, port: kubePort });
+    kube = await startLocalKubeApiServer({
+      binDir: inject('kubeBinDir'),
+      dataDir: join(dir, 'kube'),
+      persist: true,
+      port: kubePort,
+    });
     kubePort = Number(new URL(kube.url).port);
   };
   const startTemporal = async () => {
-    temporal = await startTemporalDevServer({ cli: inject('temporalCli'), dataDir: join(dir, 'temporal'), persist: true, headless: true, port: temporalPort });
+    temporal = await startTemporalDevServer({
+      cli: inject('temporalCli'),
+      dataDir: join(dir, 'temporal'),
+      persist: true,
+      headless: true,
+      port: temporalPort,
+    });
     temporalPort = Number(temporal.address.split(':')[1]);
   };
 
@@ -60,7 +71,10 @@ describe('restarts of the apiserver and the Temporal server', () => {
     await installCrds(kc);
     api = kc.makeApiClient(CustomObjectsApi);
     registry = buildProviders(
-      parseProvidersConfig(`providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`, 'test'),
+      parseProvidersConfig(
+        `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
+        'test',
+      ),
       { logger, stateRoot: dir },
     );
     connection = await Connection.connect({ address: temporal.address });
@@ -104,10 +118,15 @@ describe('restarts of the apiserver and the Temporal server', () => {
       },
       { timeoutMs, intervalMs: 250 },
     );
-  const provisioned = (p: Proxy) => p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
+  const provisioned = (p: Proxy) =>
+    p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
 
   it('converges through an apiserver restart and a Temporal server restart', async () => {
-    const created = await createProxy(api, ns, 'survivor', { mode: 'Managed', provider: 'local', port: 18380 });
+    const created = await createProxy(api, ns, 'survivor', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18380,
+    });
     const first = await waitFor('survivor', 'Running', provisioned);
 
     // The apiserver goes away and comes back on the same port with the same etcd.
@@ -125,7 +144,8 @@ describe('restarts of the apiserver and the Temporal server', () => {
     const replaced = await waitFor(
       'survivor',
       'replaced after the apiserver restart',
-      (p) => provisioned(p) && p.status?.observedGeneration === 2 && p.status.specHash !== first.status?.specHash,
+      (p) =>
+        provisioned(p) && p.status?.observedGeneration === 2 && p.status.specHash !== first.status?.specHash,
     );
     expect(await getThroughConnect(replaced.status!.ip!, 18381, target.port)).toBe('restart ok');
 
@@ -133,7 +153,13 @@ describe('restarts of the apiserver and the Temporal server', () => {
     await temporal.stop();
     await new Promise((r) => setTimeout(r, 1_000));
     await startTemporal();
-    await api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PROXY_PLURAL, name: 'survivor' });
+    await api.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: PROXY_PLURAL,
+      name: 'survivor',
+    });
     await eventually(
       'Proxy deleted after the Temporal restart',
       async () =>
@@ -147,7 +173,9 @@ describe('restarts of the apiserver and the Temporal server', () => {
     expect(instances.filter((i) => i.uid === created.metadata.uid)).toHaveLength(0);
     const client = new Client({ connection });
     const status = await eventually('workflow completed', async () => {
-      const d = await client.workflow.getHandle(proxyWorkflowId({ namespace: ns, name: 'survivor', uid: created.metadata.uid! })).describe();
+      const d = await client.workflow
+        .getHandle(proxyWorkflowId({ namespace: ns, name: 'survivor', uid: created.metadata.uid! }))
+        .describe();
       return d.status.name === 'COMPLETED' ? d.status.name : undefined;
     });
     expect(status).toBe('COMPLETED');

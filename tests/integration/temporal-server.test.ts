@@ -6,7 +6,9 @@ describe('the Temporal dev server the harness started from the installed CLI', (
   it('has every search attribute of ours registered, as Keyword', async () => {
     const { client, connection } = await temporalClient();
     try {
-      const response = await client.connection.operatorService.listSearchAttributes({ namespace: inject('temporalNamespace') });
+      const response = await client.connection.operatorService.listSearchAttributes({
+        namespace: inject('temporalNamespace'),
+      });
       const custom = response.customAttributes ?? {};
       for (const name of Object.keys(SEARCH_ATTRIBUTES)) {
         // 2 = INDEXED_VALUE_TYPE_KEYWORD

@@ -1,0 +1,464 @@
+/**
+ * The `kubernetes` provider: every instance is one Squid pod (see pod.ts) in
+ * the configured namespace, named by the deterministic instance name.
+ *
+ * Profile (contract §4): readiness immediate (seconds to schedule and pull);
+ * create-return submit (returns after the apiserver accepts the pod);
+ * delete-return returns-early (the kubelet stops the pod; `get` keeps
+ * returning it, as Terminated, until the object is gone); ip-source
+ * assigned-at-create (`status.podIP`); gc-mark native-labels (pod labels, in
+ * the create call); created-at backend-timestamp
+ * (`metadata.creationTimestamp`); list-partial n/a (one paginated list
+ * across all namespaces; any failed page fails the whole list); quota
+ * absent (a quota 403 is Permanent, see classify.ts); not-found status-404;
+ * primary-key name-is-key (`<namespace>/<name>`); provisioning-state native
+ * (`Pending`); async-ops none; secondary-resources none (the Squid config
+ * travels in the pod); credentials workload-identity (in-cluster service
+ * account) or a kubeconfig file; client-kind vendor-sdk
+ * (`@kubernetes/client-node`); timeouts per-call (`operationTimeoutSeconds`
+ * on every apiserver request, each with its own bound).
+ *
+ * Construction does nothing (contract §7): the kubeconfig is read on the
+ * first call, and a missing file is Transient until it appears (a Secret
+ * mount that lands late), an unparsable one Permanent.
+ */
+import { access } from 'node:fs/promises';
+import {
+  CoreV1Api,
+  KubeConfig,
+  Observable,
+  type ConfigurationOptions,
+  type ObservableMiddleware,
+  type RequestContext,
+  type ResponseContext,
+  type V1Pod,
+} from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { providerError, ProviderError } from '../errors.js';
+import {
+  MARK_MANAGED,
+  MARK_MANAGED_VALUE,
+  MARK_UID,
+  type CreateRequest,
+  type ErrorClass,
+  type Instance,
+  type Provider,
+  type ProviderOperation,
+  type TargetStatus,
+} from '../types.js';
+import { checkReason, classify, httpStatus } from './classify.js';
+import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
+import { buildPod } from './pod.js';
+import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
+
+export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
+/** The selector listByTag and check() use: the managed mark, across all namespaces. */
+export const MANAGED_SELECTOR = `${MARK_MANAGED}=${MARK_MANAGED_VALUE}`;
+/** Pods per page in listByTag; every page is one bounded call. */
+export const LIST_PAGE_SIZE = 500;
+/** A label value: at most 63 characters, alphanumeric at both ends, `-_.` inside; may be empty. */
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$/;
+
+export interface KubernetesProviderOptions {
+  /** The configured name. */
+  name: string;
+  config: KubernetesConfig;
+  logger: Logger;
+  /**
+   * A KubeConfig to use as given instead of loading one (`config.kubeconfig`
+   * and `config.context`, or in-cluster/default rules). Only held, never
+   * dialled, at construction.
+   */
+  kubeConfig?: KubeConfig;
+  /** Pods per listByTag page (default LIST_PAGE_SIZE); tests make it small to cross pages. */
+  listPageSize?: number;
+}
+
+export interface KubernetesProvider extends Provider {
+  readonly config: KubernetesConfig;
+  check(signal: AbortSignal): Promise<TargetStatus[]>;
+  close(): Promise<void>;
+}
+
+export function createKubernetesProvider(options: KubernetesProviderOptions): KubernetesProvider {
+  const log = options.logger.child({ provider: options.name, providerType: KUBERNETES_PROVIDER_TYPE });
+  return new KubernetesProviderImpl(
+    options.name,
+    options.config,
+    log,
+    options.kubeConfig,
+    options.listPageSize ?? LIST_PAGE_SIZE,
+  );
+}
+
+/** How a single apiserver call ended when it did not answer: our signal or its own timeout. */
+class CallEnded extends Error {
+  override readonly name = 'CallEnded';
+  constructor(
+    readonly by: 'caller' | 'timeout',
+    readonly timeoutMs: number,
+  ) {
+    super(by === 'caller' ? 'aborted by the caller' : `apiserver call timed out after ${timeoutMs} ms`);
+  }
+}
+
+/** ConfigurationOptions that hand `signal` to node-fetch for this one request. */
+function signalOptions(signal: AbortSignal): ConfigurationOptions<ObservableMiddleware> {
+  const middleware: ObservableMiddleware = {
+    pre: (context: RequestContext) => {
+      context.setSignal(signal);
+      return new Observable(Promise.resolve(context));
+    },
+    post: (response: ResponseContext) => new Observable(Promise.resolve(response)),
+  };
+  return { middleware: [middleware], middlewareMergeStrategy: 'append' };
+}
+
+interface Client {
+  api: CoreV1Api;
+  /** The apiserver URL (check()'s target address). */
+  server: string;
+}
+
+class KubernetesProviderImpl implements KubernetesProvider {
+  readonly type = KUBERNETES_PROVIDER_TYPE;
+  private client: Client | undefined;
+
+  constructor(
+    readonly name: string,
+    readonly config: KubernetesConfig,
+    private readonly log: Logger,
+    private readonly injected: KubeConfig | undefined,
+    private readonly pageSize: number,
+  ) {}
+
+  // -- plumbing -------------------------------------------------------------
+
+  private fail(
+    errorClass: ErrorClass,
+    operation: ProviderOperation,
+    instance: string,
+    message: string,
+    cause?: unknown,
+  ): ProviderError {
+    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
+  }
+
+  /** Any thrown value as this provider's ProviderError (classification in one place: classify.ts). */
+  private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
+    if (err instanceof ProviderError) return err;
+    if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
+    const c = classify(err);
+    return this.fail(c.errorClass, operation, instance, c.summary, err);
+  }
+
+  /**
+   * One operation: rejects at once when the caller's signal is already
+   * aborted (nothing is sent), wraps every failure, and logs it.
+   */
+  private async op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted by the caller');
+    try {
+      return await fn();
+    } catch (err) {
+      const wrapped = this.wrap(operation, instance, err);
+      // NotFound is an answer (polling to NotFound is normal); a caller's abort is its own doing.
+      const quiet = wrapped.errorClass === 'NotFound' || (err instanceof CallEnded && err.by === 'caller');
+      this.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
+      throw wrapped;
+    }
+  }
+
+  /**
+   * One apiserver request, bounded by the caller's signal and by its own
+   * `operationTimeoutSeconds`. The signal goes to the HTTP request, and the
+   * returned promise also settles the moment either fires, whatever the
+   * transport does. Backend errors are rethrown as they are (the operation
+   * classifies them); an ended call throws CallEnded.
+   */
+  private async call<T>(
+    signal: AbortSignal,
+    fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
+  ): Promise<T> {
+    const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
+    const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+    const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs);
+    if (bounded.aborted) throw ended();
+    let onAbort!: () => void;
+    const abandoned = new Promise<never>((_resolve, reject) => {
+      onAbort = () => reject(ended());
+      bounded.addEventListener('abort', onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([fn(signalOptions(bounded)), abandoned]);
+    } catch (err) {
+      if (bounded.aborted) throw ended();
+      throw err;
+    } finally {
+      bounded.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** The API client, loading the kubeconfig on first use. Config problems throw ProviderErrors. */
+  private async api(operation: ProviderOperation, instance: string): Promise<Client> {
+    if (this.client !== undefined) return this.client;
+    const kc = this.injected ?? (await this.loadKubeConfig(operation, instance));
+    // `context` selects within a kubeconfig we loaded; an injected one is used as given, never mutated.
+    if (this.injected === undefined && this.config.context !== undefined) {
+      if (!kc.getContexts().some((c) => c.name === this.config.context)) {
+        throw this.fail(
+          'Permanent',
+          operation,
+          instance,
+          `kubeconfig has no context "${this.config.context}"`,
+        );
+      }
+      kc.setCurrentContext(this.config.context);
+    }
+    const cluster = kc.getCurrentCluster();
+    if (cluster === null)
+      throw this.fail('Permanent', operation, instance, 'kubeconfig has no current cluster');
+    this.client = { api: kc.makeApiClient(CoreV1Api), server: cluster.server };
+    this.log.info({ server: cluster.server, namespace: this.config.namespace }, 'kubernetes provider ready');
+    return this.client;
+  }
+
+  private async loadKubeConfig(operation: ProviderOperation, instance: string): Promise<KubeConfig> {
+    const kc = new KubeConfig();
+    const path = this.config.kubeconfig;
+    if (path === undefined) {
+      try {
+        kc.loadFromDefault();
+      } catch (err) {
+        throw this.fail('Permanent', operation, instance, 'the default kubeconfig does not load', err);
+      }
+      return kc;
+    }
+    try {
+      await access(path);
+    } catch (err) {
+      // A Secret mounted `optional: true` is absent until it exists: retry.
+      throw this.fail('Transient', operation, instance, `kubeconfig ${path} cannot be read`, err);
+    }
+    try {
+      kc.loadFromFile(path);
+    } catch (err) {
+      throw this.fail('Permanent', operation, instance, `kubeconfig ${path} does not load`, err);
+    }
+    return kc;
+  }
+
+  private parseId(operation: ProviderOperation, id: string): { namespace: string; name: string } {
+    const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
+    if (parsed === undefined) {
+      throw this.fail(
+        'Permanent',
+        operation,
+        JSON.stringify(String(id).slice(0, 80)),
+        'malformed providerID (want <namespace>/<pod name>)',
+      );
+    }
+    return parsed;
+  }
+
+  // -- the contract ---------------------------------------------------------
+
+  create(req: CreateRequest, signal: AbortSignal): Promise<string> {
+    const instance = typeof req.name === 'string' ? req.name : '';
+    return this.op('create', instance, signal, async () => {
+      this.validate(req, instance);
+      const { api } = await this.api('create', instance);
+      const namespace = this.config.namespace;
+      const id = formatProviderId(namespace, req.name);
+      try {
+        await this.call(signal, (o) =>
+          api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
+        );
+        this.log.info(
+          {
+            instance: req.name,
+            namespace,
+            uid: req.uid,
+            port: req.port,
+            image: this.config.image,
+            // Not delivered (a pod has no cloud-init); only its size is ever logged.
+            cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+          },
+          'created squid pod',
+        );
+        return id;
+      } catch (err) {
+        const status = httpStatus(err);
+        // Do not answer NotFound from create (contract §5): the namespace is missing.
+        if (status === 404) {
+          throw this.fail('Transient', 'create', instance, `namespace ${namespace} does not exist`, err);
+        }
+        if (status !== 409) throw err;
+      }
+      return this.adopt(req, signal, id);
+    });
+  }
+
+  private validate(req: CreateRequest, instance: string): void {
+    if (typeof req.name !== 'string' || !DNS1123_LABEL.test(req.name)) {
+      throw this.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label (a pod name)');
+    }
+    if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) {
+      throw this.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
+    }
+    if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
+      throw this.fail('Permanent', 'create', instance, 'uid is not a non-empty label value');
+    }
+    if (!LABEL_VALUE.test(req.installation)) {
+      throw this.fail(
+        'Permanent',
+        'create',
+        instance,
+        `installation "${req.installation.slice(0, 80)}" is not a label value (at most 63 of A-Z a-z 0-9 - _ .)`,
+      );
+    }
+  }
+
+  /** 409 on create: a pod of this name exists. It is ours only if its UID mark says so. */
+  private async adopt(req: CreateRequest, signal: AbortSignal, id: string): Promise<string> {
+    const { api } = await this.api('create', req.name);
+    let existing: V1Pod;
+    try {
+      existing = await this.call(signal, (o) =>
+        api.readNamespacedPod({ namespace: this.config.namespace, name: req.name }, o),
+      );
+    } catch (err) {
+      if (httpStatus(err) === 404) {
+        throw this.fail('Transient', 'create', req.name, 'the existing pod disappeared during create; retry');
+      }
+      throw err;
+    }
+    const owner = existing.metadata?.labels?.[MARK_UID] ?? '';
+    if (owner !== req.uid) {
+      throw this.fail(
+        'Permanent',
+        'create',
+        req.name,
+        `a pod with this name belongs to another owner (uid mark "${owner.slice(0, 64)}", want "${req.uid}"); not adopting it`,
+      );
+    }
+    if (existing.metadata?.deletionTimestamp !== undefined && existing.metadata.deletionTimestamp !== null) {
+      throw this.fail(
+        'Transient',
+        'create',
+        req.name,
+        'the pod with this name is still being deleted; retry',
+      );
+    }
+    this.log.debug({ instance: req.name }, 'create: adopted the existing pod');
+    return id;
+  }
+
+  get(id: string, signal: AbortSignal): Promise<Instance> {
+    return this.op('get', String(id), signal, async () => {
+      const { namespace, name } = this.parseId('get', id);
+      const { api } = await this.api('get', id);
+      const pod = await this.call(signal, (o) => api.readNamespacedPod({ namespace, name }, o));
+      return instanceFromPod(pod, namespace);
+    });
+  }
+
+  delete(id: string, signal: AbortSignal): Promise<void> {
+    return this.op('delete', String(id), signal, async () => {
+      const { namespace, name } = this.parseId('delete', id);
+      const { api } = await this.api('delete', id);
+      try {
+        await this.call(signal, (o) => api.deleteNamespacedPod({ namespace, name }, o));
+        this.log.info({ instance: name, namespace }, 'deleted squid pod');
+      } catch (err) {
+        if (httpStatus(err) !== 404) throw err;
+        this.log.debug({ instance: name, namespace }, 'delete: already gone');
+      }
+    });
+  }
+
+  listByTag(signal: AbortSignal): Promise<Instance[]> {
+    return this.op('list', '', signal, async () => {
+      const { api } = await this.api('list', '');
+      const out: Instance[] = [];
+      let cont: string | undefined;
+      do {
+        const page = await this.call(signal, (o) =>
+          api.listPodForAllNamespaces(
+            {
+              labelSelector: MANAGED_SELECTOR,
+              limit: this.pageSize,
+              ...(cont === undefined ? {} : { _continue: cont }),
+            },
+            o,
+          ),
+        );
+        for (const pod of page.items) {
+          // The selector already guarantees the mark; checked again so a
+          // selector mistake can never hand GC a pod we do not own.
+          if (pod.metadata?.labels?.[MARK_MANAGED] !== MARK_MANAGED_VALUE) continue;
+          out.push(instanceFromPod(pod, ''));
+        }
+        cont = page.metadata?._continue || undefined;
+      } while (cont !== undefined);
+      return out;
+    });
+  }
+
+  /**
+   * One target, `apiserver`: lists at most one managed pod across all
+   * namespaces, the verb and scope listByTag (and so GC) relies on. It
+   * proves the apiserver answers and RBAC allows that list; it does not
+   * prove create or delete rights.
+   */
+  async check(signal: AbortSignal): Promise<TargetStatus[]> {
+    const started = Date.now();
+    const base = { name: 'apiserver', address: this.client?.server ?? '' };
+    if (signal.aborted) {
+      return [{ ...base, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    }
+    let client: Client;
+    try {
+      client = await this.api('check', '');
+    } catch (err) {
+      const message = err instanceof ProviderError ? err.message : 'kubeconfig does not load';
+      return [{ ...base, ready: false, reason: 'Unreachable', message: message.slice(0, 1024) }];
+    }
+    const target = { ...base, address: client.server };
+    try {
+      const page = await this.call(signal, (o) =>
+        client.api.listPodForAllNamespaces({ labelSelector: MANAGED_SELECTOR, limit: 1 }, o),
+      );
+      return [
+        {
+          ...target,
+          ready: true,
+          reason: 'Reachable',
+          latencyMillis: Date.now() - started,
+          details: {
+            namespace: this.config.namespace,
+            managedPodsFound: page.items.length > 0 ? 'yes' : 'no',
+          },
+        },
+      ];
+    } catch (err) {
+      const ended = err instanceof CallEnded;
+      const reason = checkReason(err, ended || signal.aborted);
+      const message = ended ? err.message : `list pods (all namespaces, limit 1): ${classify(err).summary}`;
+      this.log.debug({ reason }, 'check failed');
+      return [{ ...target, ready: false, reason, message, latencyMillis: Date.now() - started }];
+    }
+  }
+
+  close(): Promise<void> {
+    // Every request opens its own connection (client-node makes an agent per
+    // request); nothing stays open between calls.
+    this.client = undefined;
+    return Promise.resolve();
+  }
+}
