@@ -10,6 +10,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['tests/unit/**/*.test.ts'],
+          sequence: { groupOrder: 0 },
           testTimeout: 20_000,
         },
       },
@@ -17,6 +18,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['tests/integration/**/*.test.ts'],
+          sequence: { groupOrder: 1 },
           globalSetup: ['tests/harness/global-setup.ts'],
           testTimeout: 120_000,
           hookTimeout: 180_000,
