@@ -1,32 +1,36 @@
-import { execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 
-const run = promisify(execFile);
 const INFRA_SCRIPTS = fileURLToPath(new URL('../../infra/scripts/', import.meta.url));
 
 export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   return env.EGRESS_PROXIES_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'egress-proxies');
 }
 
+/**
+ * Runs an infra script; its last stdout line is the path it provides. Its
+ * stderr (progress such as "building Kubernetes ... 5-15 minutes") goes to
+ * ours, so a first run never looks hung.
+ */
 async function script(name: string, env: NodeJS.ProcessEnv): Promise<string> {
   const path = join(INFRA_SCRIPTS, name);
-  try {
-    const { stdout } = await run('bash', [path], {
-      env,
-      maxBuffer: 16 * 1024 * 1024,
-      timeout: 60 * 60 * 1000,
+  return new Promise((resolve, reject) => {
+    const child = spawn('bash', [path], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    let stdout = '';
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk: string) => (stdout += chunk));
+    child.once('error', reject);
+    // 'close', not 'exit': stdout may still hold the path when the process has exited.
+    child.once('close', (code) => {
+      const last = stdout.trim().split('\n').pop() ?? '';
+      if (code !== 0) reject(new Error(`${name} failed (exit ${code}); see the lines above`));
+      else if (!last) reject(new Error(`${name} printed no path`));
+      else resolve(last);
     });
-    const last = stdout.trim().split('\n').pop() ?? '';
-    if (!last) throw new Error(`${name} printed no path`);
-    return last;
-  } catch (error) {
-    const stderr = (error as { stderr?: string }).stderr?.trim().split('\n').slice(-5).join('\n');
-    throw new Error(`${name} failed${stderr ? `:\n${stderr}` : ''}`);
-  }
+  });
 }
 
 /** Path of the pinned `temporal` CLI: $TEMPORAL_CLI, or installed into the cache on first use. */
