@@ -4,9 +4,10 @@
  * as the production worker wires them) over a registry the test controls.
  */
 import { randomBytes } from 'node:crypto';
-import type { Client, Connection, ScheduleHandle } from '@temporalio/client';
-import { DefaultLogger, Runtime, Worker, type NativeConnection } from '@temporalio/worker';
-import type { KubeConfig } from '@kubernetes/client-node';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { Client, Connection, type ScheduleHandle } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { KubeConfig } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { inject } from 'vitest';
@@ -46,6 +47,7 @@ export interface ScheduleWorker {
   installation: string;
   metrics: Registry;
   logger: Logger;
+  worker: Worker;
   close(): Promise<void>;
 }
 
@@ -53,6 +55,8 @@ export async function startScheduleWorker(opts: {
   prefix: string;
   kubeConfig: KubeConfig;
   registry: ProviderRegistry;
+  /** A Temporal server of the test's own; default: the shared one from the global setup. */
+  temporal?: { address: string; namespace: string };
 }): Promise<ScheduleWorker> {
   try {
     Runtime.install({ logger: new DefaultLogger('WARN') });
@@ -63,11 +67,19 @@ export async function startScheduleWorker(opts: {
   const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
   const metrics = new Registry();
   const taskQueue = uniqueTaskQueue(opts.prefix);
-  const { client, connection }: { client: Client; connection: Connection } = await temporalClient();
-  const native: NativeConnection = await workerConnection();
+  const own = opts.temporal;
+  const { client, connection }: { client: Client; connection: Connection } = own
+    ? await Connection.connect({ address: own.address }).then((c) => ({
+        connection: c,
+        client: new Client({ connection: c, namespace: own.namespace }),
+      }))
+    : await temporalClient();
+  const native: NativeConnection = own
+    ? await NativeConnection.connect({ address: own.address })
+    : await workerConnection();
   const worker = await Worker.create({
     connection: native,
-    namespace: inject('temporalNamespace'),
+    namespace: own?.namespace ?? inject('temporalNamespace'),
     taskQueue,
     workflowBundle: workflowBundle(),
     activities: {
@@ -88,6 +100,7 @@ export async function startScheduleWorker(opts: {
     installation,
     metrics,
     logger,
+    worker,
     async close() {
       worker.shutdown();
       await running;
@@ -114,4 +127,57 @@ export async function nthResult<T>(
   );
   const wf = action.action.workflow;
   return (await client.workflow.getHandle(wf.workflowId, wf.firstExecutionRunId).result()) as T;
+}
+
+/**
+ * A TCP relay on the loopback in front of a server: `cut` drops every
+ * connection and refuses new ones (the port is closed), `open` listens again
+ * on the same port.
+ */
+export class TcpRelay {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async open(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.target.port, this.target.host);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => resolve());
+    });
+    this.port = (server.address() as { port: number }).port;
+    this.server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+/** A copy of `kc` whose clusters are reached through `127.0.0.1:port` (a relay) instead. */
+export function kubeConfigVia(kc: KubeConfig, port: number): KubeConfig {
+  const relayed = new KubeConfig();
+  relayed.loadFromOptions({
+    clusters: kc.clusters.map((c) => ({ ...c, server: `https://127.0.0.1:${port}` })),
+    users: kc.users,
+    contexts: kc.contexts,
+    currentContext: kc.getCurrentContext(),
+  });
+  return relayed;
 }
