@@ -154,6 +154,10 @@ console.log(`# provisioning benchmark (local provider, ${process.version}, 2 cor
 for (const n of SIZES) {
   const base = await baseline(n);
   const { ms, proxies } = await provision(n, `bench-${n}`);
+  const rssMiB = process.memoryUsage().rss / 2 ** 20;
+  console.log(
+    `N=${String(n).padStart(4)}  process RSS ${rssMiB.toFixed(0)} MiB (worker + bridge + local provider in one process)`,
+  );
   console.log(
     `N=${String(n).padStart(4)}  apply→all Provisioned ${(ms / 1000).toFixed(2)} s   ${n} trivial workflows ${(base / 1000).toFixed(2)} s   ratio ${(ms / base).toFixed(1)}x   per proxy ${(ms / n).toFixed(0)} ms`,
   );
