@@ -1,7 +1,9 @@
 /**
  * Provider calls as activities. Each call gets the activity's cancellation
  * signal (a worker shutdown or a workflow cancel aborts the backend call),
- * and every error leaves here as an ApplicationFailure with a stable type.
+ * heartbeats while it runs (so a killed worker is noticed within the
+ * heartbeat timeout), and every error leaves here as an ApplicationFailure
+ * with a stable type.
  */
 import { Context } from '@temporalio/activity';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -33,6 +35,32 @@ function abortSignal(): AbortSignal {
   }
 }
 
+/** Well under the workflow's heartbeatTimeout (15 s), so a slow but live call is never timed out. */
+const HEARTBEAT_INTERVAL_MS = 3_000;
+
+/**
+ * Runs `work` while heartbeating every few seconds. Without heartbeats the
+ * server notices a killed worker (SIGKILL, OOM, a lost node) only when
+ * startToCloseTimeout (2 minutes) expires; with them, after the activity's
+ * heartbeatTimeout, and the retry on another worker starts soon after.
+ * Heartbeats are also how a cancellation request reaches a running activity.
+ */
+async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
+  let context: Context;
+  try {
+    context = Context.current();
+  } catch {
+    // Called outside an activity (a unit test): nothing to heartbeat to.
+    return work();
+  }
+  const timer = setInterval(() => context.heartbeat(), HEARTBEAT_INTERVAL_MS);
+  try {
+    return await work();
+  } finally {
+    clearInterval(timer);
+  }
+}
+
 export function createProviderActivities(deps: ProviderActivityDeps): ProviderActivities {
   const reader = createProxyReader(deps.kubeConfig);
   const log = deps.logger.child({ component: 'provider-activities' });
@@ -50,62 +78,65 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
   };
 
   return {
-    async createInstance(input) {
-      const provider = lookup(input.provider);
-      const cloudInit = await resolveCloudInit(deps.kubeConfig, reader, input.ref, input.cloudInit);
-      const hash = specHash({
-        placement: input.placement,
-        port: input.port,
-        cloudInitSha256: cloudInitContentHash(cloudInit),
-      });
-      const name = instanceNameFromUid(input.ref.uid);
-      try {
-        const id = await provider.create(
-          {
-            name,
-            uid: input.ref.uid,
-            namespace: input.ref.namespace,
-            proxyName: input.ref.name,
-            placement: input.placement,
-            cloudInit,
-            port: input.port,
-            installation: deps.installation,
-          },
-          abortSignal(),
-        );
-        log.info(
-          {
-            provider: provider.name,
-            id,
-            proxy: `${input.ref.namespace}/${input.ref.name}`,
-            cloudInitBytes: cloudInit?.length ?? 0,
-          },
-          'instance created',
-        );
-        return { id, specHash: hash };
-      } catch (error) {
-        throw toApplicationFailure(error);
-      }
-    },
+    createInstance: (input) =>
+      heartbeating(async () => {
+        const provider = lookup(input.provider);
+        const cloudInit = await resolveCloudInit(deps.kubeConfig, reader, input.ref, input.cloudInit);
+        const hash = specHash({
+          placement: input.placement,
+          port: input.port,
+          cloudInitSha256: cloudInitContentHash(cloudInit),
+        });
+        const name = instanceNameFromUid(input.ref.uid);
+        try {
+          const id = await provider.create(
+            {
+              name,
+              uid: input.ref.uid,
+              namespace: input.ref.namespace,
+              proxyName: input.ref.name,
+              placement: input.placement,
+              cloudInit,
+              port: input.port,
+              installation: deps.installation,
+            },
+            abortSignal(),
+          );
+          log.info(
+            {
+              provider: provider.name,
+              id,
+              proxy: `${input.ref.namespace}/${input.ref.name}`,
+              cloudInitBytes: cloudInit?.length ?? 0,
+            },
+            'instance created',
+          );
+          return { id, specHash: hash };
+        } catch (error) {
+          throw toApplicationFailure(error);
+        }
+      }),
 
-    async getInstance({ provider: name, id }) {
-      const provider = lookup(name);
-      try {
-        const instance = await provider.get(id, abortSignal());
-        return { found: true, state: instance.state, ...(instance.ip ? { ip: instance.ip } : {}) };
-      } catch (error) {
-        if (classOf(error) === 'NotFound') return { found: false };
-        throw toApplicationFailure(error);
-      }
-    },
+    getInstance: ({ provider: name, id }) =>
+      heartbeating(async () => {
+        const provider = lookup(name);
+        try {
+          const instance = await provider.get(id, abortSignal());
+          return { found: true, state: instance.state, ...(instance.ip ? { ip: instance.ip } : {}) };
+        } catch (error) {
+          if (classOf(error) === 'NotFound') return { found: false };
+          throw toApplicationFailure(error);
+        }
+      }),
 
-    async deleteInstance({ provider: name, id }) {
-      const provider = lookup(name);
-      try {
-        await provider.delete(id, abortSignal());
-      } catch (error) {
-        throw toApplicationFailure(error);
-      }
-    },
+    deleteInstance: ({ provider: name, id }) =>
+      heartbeating(async () => {
+        const provider = lookup(name);
+        try {
+          await provider.delete(id, abortSignal());
+        } catch (error) {
+          throw toApplicationFailure(error);
+        }
+      }),
   };
 }

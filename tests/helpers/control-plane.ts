@@ -74,6 +74,12 @@ export async function startControlPlane(opts: {
   timing?: Partial<ProxyTiming>;
   maxHistoryEvents?: number;
   installation?: string;
+  /**
+   * Start the in-process worker now (default). False: the test runs the
+   * task queue's worker itself (e.g. in a child process it can kill), and may
+   * call `startWorker()` later.
+   */
+  startWorker?: boolean;
 }): Promise<ControlPlane> {
   quietTemporalRuntime();
   const kc = kubeConfig();
@@ -102,7 +108,7 @@ export async function startControlPlane(opts: {
   let nativeConnection: NativeConnection = await workerConnection();
   const timing = { ...FAST_TIMING, ...opts.timing };
 
-  let worker!: Worker;
+  let worker: Worker | undefined;
   let running: Promise<void> | undefined;
   const startWorker = async () => {
     worker = await createProxyWorker({
@@ -118,10 +124,10 @@ export async function startControlPlane(opts: {
     running = worker.run();
   };
   const stopWorker = async () => {
-    if (worker.getState() === 'RUNNING') worker.shutdown();
+    if (worker?.getState() === 'RUNNING') worker.shutdown();
     await running;
   };
-  await startWorker();
+  if (opts.startWorker ?? true) await startWorker();
 
   const bridge = createBridge({
     kubeConfig: kc,
@@ -145,6 +151,7 @@ export async function startControlPlane(opts: {
     logger,
     bridge,
     get worker() {
+      if (!worker) throw new Error('no in-process worker started (startWorker: false)');
       return worker;
     },
     stopWorker,

@@ -1,17 +1,23 @@
 /**
- * Durability: a worker that dies in the middle of a create, and a workflow
- * that continues as new, both converge with exactly one instance and the
- * same state.
+ * Durability: a worker that stops (gracefully, or killed with SIGKILL) in
+ * the middle of a create, and a workflow that continues as new, all converge
+ * with exactly one instance and the same state.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
-import type { Provider } from '../../providers/types.js';
+import { instanceNameFromUid } from '../../providers/names.js';
+import { readRecord } from '../../providers/local/store.js';
+import { MARK_UID, type Provider } from '../../providers/types.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, getProxy } from '../helpers/kube.js';
 import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import type { CrashWorkerArgs } from '../helpers/crash-worker.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
@@ -45,9 +51,11 @@ describe('Proxy workflow durability', () => {
       name,
     });
 
-  it('a worker stopped mid-create (instance made, ID not yet recorded) ends with exactly one Running instance', async () => {
+  it('a worker stopped gracefully mid-create (instance made, ID not yet recorded) ends with exactly one Running instance', async () => {
     // The real local provider, with its create held open after the backend
-    // has made the instance: the window in which a crash loses the ID.
+    // has made the instance: the window in which a crash loses the ID. A
+    // graceful stop cancels the activity, so the server retries it at once;
+    // the SIGKILL test below covers a worker that just disappears.
     const inner = createLocalProvider({
       name: 'gated',
       config: localConfigSchema.parse({ addressRange: privateLoopbackRange() }),
@@ -99,6 +107,101 @@ describe('Proxy workflow durability', () => {
     expect(await getThroughConnect(running.status!.ip!, 18280, target.port)).toBe('durable ok');
     await remove('crash');
   });
+
+  it('a worker killed (SIGKILL) mid-create and replaced ends with exactly one Running instance', async () => {
+    // Its own control plane without an in-process worker: the task queue's
+    // first worker is a child process that creates the instance, then blocks
+    // in create (the ID is never returned) until it is killed.
+    const range = privateLoopbackRange();
+    const plane = await startControlPlane({
+      prefix: 'killed',
+      startWorker: false,
+      providersYaml: (root) =>
+        `providers:\n  - name: local\n    type: local\n    local:\n      stateDir: ${root}/local\n      addressRange: ${range}\n`,
+    });
+    const stateDir = `${plane.stateRoot}/local`;
+    const args: CrashWorkerArgs = {
+      temporalAddress: inject('temporalAddress'),
+      namespace: inject('temporalNamespace'),
+      taskQueue: plane.taskQueue,
+      kubeconfigPath: inject('kubeconfigPath'),
+      workflowBundlePath: inject('workflowBundlePath'),
+      stateDir,
+      addressRange: range,
+      installation: 'test-installation',
+    };
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        fileURLToPath(new URL('../helpers/crash-worker.ts', import.meta.url)),
+        JSON.stringify(args),
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<NodeJS.Signals | null>((r) =>
+      child.once('exit', (_code, signal) => r(signal)),
+    );
+    const childSays = (marker: string) =>
+      eventually(`the child worker to print ${marker}`, () => {
+        if (child.exitCode !== null) throw new Error(`child worker exited ${child.exitCode}: ${err}`);
+        return Promise.resolve(out.includes(marker) ? true : undefined);
+      });
+
+    try {
+      await childSays('WORKER-RUNNING');
+      const created = await createProxy(plane.api, plane.namespace, 'killed', {
+        mode: 'Managed',
+        provider: 'local',
+        port: 18282,
+      });
+      const uid = created.metadata.uid!;
+      await childSays('CREATE-ENTERED');
+
+      // The instance exists (read from disk: the child owns the state dir).
+      const record = await readRecord(stateDir, instanceNameFromUid(uid));
+      expect(record.kind).toBe('ok');
+      expect(record.kind === 'ok' && record.record.labels[MARK_UID]).toBe(uid);
+      const lockHolder = async () =>
+        (JSON.parse(await readFile(`${stateDir}/owner.lock`, 'utf8')) as { pid: number }).pid;
+      expect(await lockHolder()).toBe(child.pid);
+
+      child.kill('SIGKILL');
+      expect(await exited).toBe('SIGKILL');
+
+      // A replacement on the same task queue, state dir and address range.
+      // The server notices the dead attempt after the heartbeat timeout and
+      // retries it here; the local provider takes over the dead owner's lock
+      // and adopts the instance the killed worker made.
+      await plane.startWorker();
+      const running = await eventually(
+        'killed: Provisioned=True after the replacement worker started',
+        async () => {
+          const p = await getProxy(plane.api, plane.namespace, 'killed');
+          return provisioned(p) ? p : undefined;
+        },
+        { timeoutMs: 45_000, intervalMs: 250 },
+      );
+      expect(await lockHolder()).toBe(process.pid);
+      const mine = (await plane.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+        (i) => i.uid === uid,
+      );
+      expect(mine).toHaveLength(1);
+      expect(mine[0]!.id).toBe(running.status?.providerID);
+      expect(await getThroughConnect(running.status!.ip!, 18282, target.port)).toBe('durable ok');
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+      await plane.close();
+    }
+  }, 60_000);
 
   it('continue-as-new carries the state: same instance, same conditions, no second create', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'long', {

@@ -40,8 +40,13 @@ import { DEFAULT_TIMING, type ProxyState, type ProxyTiming, type ProxyWorkflowIn
 // backoff; after a few attempts the workflow itself takes over (records the
 // error in status, waits, re-evaluates), so a deletion or spec change is
 // never stuck behind an activity retrying forever.
+// The activities heartbeat every few seconds while a provider call runs
+// (provider-activities.ts): a worker killed mid-call is then noticed after
+// heartbeatTimeout and the call retried elsewhere, instead of only after
+// startToCloseTimeout (2 minutes).
 const provider = proxyActivities<ProviderActivities>({
   startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '15 seconds',
   retry: {
     initialInterval: '1 second',
     backoffCoefficient: 2,
