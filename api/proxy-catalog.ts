@@ -23,7 +23,11 @@ export interface ProxyView {
 }
 
 export interface ProxyCatalog {
-  /** Current snapshot, sorted by id, including proxies being deleted. Cheap to call per request. */
+  /**
+   * Current snapshot, sorted by id, including proxies being deleted. Cheap to call per request.
+   * A change yields a new array (never an in-place edit): the API caches what it derives from
+   * the snapshot by the array's identity.
+   */
   list(): readonly ProxyView[];
   /** False until the first complete listing has been loaded. */
   synced(): boolean;
