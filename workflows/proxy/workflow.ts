@@ -13,7 +13,9 @@ import {
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
@@ -68,6 +70,22 @@ const kube = proxyActivities<KubeActivities>({
   },
 });
 
+// The same status writes as local activities: they run in the worker that
+// runs the workflow task, so a write costs no extra workflow task round trip
+// (a provisioning drops from 6 workflow tasks to 3). Safe because a write is
+// short, idempotent and transition-only. Gated by STATUS_WRITES_AS_LOCAL so
+// histories recorded before it replay on the old path.
+const kubeLocal = proxyLocalActivities<KubeActivities>({
+  startToCloseTimeout: '30 seconds',
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '30 seconds',
+    maximumAttempts: 10,
+  },
+});
+const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
+
 // Finalizer removal must eventually happen or the Proxy stays Terminating:
 // retry without limit.
 const finalizer = proxyActivities<KubeActivities>({
@@ -108,7 +126,8 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
-        await kube.writeProxyStatus({ ref: state.ref, status });
+        const write = patched(STATUS_WRITES_AS_LOCAL) ? kubeLocal : kube;
+        await write.writeProxyStatus({ ref: state.ref, status });
         state.lastWrittenStatus = serialised;
       } catch (error) {
         log.warn('status write failed; will retry on the next change', { error: failureOf(error).message });
