@@ -23,8 +23,10 @@ import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
 import { nonRetryable } from './failures.js';
 import type { KubeActivities } from './types.js';
 
-function httpCode(error: unknown): number | undefined {
-  return (error as { code?: number }).code;
+/** The HTTP status of a client-node ApiException (its `code`), or undefined for anything else. */
+export function httpCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'number' ? code : undefined;
 }
 
 export interface ProxyReader {
@@ -95,6 +97,7 @@ export async function resolveCloudInit(
 export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Logger }): KubeActivities {
   const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
   const log = deps.logger.child({ component: 'kube-activities' });
+  const reader = createProxyReader(deps.kubeConfig);
 
   return {
     async writeProxyStatus({ ref, status }) {
@@ -126,20 +129,8 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
     async removeProxyFinalizer({ ref }) {
       // Optimistic concurrency: the patch names the resourceVersion it read;
       // on 409 the activity fails and Temporal retries with a fresh read.
-      let proxy: Proxy;
-      try {
-        proxy = (await api.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ref.namespace,
-          plural: PROXY_PLURAL,
-          name: ref.name,
-        })) as Proxy;
-      } catch (error) {
-        if (httpCode(error) === 404) return 'gone';
-        throw error;
-      }
-      if (proxy.metadata.uid !== ref.uid) return 'gone';
+      const proxy = await reader.readProxy(ref);
+      if (!proxy) return 'gone';
       const finalizers = proxy.metadata.finalizers ?? [];
       if (!finalizers.includes(FINALIZER)) return 'absent';
       try {

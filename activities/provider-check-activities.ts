@@ -35,6 +35,7 @@ import {
   truncate,
 } from '../workflows/provider-checks/status.js';
 import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
+import { httpCode } from './kube-activities.js';
 
 export interface ProviderCheckActivities {
   /** Checks every configured provider; records the results for this worker's gauges. */
@@ -76,11 +77,6 @@ function cancellation(): AbortSignal {
   } catch {
     return new AbortController().signal;
   }
-}
-
-function httpCode(error: unknown): number | undefined {
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'number' ? code : undefined;
 }
 
 /** A TargetStatus from a provider, checked: anything malformed is reported as a failed target, never thrown. */

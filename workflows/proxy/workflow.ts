@@ -153,6 +153,16 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     state.nextPollAt = undefined;
   };
 
+  /** One provider Get, the state moved by its answer, then the wait that answer calls for. */
+  const lookThenWait = async (): Promise<void> => {
+    const seen = await provider.getInstance({
+      provider: state.desired.provider ?? '',
+      id: state.instanceId!,
+    });
+    const next = observe(state, seen);
+    if (next !== 'now') await pause(timing[next]);
+  };
+
   const maybeContinueAsNew = async (): Promise<void> => {
     const info = workflowInfo();
     if (!info.continueAsNewSuggested && info.historyLength < maxHistoryEvents) return;
@@ -200,12 +210,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         await publish();
         try {
           await provider.deleteInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
-          const seen = await provider.getInstance({
-            provider: state.desired.provider ?? '',
-            id: state.instanceId!,
-          });
-          const next = observe(state, seen);
-          if (next !== 'now') await pause(timing[next]);
+          await lookThenWait();
         } catch (error) {
           await handleFailure(state, timing, error, pause);
         }
@@ -213,12 +218,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       }
       case 'get': {
         try {
-          const seen = await provider.getInstance({
-            provider: state.desired.provider ?? '',
-            id: state.instanceId!,
-          });
-          const next = observe(state, seen);
-          if (next !== 'now') await pause(timing[next]);
+          await lookThenWait();
         } catch (error) {
           await handleFailure(state, timing, error, pause);
         }
