@@ -1,5 +1,5 @@
 import { createServer, request, type Server } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 
 /** A plain HTTP server on the loopback that answers every request 200 with `body`. */
@@ -88,4 +88,45 @@ export function getThroughProxy(
     req.on('error', reject);
     req.end();
   });
+}
+
+/**
+ * A TCP relay on the loopback in front of a server: `cut` drops every
+ * connection and refuses new ones (the port is closed), `open` listens again
+ * on the same port.
+ */
+export class TcpRelay {
+  private server: TcpServer | undefined;
+  private readonly sockets = new Set<Socket>();
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async open(): Promise<void> {
+    const server = createTcpServer((client) => {
+      const upstream = connect(this.target.port, this.target.host);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {
+          client.destroy();
+          upstream.destroy();
+        });
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => resolve());
+    });
+    this.port = (server.address() as { port: number }).port;
+    this.server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 }

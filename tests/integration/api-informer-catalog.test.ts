@@ -8,7 +8,6 @@
  * The cut goes through a TCP relay in front of the apiserver, so the shared
  * apiserver keeps running for the other test files.
  */
-import { createServer, connect, type Server, type Socket } from 'node:net';
 import { KubeConfig, type CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApi } from '../../api/app.js';
@@ -17,45 +16,9 @@ import { MemoryLeaseStore } from '../../api/lease-store.js';
 import { serveApi, type RunningServer } from '../../api/server.js';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy, type ProxyStatus } from '../../resources/proxy-schema.js';
 import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import { TcpRelay } from '../helpers/net.js';
 import { captureLogs } from './api-helpers.js';
 import { Registry } from 'prom-client';
-
-/** A TCP relay that can drop every connection and refuse new ones, then come back on the same port. */
-class Relay {
-  private server: Server | undefined;
-  private readonly sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.target.port, this.target.host);
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
-        s.on('error', () => {
-          client.destroy();
-          upstream.destroy();
-        });
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => resolve());
-    });
-    this.port = (server.address() as { port: number }).port;
-    this.server = server;
-  }
-
-  async cut(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    for (const s of this.sockets) s.destroy();
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
 
 async function waitFor<T>(what: string, probe: () => T | undefined | false, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -103,7 +66,7 @@ describe('informer proxy catalog on a real apiserver', () => {
   const objects = customObjects(kc);
   const logs = captureLogs();
   let namespace = '';
-  let relay: Relay;
+  let relay: TcpRelay;
   let catalog: InformerProxyCatalog;
   let server: RunningServer;
   let token = '';
@@ -113,7 +76,7 @@ describe('informer proxy catalog on a real apiserver', () => {
   beforeAll(async () => {
     namespace = await createNamespace(kc, 'api-informer');
     const apiserver = new URL(kc.getCurrentCluster()!.server);
-    relay = new Relay({ host: apiserver.hostname, port: Number(apiserver.port) });
+    relay = new TcpRelay({ host: apiserver.hostname, port: Number(apiserver.port) });
     await relay.open();
     const relayed = new KubeConfig();
     relayed.loadFromOptions({

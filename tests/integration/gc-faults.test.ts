@@ -25,9 +25,9 @@ import type { ChecksRoundReport } from '../../workflows/provider-checks/types.js
 import type { SweepReport } from '../../workflows/gc/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
+import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 import {
-  TcpRelay,
   kubeConfigVia,
   mutableRegistry,
   nthResult,

@@ -4,7 +4,6 @@
  * as the production worker wires them) over a registry the test controls.
  */
 import { randomBytes } from 'node:crypto';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { Client, Connection, type ScheduleHandle } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -127,47 +126,6 @@ export async function nthResult<T>(
   );
   const wf = action.action.workflow;
   return (await client.workflow.getHandle(wf.workflowId, wf.firstExecutionRunId).result()) as T;
-}
-
-/**
- * A TCP relay on the loopback in front of a server: `cut` drops every
- * connection and refuses new ones (the port is closed), `open` listens again
- * on the same port.
- */
-export class TcpRelay {
-  private server: Server | undefined;
-  private readonly sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async open(): Promise<void> {
-    const server = createServer((client) => {
-      const upstream = connect(this.target.port, this.target.host);
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
-        s.on('error', () => {
-          client.destroy();
-          upstream.destroy();
-        });
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => resolve());
-    });
-    this.port = (server.address() as { port: number }).port;
-    this.server = server;
-  }
-
-  async cut(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    for (const s of this.sockets) s.destroy();
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
 }
 
 /** A copy of `kc` whose clusters are reached through `127.0.0.1:port` (a relay) instead. */
