@@ -8,9 +8,11 @@ import {
   GROUP,
   VERSION,
   PROXY_PLURAL,
+  type Condition,
   type Proxy,
   type ProxySpecInput,
 } from '../../resources/proxy-schema.js';
+import { eventually } from './temporal.js';
 
 const run = promisify(execFile);
 
@@ -87,4 +89,51 @@ export function apiErrorMessage(error: unknown): string {
     }
   }
   return error instanceof Error ? error.message : String(error);
+}
+
+export function proxyCondition(p: Proxy, type: string): Condition | undefined {
+  return p.status?.conditions?.find((c) => c.type === type);
+}
+
+export function isProvisioned(p: Proxy): boolean {
+  return proxyCondition(p, 'Provisioned')?.status === 'True';
+}
+
+/** Polls the Proxy until `test` holds; resolves with it. */
+export function waitForProxy(
+  api: CustomObjectsApi,
+  namespace: string,
+  name: string,
+  what: string,
+  test: (p: Proxy) => boolean,
+  opts: { timeoutMs?: number; intervalMs?: number } = {},
+): Promise<Proxy> {
+  return eventually(
+    `${name}: ${what}`,
+    async () => {
+      const p = await getProxy(api, namespace, name);
+      return test(p) ? p : undefined;
+    },
+    { timeoutMs: opts.timeoutMs ?? 30_000, intervalMs: opts.intervalMs ?? 100 },
+  );
+}
+
+/** Polls until the Proxy object is gone (its finalizer removed). */
+export function waitForProxyGone(api: CustomObjectsApi, namespace: string, name: string): Promise<true> {
+  return eventually(`${name} gone`, async () =>
+    getProxy(api, namespace, name).then(
+      () => undefined,
+      (e: { code?: number }) => (e.code === 404 ? true : undefined),
+    ),
+  );
+}
+
+export function deleteProxy(api: CustomObjectsApi, namespace: string, name: string): Promise<unknown> {
+  return api.deleteNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace,
+    plural: PROXY_PLURAL,
+    name,
+  });
 }

@@ -52,7 +52,14 @@ import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resou
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { createNamespace, createProxy, getProxy, kubeConfig } from '../helpers/kube.js';
+import {
+  createNamespace,
+  createProxy,
+  getProxy,
+  isProvisioned,
+  kubeConfig,
+  waitForProxy,
+} from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
 
 const live = () => new AbortController().signal;
@@ -803,12 +810,8 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
   });
 
   const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
-    eventually(`${name}: ${what}`, async () => {
-      const p = await getProxy(cp.api, cp.namespace, name);
-      return test(p) ? p : undefined;
-    });
-  const provisioned = (p: Proxy) =>
-    p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
+    waitForProxy(cp.api, cp.namespace, name, what, test);
+  const provisioned = isProvisioned;
   const pod = (name: string) =>
     eventually(`pod ${name}`, () => core.readNamespacedPod({ namespace: podNamespace, name }));
 

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
@@ -15,7 +15,7 @@ import { readRecord } from '../../providers/local/store.js';
 import { MARK_UID, type Provider } from '../../providers/types.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, getProxy } from '../helpers/kube.js';
+import { createProxy, deleteProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
 import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import type { CrashWorkerArgs } from '../helpers/crash-worker.js';
 import { eventually } from '../helpers/temporal.js';
@@ -36,20 +36,9 @@ describe('Proxy workflow durability', () => {
   });
 
   const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
-    eventually(`${name}: ${what}`, async () => {
-      const p = await getProxy(cp.api, cp.namespace, name);
-      return test(p) ? p : undefined;
-    });
-  const provisioned = (p: Proxy) =>
-    p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
-  const remove = (name: string) =>
-    cp.api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name,
-    });
+    waitForProxy(cp.api, cp.namespace, name, what, test);
+  const provisioned = isProvisioned;
+  const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
 
   it('a worker stopped gracefully mid-create (instance made, ID not yet recorded) ends with exactly one Running instance', async () => {
     // The real local provider, with its create held open after the backend

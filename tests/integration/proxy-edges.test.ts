@@ -21,7 +21,15 @@ import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, getProxy } from '../helpers/kube.js';
+import {
+  createProxy,
+  deleteProxy,
+  getProxy,
+  isProvisioned,
+  proxyCondition,
+  waitForProxy,
+  waitForProxyGone,
+} from '../helpers/kube.js';
 import {
   FAST_TIMING,
   privateLoopbackRange,
@@ -57,17 +65,10 @@ describe('Proxy workflow edges', () => {
     await target?.close();
   });
 
-  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean, timeoutMs = 30_000) =>
-    eventually(
-      `${name}: ${what}`,
-      async () => {
-        const p = await getProxy(cp.api, cp.namespace, name);
-        return test(p) ? p : undefined;
-      },
-      { timeoutMs },
-    );
-  const condition = (p: Proxy, type: string) => p.status?.conditions?.find((c) => c.type === type);
-  const provisioned = (p: Proxy) => condition(p, 'Provisioned')?.status === 'True';
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
+    waitForProxy(cp.api, cp.namespace, name, what, test);
+  const condition = proxyCondition;
+  const provisioned = isProvisioned;
   const patch = (name: string, body: unknown[]) =>
     cp.api.patchNamespacedCustomObject({
       group: GROUP,
@@ -77,21 +78,8 @@ describe('Proxy workflow edges', () => {
       name,
       body,
     });
-  const remove = (name: string) =>
-    cp.api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name,
-    });
-  const gone = (name: string) =>
-    eventually(`${name} gone`, async () =>
-      getProxy(cp.api, cp.namespace, name).then(
-        () => undefined,
-        (e: { code?: number }) => (e.code === 404 ? true : undefined),
-      ),
-    );
+  const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
+  const gone = (name: string) => waitForProxyGone(cp.api, cp.namespace, name);
   const completed = (id: string) =>
     eventually(`${id} completed`, async () =>
       (await cp.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined,

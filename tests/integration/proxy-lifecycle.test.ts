@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GROUP, PROXY_PLURAL, VERSION, FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, getProxy } from '../helpers/kube.js';
+import { createProxy, deleteProxy, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
@@ -25,34 +25,10 @@ describe('Proxy lifecycle with the local provider', () => {
     await target?.close();
   });
 
-  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean, timeoutMs = 30_000) =>
-    eventually(
-      `${name}: ${what}`,
-      async () => {
-        const p = await getProxy(cp.api, cp.namespace, name);
-        return test(p) ? p : undefined;
-      },
-      { timeoutMs },
-    );
-
-  const gone = (name: string) =>
-    eventually(`${name} deleted`, async () => {
-      try {
-        await getProxy(cp.api, cp.namespace, name);
-        return undefined;
-      } catch (error) {
-        return (error as { code?: number }).code === 404 ? true : undefined;
-      }
-    });
-
-  const deleteProxy = (name: string) =>
-    cp.api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name,
-    });
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
+    waitForProxy(cp.api, cp.namespace, name, what, test);
+  const gone = (name: string) => waitForProxyGone(cp.api, cp.namespace, name);
+  const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
 
   it('creates a real forward proxy, replaces it on a spec change, and cleans up on delete', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-main', {
@@ -108,7 +84,7 @@ describe('Proxy lifecycle with the local provider', () => {
     expect(instances.filter((i) => i.uid === ref.uid)).toHaveLength(1);
 
     // Delete: instance gone, finalizer removed (object gone), workflow completed.
-    await deleteProxy('px-main');
+    await remove('px-main');
     await gone('px-main');
     await expect(
       cp.registry.get('local')!.get(replaced.status!.providerID!, AbortSignal.timeout(5_000)),

@@ -20,7 +20,7 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { createProxy, getProxy } from '../helpers/kube.js';
+import { createProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { eventually, workflowBundle } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -109,17 +109,9 @@ describe('restarts of the apiserver and the Temporal server', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean, timeoutMs = 60_000) =>
-    eventually(
-      `${name}: ${what}`,
-      async () => {
-        const p = await getProxy(api, ns, name);
-        return test(p) ? p : undefined;
-      },
-      { timeoutMs, intervalMs: 250 },
-    );
-  const provisioned = (p: Proxy) =>
-    p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True') === true;
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
+    waitForProxy(api, ns, name, what, test, { timeoutMs: 60_000, intervalMs: 250 });
+  const provisioned = isProvisioned;
 
   it('converges through an apiserver restart and a Temporal server restart', async () => {
     const created = await createProxy(api, ns, 'survivor', {
