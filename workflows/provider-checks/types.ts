@@ -6,6 +6,8 @@
  * (`workflowInfo().lastResult`) and logs only what changed since.
  */
 
+import type { TargetStatus } from '../../providers/types.js';
+
 export interface ProviderChecksInput {
   /** The whole round's check budget: 15 s, or the interval when shorter (set by the schedule). */
   timeoutMs?: number;
@@ -21,16 +23,8 @@ export const CHECK_DEFAULTS = {
   cleanupOnly: false,
 } as const satisfies Required<ProviderChecksInput>;
 
-/** One target's verdict (the provider contract's TargetStatus, serialisable). */
-export interface CheckedTarget {
-  name: string;
-  address?: string;
-  ready: boolean;
-  reason: string;
-  message?: string;
-  latencyMillis?: number;
-  details?: Record<string, string>;
-}
+/** One target's verdict: the provider contract's TargetStatus, already plain serialisable data. */
+export type CheckedTarget = TargetStatus;
 
 export interface ProviderCheckResult {
   provider: string;
