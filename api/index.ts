@@ -11,11 +11,7 @@ export {
   type ApiFlags,
   type ApiOptions,
 } from './config.js';
-export {
-  createInformerProxyCatalog,
-  type InformerProxyCatalog,
-  type InformerProxyCatalogOptions,
-} from './informer-catalog.js';
+export { createInformerProxyCatalog, type InformerProxyCatalog } from './informer-catalog.js';
 export {
   MemoryLeaseStore,
   newLeaseId,

@@ -18,6 +18,7 @@ import {
 } from '../api/index.js';
 import { createProber, createProxyProbeTargets, createTemporalHealthSignaller } from '../api/prober/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
+import { createProxyInformer } from '../kube/proxy-informer.js';
 import {
   buildProviders,
   loadProvidersConfig,
@@ -139,8 +140,10 @@ export async function startApi(
   logger: Logger,
   registry: Registry = new Registry(),
 ): Promise<Running & { url: string; registry: Registry }> {
-  const catalog = createInformerProxyCatalog({ kubeConfig: kc, logger });
-  await catalog.start();
+  // One Proxy cache for the lease API and the prober.
+  const proxies = createProxyInformer({ kubeConfig: kc, logger });
+  await proxies.start();
+  const catalog = createInformerProxyCatalog(proxies);
   const leaseStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
   // Only frees memory: every read already ignores ended leases.
   const stopSweep = leaseStore.startSweeping();
@@ -164,7 +167,7 @@ export async function startApi(
     },
   );
   const prober = createProber({
-    targets: createProxyProbeTargets({ kubeConfig: kc, logger }),
+    targets: createProxyProbeTargets(proxies),
     signal: signaller.signal,
     logger,
     registry,
@@ -183,7 +186,8 @@ export async function startApi(
       await prober.stop();
       await signaller.stop();
       await connection.close();
-      await catalog.stop();
+      catalog.close();
+      await proxies.stop();
     },
   };
 }

@@ -35,7 +35,8 @@ import {
 } from '../workflows/proxy/search-attributes.js';
 import type { ProxyRef, ProxyTiming, ProxyWorkflowInput } from '../workflows/proxy/types.js';
 import { desiredSpecOf, refOf, type SecretView } from './desired.js';
-import { createResilientInformer, type ResilientInformer } from './informer.js';
+import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
+import { createProxyInformer } from '../kube/proxy-informer.js';
 
 export interface BridgeOptions {
   kubeConfig: KubeConfig;
@@ -78,28 +79,20 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const order: string[] = [];
   let idleWaiters: Array<() => void> = [];
 
-  const proxies: ResilientInformer<Proxy> = createResilientInformer<Proxy>({
+  const proxies = createProxyInformer({
     kubeConfig: opts.kubeConfig,
-    path: opts.namespace
-      ? `/apis/${GROUP}/${VERSION}/namespaces/${opts.namespace}/${PROXY_PLURAL}`
-      : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
-    list: () =>
-      opts.namespace
-        ? objects.listNamespacedCustomObject({
-            group: GROUP,
-            version: VERSION,
-            namespace: opts.namespace,
-            plural: PROXY_PLURAL,
-          })
-        : objects.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
     logger: log,
-    onChange: (obj) => enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name)),
-    onResync: () => {
-      // A relist may follow missed events: forget what was sent so every
-      // Proxy is re-signalled (the workflow dedupes by generation and hash).
-      lastSent.clear();
-      for (const p of proxies.list()) enqueue(key(p.metadata.namespace ?? 'default', p.metadata.name));
-    },
+    namespace: opts.namespace,
+  });
+  proxies.onChange((obj) => enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name)));
+  proxies.onReconnect(() => {
+    // The informer replays what changed during an outage; a full pass on top
+    // is the safety net for what it cannot see (a run an operator terminated
+    // meanwhile). Forget what was sent so every Proxy is re-signalled (the
+    // workflow dedupes by generation and hash). Not on the watch's routine
+    // timeouts, which would add history to every Proxy workflow each time.
+    lastSent.clear();
+    for (const p of proxies.list()) enqueue(key(p.metadata.namespace ?? 'default', p.metadata.name));
   });
 
   const secrets: ResilientInformer<V1Secret> = createResilientInformer<V1Secret>({
@@ -111,13 +104,13 @@ export function createBridge(opts: BridgeOptions): Bridge {
         ? core.listNamespacedSecret({ namespace: opts.namespace, labelSelector: `${LABEL_CLOUD_INIT}=true` })
         : core.listSecretForAllNamespaces({ labelSelector: `${LABEL_CLOUD_INIT}=true` }),
     logger: log,
-    onChange: (secret) => {
-      const ns = secret.metadata?.namespace ?? 'default';
-      const name = secret.metadata?.name;
-      for (const p of proxies.list(ns)) {
-        if (p.spec.cloudInit?.secretRef?.name === name) enqueue(key(ns, p.metadata.name));
-      }
-    },
+  });
+  secrets.onChange((secret) => {
+    const ns = secret.metadata?.namespace ?? 'default';
+    const name = secret.metadata?.name;
+    for (const p of proxies.list(ns)) {
+      if (p.spec.cloudInit?.secretRef?.name === name) enqueue(key(ns, p.metadata.name));
+    }
   });
 
   const lookupSecret = (namespace: string, name: string): SecretView | undefined => {

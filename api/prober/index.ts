@@ -1,5 +1,5 @@
 export { systemClock, type Clock, type Random, type TimerHandle } from './clock.js';
-export { createProxyProbeTargets, type ProxyProbeTargetsOptions } from './kube-targets.js';
+export { createProxyProbeTargets } from './kube-targets.js';
 export {
   DEFAULT_LATENCY_POLICY,
   latencyWorthReporting,

@@ -1,49 +1,34 @@
 /**
- * Probe targets from the apiserver: a resilient list+watch over Proxies
- * (all namespaces, or one), each reduced to its probe target. Deletes seen
- * on a re-list after a watch outage are delivered by the informer, so the
- * map never keeps a proxy that is gone.
+ * Probe targets from the process's Proxy informer (shared with the lease
+ * API), each Proxy reduced to its probe target. Deletes seen on a re-list
+ * after a watch outage are delivered by the informer, so the map never keeps
+ * a proxy that is gone. The informer's owner starts it before the prober.
  */
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
-import type { Logger } from 'pino';
-import { createResilientInformer } from '../../k8s-bridge/informer.js';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import type { ResilientInformer } from '../../kube/informer.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import { TargetMap, proxyKey, targetFromProxy, type ProbeTargetSource } from './targets.js';
 
-export interface ProxyProbeTargetsOptions {
-  kubeConfig: KubeConfig;
-  logger: Logger;
-  /** Watch one namespace only (tests); all namespaces by default. */
-  namespace?: string;
-}
-
-export function createProxyProbeTargets(options: ProxyProbeTargetsOptions): ProbeTargetSource {
-  const { kubeConfig, namespace } = options;
-  const api = kubeConfig.makeApiClient(CustomObjectsApi);
+export function createProxyProbeTargets(informer: ResilientInformer<Proxy>): ProbeTargetSource {
   const map = new TargetMap();
-  const path = namespace
-    ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
-    : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`;
-  const list = () =>
-    namespace
-      ? api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROXY_PLURAL })
-      : api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL });
-
-  const informer = createResilientInformer<Proxy>({
-    kubeConfig,
-    path,
-    list,
-    logger: options.logger.child({ component: 'prober-targets' }),
-    onChange(proxy, kind) {
-      const { name, namespace: ns } = proxy.metadata ?? {};
-      if (!name || !ns) return;
-      map.put(proxyKey({ namespace: ns, name }), kind === 'delete' ? undefined : targetFromProxy(proxy));
-    },
-  });
+  let unsubscribe: (() => void) | undefined;
+  const put = (proxy: Proxy, gone: boolean): void => {
+    const { name, namespace } = proxy.metadata ?? {};
+    if (!name || !namespace) return;
+    map.put(proxyKey({ namespace, name }), gone ? undefined : targetFromProxy(proxy));
+  };
 
   return {
-    start: () => informer.start(),
-    stop: () => informer.stop(),
+    start() {
+      if (unsubscribe) return Promise.reject(new Error('probe targets already started'));
+      unsubscribe = informer.onChange((proxy, event) => put(proxy, event === 'delete'));
+      for (const proxy of informer.list()) put(proxy, false);
+      return Promise.resolve();
+    },
+    stop() {
+      unsubscribe?.();
+      unsubscribe = undefined;
+      return Promise.resolve();
+    },
     get: (key) => map.get(key),
     list: () => map.list(),
     subscribe: (listener) => map.subscribe(listener),

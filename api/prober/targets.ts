@@ -31,7 +31,7 @@ export interface ProbeTarget {
 }
 
 export interface ProbeTargetSource {
-  /** Resolves once the first complete listing is loaded. */
+  /** Loads the current targets and follows changes from then on. */
   start(): Promise<void>;
   stop(): Promise<void>;
   get(key: string): ProbeTarget | undefined;

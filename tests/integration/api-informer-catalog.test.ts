@@ -12,6 +12,8 @@ import { KubeConfig, type CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApi } from '../../api/app.js';
 import { createInformerProxyCatalog, type InformerProxyCatalog } from '../../api/informer-catalog.js';
+import type { ResilientInformer } from '../../kube/informer.js';
+import { createProxyInformer } from '../../kube/proxy-informer.js';
 import { MemoryLeaseStore } from '../../api/lease-store.js';
 import { serveApi, type RunningServer } from '../../api/server.js';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy, type ProxyStatus } from '../../resources/proxy-schema.js';
@@ -67,6 +69,8 @@ describe('informer proxy catalog on a real apiserver', () => {
   const logs = captureLogs();
   let namespace = '';
   let relay: TcpRelay;
+  let informer: ResilientInformer<Proxy>;
+  let relayed: KubeConfig;
   let catalog: InformerProxyCatalog;
   let server: RunningServer;
   let token = '';
@@ -78,20 +82,21 @@ describe('informer proxy catalog on a real apiserver', () => {
     const apiserver = new URL(kc.getCurrentCluster()!.server);
     relay = new TcpRelay({ host: apiserver.hostname, port: Number(apiserver.port) });
     await relay.open();
-    const relayed = new KubeConfig();
+    relayed = new KubeConfig();
     relayed.loadFromOptions({
       clusters: kc.clusters.map((c) => ({ ...c, server: `https://127.0.0.1:${relay.port}` })),
       users: kc.users,
       contexts: kc.contexts,
       currentContext: kc.getCurrentContext(),
     });
-    catalog = createInformerProxyCatalog({
+    informer = createProxyInformer({
       kubeConfig: relayed,
       logger: logs.logger,
       initialBackoffMs: 100,
       maxBackoffMs: 1000,
     });
-    await catalog.start();
+    await informer.start();
+    catalog = createInformerProxyCatalog(informer);
     token = 'informer-test';
     const app = createApi({
       catalog,
@@ -106,7 +111,8 @@ describe('informer proxy catalog on a real apiserver', () => {
 
   afterAll(async () => {
     await server?.close();
-    await catalog?.stop();
+    catalog?.close();
+    await informer?.stop();
     await relay?.cut();
   });
 
@@ -204,11 +210,11 @@ describe('informer proxy catalog on a real apiserver', () => {
   });
 
   it('restarts itself with backoff after the apiserver connection is cut, and catches up', async () => {
-    const warningsBefore = logs.lines.filter((l) => l.msg === 'proxy informer stopped; restarting').length;
+    const warningsBefore = logs.lines.filter((l) => l.msg === 'watch stopped; restarting').length;
     await relay.cut();
     await waitFor(
       'a restart warning',
-      () => logs.lines.filter((l) => l.msg === 'proxy informer stopped; restarting').length > warningsBefore,
+      () => logs.lines.filter((l) => l.msg === 'watch stopped; restarting').length > warningsBefore,
     );
 
     // Changes made while the informer is cut off.
@@ -225,9 +231,7 @@ describe('informer proxy catalog on a real apiserver', () => {
 
     await relay.open();
     await waitFor('the informer to catch up', () => mine().find((p) => p.id.endsWith('/late')), 20_000);
-    const restarts = logs.lines
-      .filter((l) => l.msg === 'proxy informer stopped; restarting')
-      .slice(warningsBefore);
+    const restarts = logs.lines.filter((l) => l.msg === 'watch stopped; restarting').slice(warningsBefore);
     // At least one restart attempt hit the closed port, so recovery came from
     // a retry, not from the first reconnect; delays grow and stay capped.
     expect(restarts.some((l) => (l.err as { code?: unknown }).code === 'ECONNREFUSED')).toBe(true);
@@ -235,5 +239,35 @@ describe('informer proxy catalog on a real apiserver', () => {
     for (let i = 1; i < delays.length; i++) expect(delays[i]).toBeGreaterThanOrEqual(delays[i - 1]!);
     expect(Math.min(...delays)).toBeGreaterThanOrEqual(100);
     expect(Math.max(...delays)).toBeLessThanOrEqual(1000);
+  });
+
+  it('resolves start() only once a listing has loaded, and rejects it when stopped first', async () => {
+    await relay.cut();
+    const late = createProxyInformer({ kubeConfig: relayed, logger: logs.logger, initialBackoffMs: 100 });
+    let started = false;
+    const starting = late.start().then(() => {
+      started = true;
+    });
+    // Several list attempts fail against the closed port meanwhile.
+    await new Promise((r) => setTimeout(r, 700));
+    expect(started).toBe(false);
+    expect(late.synced()).toBe(false);
+    await relay.open();
+    await starting;
+    expect(late.synced()).toBe(true);
+    expect(late.list(namespace).map((p) => p.metadata.name)).toContain('late');
+    await late.stop();
+
+    await relay.cut();
+    const abandoned = createProxyInformer({
+      kubeConfig: relayed,
+      logger: logs.logger,
+      initialBackoffMs: 100,
+    });
+    const pending = abandoned.start();
+    await new Promise((r) => setTimeout(r, 200));
+    await abandoned.stop();
+    await expect(pending).rejects.toThrow(/stopped before it synced/);
+    await relay.open();
   });
 });

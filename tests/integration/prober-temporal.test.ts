@@ -12,6 +12,8 @@ import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import type { HealthReport, ProxyRef } from '../../workflows/proxy/types.js';
 import { createProxyProbeTargets } from '../../api/prober/kube-targets.js';
+import type { ResilientInformer } from '../../kube/informer.js';
+import { createProxyInformer } from '../../kube/proxy-informer.js';
 import { createProber, type Prober } from '../../api/prober/prober.js';
 import { createTemporalHealthSignaller, type HealthSignaller } from '../../api/prober/signaller.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
@@ -23,6 +25,7 @@ describe('prober with the control plane', () => {
   let cp: ControlPlane;
   let target: ProbeTarget;
   let prober: Prober | undefined;
+  let informer: ResilientInformer<Proxy> | undefined;
   let signaller: HealthSignaller | undefined;
   let ref: ProxyRef;
   let ip: string;
@@ -33,6 +36,7 @@ describe('prober with the control plane', () => {
   });
   afterAll(async () => {
     await prober?.stop();
+    await informer?.stop();
     await signaller?.stop();
     await cp?.close();
     await target?.close();
@@ -69,8 +73,10 @@ describe('prober with the control plane', () => {
     ref = { namespace: cp.namespace, name: 'px-probed', uid: created.metadata.uid! };
 
     signaller = createTemporalHealthSignaller(cp.client, { logger: cp.logger });
+    informer = createProxyInformer({ kubeConfig: cp.kc, logger: cp.logger, namespace: cp.namespace });
+    await informer.start();
     prober = createProber({
-      targets: createProxyProbeTargets({ kubeConfig: cp.kc, logger: cp.logger, namespace: cp.namespace }),
+      targets: createProxyProbeTargets(informer),
       signal: signaller.signal,
       logger: cp.logger,
       registry: new Registry(),

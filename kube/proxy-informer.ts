@@ -1,0 +1,35 @@
+/**
+ * The Proxy list+watch, in all namespaces or one (tests). One per process:
+ * the api process shares it between the lease API's catalog and the prober.
+ */
+import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import { createResilientInformer, type ResilientInformer } from './informer.js';
+
+export interface ProxyInformerOptions {
+  kubeConfig: KubeConfig;
+  logger: Logger;
+  /** Watch one namespace only; all namespaces by default. */
+  namespace?: string;
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+export function createProxyInformer(options: ProxyInformerOptions): ResilientInformer<Proxy> {
+  const { kubeConfig, namespace } = options;
+  const api = kubeConfig.makeApiClient(CustomObjectsApi);
+  return createResilientInformer<Proxy>({
+    kubeConfig,
+    path: namespace
+      ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
+      : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
+    list: () =>
+      namespace
+        ? api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROXY_PLURAL })
+        : api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
+    logger: options.logger,
+    initialBackoffMs: options.initialBackoffMs,
+    maxBackoffMs: options.maxBackoffMs,
+  });
+}
