@@ -10,49 +10,14 @@ import {
   type KubeConfig,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import {
-  FINALIZER,
-  GROUP,
-  LABEL_CLOUD_INIT,
-  PROXY_PLURAL,
-  VERSION,
-  type Proxy,
-} from '../resources/proxy-schema.js';
+import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../resources/proxy-schema.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
+import { createProxyReader, httpCode, type ProxyReader } from '../kube/proxy-reader.js';
 import { nonRetryable } from './failures.js';
 import type { KubeActivities } from './types.js';
 
-/** The HTTP status of a client-node ApiException (its `code`), or undefined for anything else. */
-export function httpCode(error: unknown): number | undefined {
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'number' ? code : undefined;
-}
-
-export interface ProxyReader {
-  readProxy(ref: ProxyRef): Promise<Proxy | undefined>;
-}
-
-export function createProxyReader(kc: KubeConfig): ProxyReader {
-  const api = kc.makeApiClient(CustomObjectsApi);
-  return {
-    async readProxy(ref) {
-      try {
-        const proxy = (await api.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ref.namespace,
-          plural: PROXY_PLURAL,
-          name: ref.name,
-        })) as Proxy;
-        return proxy.metadata.uid === ref.uid ? proxy : undefined;
-      } catch (error) {
-        if (httpCode(error) === 404) return undefined;
-        throw error;
-      }
-    },
-  };
-}
+export { createProxyReader, httpCode, type ProxyReader };
 
 /**
  * Resolves cloud-init text inside the activity, so it never enters workflow
@@ -121,7 +86,10 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
         return 'written';
       } catch (error) {
         const code = httpCode(error);
-        if (code === 404 || code === 422) return 'gone';
+        if (code === 404) return 'gone';
+        // 422 is both a failed UID test and a status the schema rejects: only
+        // a fresh read tells them apart, and 'gone' ends the Proxy's workflow.
+        if (code === 422 && (await reader.readProxy(ref)) === undefined) return 'gone';
         throw error;
       }
     },

@@ -24,7 +24,7 @@ import {
   VERSION,
   type Proxy,
 } from '../resources/proxy-schema.js';
-import { proxyWorkflowId } from '../workflows/proxy/ids.js';
+import { parseProxyWorkflowId, proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
 import {
   ProxyModeKey,
@@ -37,6 +37,7 @@ import type { ProxyRef, ProxyTiming, ProxyWorkflowInput } from '../workflows/pro
 import { desiredSpecOf, refOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
+import { createProxyReader } from '../kube/proxy-reader.js';
 
 export interface BridgeOptions {
   kubeConfig: KubeConfig;
@@ -57,7 +58,14 @@ export interface Bridge {
   /** Resolves when no key is queued or in flight (tests, shutdown). */
   idle(): Promise<void>;
   /** Signals sent, by kind (for tests and metrics). */
-  readonly counters: { signalWithStart: number; deletion: number; skipped: number; finalizersAdded: number };
+  readonly counters: {
+    signalWithStart: number;
+    deletion: number;
+    skipped: number;
+    finalizersAdded: number;
+    /** Running workflows whose Proxy was gone, told to delete. */
+    orphanedRuns: number;
+  };
 }
 
 const key = (namespace: string, name: string) => `${namespace}/${name}`;
@@ -67,7 +75,8 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const objects = opts.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
   const concurrency = opts.concurrency ?? 8;
-  const counters = { signalWithStart: 0, deletion: 0, skipped: 0, finalizersAdded: 0 };
+  const counters = { signalWithStart: 0, deletion: 0, skipped: 0, finalizersAdded: 0, orphanedRuns: 0 };
+  const reader = createProxyReader(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
   const lastSent = new Map<string, string>();
@@ -93,6 +102,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     // timeouts, which would add history to every Proxy workflow each time.
     lastSent.clear();
     for (const p of proxies.list()) enqueue(key(p.metadata.namespace ?? 'default', p.metadata.name));
+    void endOrphanedRuns();
   });
 
   const secrets: ResilientInformer<V1Secret> = createResilientInformer<V1Secret>({
@@ -247,12 +257,52 @@ export function createBridge(opts: BridgeOptions): Bridge {
     lastSent.set(k, fingerprint);
   }
 
+  /**
+   * Proxy workflows still running for a Proxy that no longer exists: it was
+   * deleted while no bridge was watching (an External one, or a Managed one
+   * whose finalizer was removed by hand), so no delete event will ever come.
+   * Each is told to delete; the run cleans up its instance and ends. A Proxy
+   * missing from this bridge's cache is confirmed by a direct read first,
+   * because another bridge may have started its workflow before this cache
+   * saw it.
+   */
+  async function endOrphanedRuns(): Promise<void> {
+    const scope = opts.namespace ? ` AND ${ProxyNamespaceKey.name} = '${opts.namespace}'` : '';
+    const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
+    try {
+      for await (const run of opts.client.workflow.list({ query })) {
+        const ref = parseProxyWorkflowId(run.workflowId);
+        if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
+        if ((await reader.readProxy(ref)) !== undefined) continue;
+        try {
+          await opts.client.workflow
+            .getHandle(run.workflowId)
+            .signal(deletionRequestedSignal, { skipCleanup: false });
+          counters.orphanedRuns += 1;
+          log.warn(
+            { workflowId: run.workflowId },
+            'the Proxy of a running workflow is gone; asked it to delete',
+          );
+        } catch (error) {
+          // Visibility lags: a run that just completed may still be listed.
+          if (!(error instanceof WorkflowNotFoundError)) throw error;
+        }
+      }
+    } catch (error) {
+      log.warn(
+        { err: error instanceof Error ? error.message : String(error) },
+        'could not look for workflows of deleted Proxies; will look again after the next watch outage',
+      );
+    }
+  }
+
   return {
     counters,
     async start() {
       await secrets.start();
       await proxies.start();
       log.info({ proxies: proxies.list().length }, 'bridge started');
+      await endOrphanedRuns();
     },
     async stop() {
       await proxies.stop();

@@ -70,9 +70,13 @@ export function createResilientInformer<T extends object>(
   const maxBackoffMs = options.maxBackoffMs ?? 30_000;
 
   let listedThisAttempt = false;
+  // Once a listing has loaded, a start after stop() resumes the watch from
+  // its resourceVersion without listing again: the cache is still good.
+  let everListed = false;
   const listOnce = async (): Promise<KubernetesListObject<KubernetesObject>> => {
     const list = (await options.list()) as KubernetesListObject<KubernetesObject>;
     listedThisAttempt = true;
+    everListed = true;
     return list;
   };
   // The informer only reads metadata.name/namespace/resourceVersion, which
@@ -139,7 +143,7 @@ export function createResilientInformer<T extends object>(
     // informer.start() also resolves when the list failed (it reports that
     // through `error`); only a loaded listing counts. A relist after 410
     // happens inside the informer and keeps the flag.
-    if (listedThisAttempt && !synced && !stopped) {
+    if ((listedThisAttempt || everListed) && !synced && !stopped) {
       synced = true;
       logger.info({ objects: informer.list().length }, 'informer synced');
       onSynced?.();

@@ -256,6 +256,11 @@ describe('informer proxy catalog on a real apiserver', () => {
     await starting;
     expect(late.synced()).toBe(true);
     expect(late.list(namespace).map((p) => p.metadata.name)).toContain('late');
+    // Stopped and started again (a bridge restarted in-process): resumes from
+    // its resourceVersion, lists nothing, and still counts as synced.
+    await late.stop();
+    await late.start();
+    expect(late.synced()).toBe(true);
     await late.stop();
 
     await relay.cut();

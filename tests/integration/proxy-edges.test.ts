@@ -309,6 +309,97 @@ describe('Proxy workflow edges', () => {
     await gone('unlabelled');
   });
 
+  it('a cloud-init Secret that goes away keeps the running instance (CloudInitError); its return with the same content changes nothing', async () => {
+    const core = cp.kc.makeApiClient(CoreV1Api);
+    const secret = {
+      metadata: { name: 'ci-keep', labels: { [LABEL_CLOUD_INIT]: 'true' } },
+      stringData: { userdata: '#cloud-config\nkeep: me\n' },
+    };
+    await core.createNamespacedSecret({ namespace: cp.namespace, body: secret });
+    await createProxy(cp.api, cp.namespace, 'keep', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18186,
+      cloudInit: { secretRef: { name: 'ci-keep' } },
+    });
+    const running = await waitFor('keep', 'Running', provisioned);
+
+    await core.deleteNamespacedSecret({ namespace: cp.namespace, name: 'ci-keep' });
+    const flagged = await waitFor(
+      'keep',
+      'CloudInitError',
+      (x) => condition(x, 'CloudInitError')?.status === 'True',
+    );
+    expect(condition(flagged, 'CloudInitError')?.message).toContain('ci-keep');
+    // Several drift polls (1 s here) later the same instance still runs and still forwards.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const kept = await getProxy(cp.api, cp.namespace, 'keep');
+    expect(provisioned(kept)).toBe(true);
+    expect(kept.status?.providerID).toBe(running.status?.providerID);
+    expect(kept.status?.specHash).toBe(running.status?.specHash);
+    expect(await getThroughConnect(kept.status!.ip!, 18186, target.port)).toBe('edge ok');
+
+    await core.createNamespacedSecret({ namespace: cp.namespace, body: secret });
+    const resolved = await waitFor(
+      'keep',
+      'CloudInitError cleared',
+      (x) => condition(x, 'CloudInitError')?.status === 'False',
+    );
+    expect(resolved.status?.providerID).toBe(running.status?.providerID);
+    expect(resolved.status?.specHash).toBe(running.status?.specHash);
+    await remove('keep');
+    await gone('keep');
+  });
+
+  it('Proxies deleted while no bridge watched: the next bridge ends their workflows, and the Managed one deletes its instance', async () => {
+    const managed = await createProxy(cp.api, cp.namespace, 'unwatched', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18187,
+    });
+    const external = await createProxy(cp.api, cp.namespace, 'unwatched-ext', {
+      mode: 'External',
+      endpoint: { host: '127.0.0.1', port: 3128 },
+    });
+    const managedRef = { namespace: cp.namespace, name: 'unwatched', uid: managed.metadata.uid! };
+    const externalRef = { namespace: cp.namespace, name: 'unwatched-ext', uid: external.metadata.uid! };
+    await waitFor('unwatched', 'Running', provisioned);
+    await waitFor('unwatched-ext', 'status written', (x) => x.status?.phase !== undefined);
+    const instanceOf = async () =>
+      (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+        (i) => i.uid === managedRef.uid,
+      );
+    expect(await instanceOf()).toHaveLength(1);
+
+    await cp.bridge.stop();
+    // An operator strips the finalizer by hand, then both Proxies are deleted.
+    await patch('unwatched', [{ op: 'replace', path: '/metadata/finalizers', value: [] }]);
+    await remove('unwatched');
+    await remove('unwatched-ext');
+    await gone('unwatched');
+    await gone('unwatched-ext');
+
+    // A new bridge process: its cache never saw either Proxy.
+    const next = createBridge({
+      kubeConfig: cp.kc,
+      client: cp.client,
+      taskQueue: cp.taskQueue,
+      logger: cp.logger,
+      timing: FAST_TIMING,
+      namespace: cp.namespace,
+    });
+    await next.start();
+    try {
+      await completed(proxyWorkflowId(managedRef));
+      await completed(proxyWorkflowId(externalRef));
+      expect(next.counters.orphanedRuns).toBeGreaterThanOrEqual(2);
+      expect(await instanceOf()).toHaveLength(0);
+    } finally {
+      await next.stop();
+      await cp.bridge.start();
+    }
+  });
+
   it('search attributes find a Proxy by namespace, name, provider and phase', async () => {
     await createProxy(cp.api, cp.namespace, 'findme', { mode: 'Managed', provider: 'local', port: 18186 });
     await waitFor('findme', 'Running', provisioned);

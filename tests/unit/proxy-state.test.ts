@@ -12,6 +12,7 @@ import {
   observe,
 } from '../../workflows/proxy/state.js';
 import { FailureType } from '../../workflows/proxy/failure-types.js';
+import { parseProxyWorkflowId, proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
 
 const T0 = new Date('2026-11-29T10:00:00Z');
@@ -100,6 +101,34 @@ describe('nextStep', () => {
     const s = running(state());
     applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
     expect(nextStep(s)).toEqual({ kind: 'delete' });
+  });
+
+  it('keeps a running instance when its cloud-init Secret goes away, and adopts no hash meanwhile', () => {
+    const s = running(state());
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, latencyMillis: 5, checkedAt: T0.toISOString() });
+    // The bridge hashes no content at all while the Secret is missing.
+    applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));
+    expect(nextStep(s)).toEqual({ kind: 'get' });
+    expect(s.instanceSpecHash).toBe('v2:aaaa');
+    const status = buildStatus(s, T0);
+    expect(status.phase).toBe('Ready');
+    expect(status.conditions?.find((c) => c.type === 'CloudInitError')).toMatchObject({
+      status: 'True',
+      message: 'Secret ns/s not found',
+    });
+    expect(status.conditions?.find((c) => c.type === 'Provisioned')?.status).toBe('True');
+    // The Secret returns with the same content: nothing to replace.
+    applySpec(s, desired());
+    expect(nextStep(s)).toEqual({ kind: 'get' });
+    expect(buildStatus(s, T0).conditions?.find((c) => c.type === 'CloudInitError')?.status).toBe('False');
+  });
+
+  it('replays the rule recorded before keepInstanceOnCloudInitProblem: the hash change replaced', () => {
+    const s = running(state());
+    applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));
+    const before = { keepInstanceOnCloudInitProblem: false };
+    expect(nextStep(s, before)).toEqual({ kind: 'delete' });
+    expect(buildStatus(s, T0, before).conditions?.some((c) => c.type === 'CloudInitError')).toBe(false);
   });
 
   it('adopts a hash that differs only by version without replacing', () => {
@@ -243,5 +272,15 @@ describe('conditions and status', () => {
     running(s);
     const status = buildStatus(s, T0);
     expect(status.conditions?.find((c) => c.type === 'QuotaExceeded')).toMatchObject({ status: 'False' });
+  });
+});
+
+describe('proxy workflow IDs', () => {
+  it('parse back to the reference they were made from, and reject anything else', () => {
+    const ref = { namespace: 'crawl-a', name: 'px-1', uid: '6f1c2a9e-0b1d-4c1e-9a57-1d2f3e4a5b6c' };
+    expect(parseProxyWorkflowId(proxyWorkflowId(ref))).toEqual(ref);
+    for (const id of ['gc/ns/name/uid', 'proxy/ns/name', 'proxy/ns/name/uid/extra', 'proxy//name/uid']) {
+      expect(parseProxyWorkflowId(id)).toBeUndefined();
+    }
   });
 });

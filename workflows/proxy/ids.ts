@@ -9,3 +9,12 @@ import type { ProxyRef } from './types.js';
 export function proxyWorkflowId(ref: ProxyRef): string {
   return `proxy/${ref.namespace}/${ref.name}/${ref.uid}`;
 }
+
+/** The reverse of proxyWorkflowId; undefined for any other ID. */
+export function parseProxyWorkflowId(workflowId: string): ProxyRef | undefined {
+  const parts = workflowId.split('/');
+  if (parts.length !== 4 || parts[0] !== 'proxy') return undefined;
+  const [, namespace, name, uid] = parts as [string, string, string, string];
+  if (!namespace || !name || !uid) return undefined;
+  return { namespace, name, uid };
+}

@@ -10,6 +10,24 @@ import type { InstanceState } from '../../providers/types.js';
 import { FailureType } from './failure-types.js';
 import type { DesiredSpec, HealthReport, ProxyState, ProxyStateView, ProxyWorkflowInput } from './types.js';
 
+/**
+ * Behaviour that changed after the workflow was first released. The workflow
+ * reads each flag from `patched()` once per run, so a history recorded before
+ * the change replays on the old rule; everything else gets the current one.
+ */
+export interface Rules {
+  /**
+   * A cloud-init Secret that goes missing, loses its label or its key while
+   * an instance runs keeps the instance (CloudInitError is raised instead):
+   * the spec hash then reflects no content at all, and replacing a working
+   * proxy for that would trade it for one that cannot be created. Before:
+   * the hash change replaced it.
+   */
+  keepInstanceOnCloudInitProblem: boolean;
+}
+
+export const CURRENT_RULES: Rules = { keepInstanceOnCloudInitProblem: true };
+
 export function initialState(input: ProxyWorkflowInput): ProxyState {
   return {
     ref: input.ref,
@@ -105,7 +123,7 @@ export type Step =
   | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' };
 
 /** The next step of a Managed proxy that is not being deleted. */
-export function nextStep(state: ProxyState): Step {
+export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES): Step {
   const { desired, failure } = state;
   if (desired.mode === 'External') return { kind: 'wait-for-signal' };
   if (failure && failure.generation === desired.generation) {
@@ -124,6 +142,9 @@ export function nextStep(state: ProxyState): Step {
     return { kind: 'create' };
   }
   if (state.replacing) return { kind: 'delete' };
+  // The hash of a spec whose cloud-init cannot be read says nothing about the
+  // instance: keep it, and neither replace nor adopt that hash.
+  if (desired.cloudInitProblem && rules.keepInstanceOnCloudInitProblem) return { kind: 'get' };
   if (!specMatchesInstance(state)) return { kind: 'delete' };
   // Only the hash algorithm changed: adopt the new hash, keep the instance.
   if (state.instanceSpecHash !== desired.specHash) state.instanceSpecHash = desired.specHash;
@@ -238,6 +259,7 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
   }
   if (desired.cloudInitProblem && !state.instanceId)
     return c('False', 'CloudInitError', desired.cloudInitProblem);
+
   if (state.replacing) {
     return c(
       'False',
@@ -279,11 +301,14 @@ function healthyCondition(state: ProxyState): ConditionSpec {
 function flagCondition(
   state: ProxyState,
   type: 'QuotaExceeded' | 'CloudInitError',
+  rules: Rules,
 ): ConditionSpec | undefined {
   const failure = state.failure;
   const active =
     (failure?.type === type && failure.generation === state.desired.generation) ||
-    (type === 'CloudInitError' && Boolean(state.desired.cloudInitProblem) && !state.instanceId);
+    (type === 'CloudInitError' &&
+      Boolean(state.desired.cloudInitProblem) &&
+      (!state.instanceId || rules.keepInstanceOnCloudInitProblem));
   const message =
     failure?.type === type
       ? failure.message
@@ -303,12 +328,12 @@ function flagCondition(
 }
 
 /** Conditions with Kubernetes semantics: lastTransitionTime moves only when status changes. */
-export function buildConditions(state: ProxyState, now: Date): Condition[] {
+export function buildConditions(state: ProxyState, now: Date, rules: Rules = CURRENT_RULES): Condition[] {
   const specs = [
     provisionedCondition(state),
     healthyCondition(state),
-    flagCondition(state, 'QuotaExceeded'),
-    flagCondition(state, 'CloudInitError'),
+    flagCondition(state, 'QuotaExceeded', rules),
+    flagCondition(state, 'CloudInitError', rules),
   ].filter((c): c is ConditionSpec => c !== undefined);
   return specs.map((spec) => {
     const previous = state.conditions.find((c) => c.type === spec.type);
@@ -326,8 +351,8 @@ export function buildConditions(state: ProxyState, now: Date): Condition[] {
 }
 
 /** Recomputes phase and conditions in place and returns the status to write. */
-export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
-  state.conditions = buildConditions(state, now);
+export function buildStatus(state: ProxyState, now: Date, rules: Rules = CURRENT_RULES): ProxyStatus {
+  state.conditions = buildConditions(state, now, rules);
   state.phase = derivePhase(state);
   const status: ProxyStatus = {
     phase: state.phase,

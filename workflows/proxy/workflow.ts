@@ -35,6 +35,7 @@ import {
   nextStep,
   observe,
   view,
+  type Rules,
 } from './state.js';
 import { DEFAULT_TIMING, type ProxyState, type ProxyTiming, type ProxyWorkflowInput } from './types.js';
 
@@ -85,6 +86,10 @@ const kubeLocal = proxyLocalActivities<KubeActivities>({
   },
 });
 const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
+/** Rules.keepInstanceOnCloudInitProblem. */
+const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
+/** A status write or cloud-init read that finds the Proxy gone ends the run as a deletion. */
+const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
 
 // Finalizer removal must eventually happen or the Proxy stays Terminating:
 // retry without limit.
@@ -108,7 +113,21 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const timing: ProxyTiming = { ...DEFAULT_TIMING, ...input.timing };
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: ProxyState = input.carried ?? initialState(input);
+  // Read once per run, before the first command: a run recorded before a
+  // rule changed replays on the old rule until its next continue-as-new.
+  const rules: Rules = { keepInstanceOnCloudInitProblem: patched(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM) };
+  const proxyGoneIsDeletion = patched(PROXY_GONE_IS_DELETION);
   let woken = false;
+
+  // The Proxy with this UID no longer exists (deleted while no bridge was
+  // watching, or its finalizer was removed by hand): nobody will signal the
+  // deletion, so the run cleans up and ends by itself.
+  const onProxyGone = (): void => {
+    if (proxyGoneIsDeletion && applyDeletion(state, { skipCleanup: false })) {
+      log.warn('the Proxy is gone; deleting its instance and ending', { proxy: state.ref });
+      woken = true;
+    }
+  };
 
   setHandler(specChangedSignal, (desired) => {
     if (applySpec(state, desired)) woken = true;
@@ -122,13 +141,14 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   setHandler(stateQuery, () => view(state));
 
   const publish = async (): Promise<void> => {
-    const status = buildStatus(state, new Date());
+    const status = buildStatus(state, new Date(), rules);
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
         const write = patched(STATUS_WRITES_AS_LOCAL) ? kubeLocal : kube;
-        await write.writeProxyStatus({ ref: state.ref, status });
+        const outcome = await write.writeProxyStatus({ ref: state.ref, status });
         state.lastWrittenStatus = serialised;
+        if (outcome === 'gone') onProxyGone();
       } catch (error) {
         log.warn('status write failed; will retry on the next change', { error: failureOf(error).message });
       }
@@ -178,7 +198,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       await runDeletion(state, timing, publish, pause, maybeContinueAsNew);
       return;
     }
-    const step = nextStep(state);
+    const step = nextStep(state, rules);
     switch (step.kind) {
       case 'wait-for-signal':
         await pause();
@@ -201,6 +221,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
           state.instanceState = 'Provisioning';
           if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
         } catch (error) {
+          if (failureOf(error).type === FailureType.ProxyGone) onProxyGone();
           await handleFailure(state, timing, error, pause);
         }
         break;
