@@ -38,6 +38,8 @@ export const PROBE_FAILURE_REASONS = [
   'InvalidProbeURL',
   /** The prober is stopping. */
   'Aborted',
+  /** The prober itself threw while probing (a bug, not the proxy's fault); the api log has the error. */
+  'ProberError',
 ] as const;
 export type ProbeFailureReason = (typeof PROBE_FAILURE_REASONS)[number];
 
@@ -158,6 +160,9 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
     type Stage = 'connect' | 'proxy' | 'tls' | 'response';
     let stage: Stage = 'connect';
     let done = false;
+    // The socket and the timer exist only once netConnect has returned; `finish` tolerates their absence.
+    let socket: Socket | undefined = undefined;
+    let timer: ReturnType<typeof setTimeout> | undefined = undefined;
     let tunnel: TLSSocket | undefined;
 
     const finish = (result: Omit<ProbeResult, 'durationMs'>): void => {
@@ -166,7 +171,7 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
       clearTimeout(timer);
       req.signal?.removeEventListener('abort', onAbort);
       tunnel?.destroy();
-      socket.destroy();
+      socket?.destroy();
       resolve({ ...result, durationMs: performance.now() - started });
     };
     const fail = (reason: ProbeFailureReason, message: string): void =>
@@ -191,16 +196,13 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
           return fail('Timeout', `no response from ${url.origin} through the proxy within ${t}`);
       }
     };
-    const timer = setTimeout(onTimeout, req.timeoutMs);
     const onAbort = (): void => fail('Aborted', 'probe cancelled');
     if (req.signal?.aborted) {
-      // Resolve without touching the network; `socket` is created below only when not aborted.
+      // Resolve without touching the network.
       done = true;
-      clearTimeout(timer);
       resolve({ ok: false, reason: 'Aborted', message: 'probe cancelled', durationMs: 0 });
       return;
     }
-    req.signal?.addEventListener('abort', onAbort, { once: true });
 
     const onStreamError = (error: unknown): void => {
       switch (stage) {
@@ -240,20 +242,30 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
     const requestHead = (target: string): string =>
       `GET ${target} HTTP/1.1\r\nHost: ${url.host}\r\nUser-Agent: ${ua}\r\nConnection: close\r\n\r\n`;
 
-    const socket: Socket = netConnect({ host: req.proxyHost, port: req.proxyPort });
-    socket.setNoDelay(true);
-    socket.on('error', onStreamError);
-    socket.on('close', onClosedEarly);
-    socket.once('connect', () => {
+    let conn: Socket;
+    try {
+      conn = netConnect({ host: req.proxyHost, port: req.proxyPort });
+    } catch (error) {
+      // A port or host the socket layer rejects (ERR_SOCKET_BAD_PORT, ...) throws here, before any socket exists.
+      return onStreamError(error);
+    }
+    socket = conn;
+    // Armed only now, so a timeout or an abort always finds the socket it has to destroy.
+    timer = setTimeout(onTimeout, req.timeoutMs);
+    req.signal?.addEventListener('abort', onAbort, { once: true });
+    conn.setNoDelay(true);
+    conn.on('error', onStreamError);
+    conn.on('close', onClosedEarly);
+    conn.once('connect', () => {
       if (!https) {
         stage = 'response';
-        readHead(socket, true, onResponse);
-        socket.write(requestHead(`${url.protocol}//${url.host}${url.pathname}${url.search}`));
+        readHead(conn, true, onResponse);
+        conn.write(requestHead(`${url.protocol}//${url.host}${url.pathname}${url.search}`));
         return;
       }
       stage = 'proxy';
       const authority = `${hostname}:${port}`;
-      readHead(socket, false, (head) => {
+      readHead(conn, false, (head) => {
         if ('garbage' in head)
           return fail('ProtocolError', `the proxy's CONNECT answer is not HTTP: ${head.garbage}`);
         if (head.status < 200 || head.status > 299) {
@@ -270,16 +282,21 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
         const name = bare(hostname);
         const extraCa =
           req.tls?.ca === undefined ? [] : Array.isArray(req.tls.ca) ? req.tls.ca : [req.tls.ca];
-        tunnel = tlsConnect({
-          socket,
-          host: name,
-          ...(isIP(name) === 0 ? { servername: name } : {}),
-          ALPNProtocols: ['http/1.1'],
-          rejectUnauthorized: true,
-          ...(extraCa.length > 0
-            ? { ca: [...rootCertificates, ...(extraCa as Array<string | Buffer>)] }
-            : {}),
-        });
+        try {
+          tunnel = tlsConnect({
+            socket: conn,
+            host: name,
+            ...(isIP(name) === 0 ? { servername: name } : {}),
+            ALPNProtocols: ['http/1.1'],
+            rejectUnauthorized: true,
+            ...(extraCa.length > 0
+              ? { ca: [...rootCertificates, ...(extraCa as Array<string | Buffer>)] }
+              : {}),
+          });
+        } catch (error) {
+          // A bad CA or option throws synchronously, here inside a socket's data handler: never let it escape.
+          return onStreamError(error);
+        }
         tunnel.on('error', onStreamError);
         tunnel.once('secureConnect', () => {
           stage = 'response';
@@ -287,7 +304,7 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
           tunnel!.write(requestHead(`${url.pathname}${url.search}`));
         });
       });
-      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
+      conn.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
     });
   });
 }

@@ -18,10 +18,16 @@
  * signaller gave up, the process stopped with a report pending). When the
  * Proxy's condition still disagrees with the prober's verdict `resyncAfterMs`
  * after the last report, the current verdict is sent again.
+ *
+ * Nothing a probe does can end a proxy's probe loop: a probe that throws
+ * counts as a failed probe (reason ProberError, logged), a throwing metric or
+ * `onProbe` hook is logged, and the next probe is always scheduled.
  */
 import { setMaxListeners } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { DEFAULT_HEALTH_CHECK } from '../../resources/proxy-schema.js';
 import type { HealthReport, HealthVerdict, ProxyRef } from '../../workflows/proxy/types.js';
 import { systemClock, type Clock, type Random } from './clock.js';
 import {
@@ -31,12 +37,21 @@ import {
   type ReportedLatency,
 } from './latency.js';
 import { registerProberMetrics, type SignalKind } from './metrics.js';
-import { parseProbeURL, probeThroughProxy, type ProbeResult, type ProbeTls } from './probe.js';
+import {
+  parseProbeURL,
+  probeThroughProxy,
+  type ProbeRequest,
+  type ProbeResult,
+  type ProbeTls,
+} from './probe.js';
 import { Scheduler, nextDue, seededFirstDelay, type ScheduledRun } from './schedule.js';
 import { sameHealthCheck, sameInstance, type ProbeTarget, type ProbeTargetSource } from './targets.js';
 import { initialThresholdState, recordProbe, type ThresholdState } from './thresholds.js';
 
 export type HealthSignal = (ref: ProxyRef, report: HealthReport) => void;
+
+/** The shipped cap on probes running at once. */
+export const DEFAULT_MAX_CONCURRENT_PROBES = 100;
 
 export interface ProbeEvent {
   key: string;
@@ -53,7 +68,7 @@ export interface ProberOptions {
   registry: Registry;
   clock?: Clock;
   random?: Random;
-  /** Probes running at once, at most (default 100). */
+  /** Probes running at once, at most (default DEFAULT_MAX_CONCURRENT_PROBES, 100). */
   maxConcurrentProbes?: number;
   /** Extra trust for https probe URLs (a private CA). */
   tls?: ProbeTls;
@@ -63,6 +78,8 @@ export interface ProberOptions {
   resyncAfterMs?: number;
   /** Called after every probe whose result counted: diagnostics and benchmarks. */
   onProbe?: (event: ProbeEvent) => void;
+  /** Runs one probe (default probeThroughProxy): unit tests replace the network. */
+  probe?: (request: ProbeRequest) => Promise<ProbeResult>;
 }
 
 export interface ProberStats {
@@ -97,6 +114,11 @@ interface Tracked {
 }
 
 const HEADER_SAFE = /^[\x20-\x7e]+$/;
+const DEFAULT_INTERVAL_MS = DEFAULT_HEALTH_CHECK.intervalSeconds * 1000;
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
 
 export function createProber(options: ProberOptions): Prober {
   const clock = options.clock ?? systemClock;
@@ -104,7 +126,8 @@ export function createProber(options: ProberOptions): Prober {
   const log = options.logger.child({ component: 'prober' });
   const latencyPolicy = options.latencyPolicy ?? DEFAULT_LATENCY_POLICY;
   const resyncAfterMs = options.resyncAfterMs ?? 300_000;
-  const maxConcurrent = Math.max(1, options.maxConcurrentProbes ?? 100);
+  const maxConcurrent = Math.max(1, options.maxConcurrentProbes ?? DEFAULT_MAX_CONCURRENT_PROBES);
+  const probe = options.probe ?? probeThroughProxy;
   if (options.userAgent !== undefined && !HEADER_SAFE.test(options.userAgent)) {
     throw new Error('prober userAgent must be printable ASCII');
   }
@@ -209,46 +232,58 @@ export function createProber(options: ProberOptions): Prober {
     try {
       options.signal(state.target.ref, report);
     } catch (error) {
-      log.error(
-        { proxy: state.target.key, err: error instanceof Error ? error.message : String(error) },
-        'health signal threw',
-      );
+      log.error({ proxy: state.target.key, err: errorText(error) }, 'health signal threw');
     }
   }
 
-  async function probeOnce(run: ScheduledRun<string>): Promise<void> {
-    const state = tracked.get(run.key);
-    if (state === undefined || stopped) return;
-    state.running = true;
-    const { target } = state;
-    const hc = target.healthCheck;
-    metrics.observeLag(run.lagMs / 1000);
-    let result: ProbeResult;
+  /** Runs `fn`, logging instead of throwing: for metrics and hooks, which must never stop a probe loop. */
+  function guarded(proxy: string, what: string, fn: () => void): void {
     try {
-      result = state.url
-        ? await probeThroughProxy({
-            proxyHost: target.host,
-            proxyPort: target.port,
-            url: state.url,
-            timeoutMs: hc.timeoutSeconds * 1000,
-            expectedStatusCodes: hc.expectedStatusCodes,
-            signal: abort.signal,
-            ...(options.tls ? { tls: options.tls } : {}),
-            ...(options.userAgent ? { userAgent: options.userAgent } : {}),
-          })
-        : {
-            ok: false,
-            durationMs: 0,
-            reason: 'InvalidProbeURL',
-            message: `probeURL ${JSON.stringify(hc.probeURL)} is not an http(s) URL`,
-          };
-    } finally {
-      state.running = false;
+      fn();
+    } catch (error) {
+      log.error({ proxy, err: error }, `${what} threw; ignored`);
     }
-    // Dropped, replaced or stopping while the probe ran: the result belongs to nobody.
-    if (stopped || tracked.get(run.key) !== state) return;
+  }
 
-    const now = clock.now();
+  /** One probe of `state`'s target. Never rejects: anything thrown on the way is a failed ProberError result. */
+  async function runProbe(key: string, state: Tracked): Promise<ProbeResult> {
+    const started = performance.now();
+    try {
+      const hc = state.target.healthCheck;
+      if (!state.url) {
+        return {
+          ok: false,
+          durationMs: 0,
+          reason: 'InvalidProbeURL',
+          message: `probeURL ${JSON.stringify(hc.probeURL)} is not an http(s) URL`,
+        };
+      }
+      return await probe({
+        proxyHost: state.target.host,
+        proxyPort: state.target.port,
+        url: state.url,
+        timeoutMs: hc.timeoutSeconds * 1000,
+        expectedStatusCodes: hc.expectedStatusCodes,
+        signal: abort.signal,
+        ...(options.tls ? { tls: options.tls } : {}),
+        ...(options.userAgent ? { userAgent: options.userAgent } : {}),
+      });
+    } catch (error) {
+      log.error(
+        { proxy: key, host: state.target.host, err: error },
+        'probe threw; counted as a failed probe',
+      );
+      return {
+        ok: false,
+        durationMs: performance.now() - started,
+        reason: 'ProberError',
+        message: `the prober failed while probing: ${errorText(error)}`,
+      };
+    }
+  }
+
+  /** Counts a result, folds it into the thresholds and sends what the fold calls for. */
+  function record(run: ScheduledRun<string>, state: Tracked, result: ProbeResult, now: number): void {
     counts.probes++;
     if (!result.ok) {
       counts.failures++;
@@ -257,10 +292,12 @@ export function createProber(options: ProberOptions): Prober {
         message: result.message ?? 'probe failed',
       };
     }
-    metrics.observeProbe(run.key, result.durationMs / 1000, result.ok);
-    options.onProbe?.({ key: run.key, lagMs: run.lagMs, result });
+    guarded(run.key, 'probe metrics', () =>
+      metrics.observeProbe(run.key, result.durationMs / 1000, result.ok),
+    );
+    guarded(run.key, 'onProbe', () => options.onProbe?.({ key: run.key, lagMs: run.lagMs, result }));
 
-    // Settings may have changed while the probe ran: fold and reschedule with the current ones.
+    // Settings may have changed while the probe ran: fold with the current ones.
     const settings = state.target.healthCheck;
     const latencyMillis = Math.round(result.durationMs);
     const folded = recordProbe(state.threshold, result.ok, settings);
@@ -268,7 +305,7 @@ export function createProber(options: ProberOptions): Prober {
     const verdict = folded.state.verdict;
     if (folded.changed) {
       log.info(
-        { proxy: run.key, host: target.host, verdict, reason: result.reason, message: result.message },
+        { proxy: run.key, host: state.target.host, verdict, reason: result.reason, message: result.message },
         'health verdict changed',
       );
       send(state, 'transition', now, result.ok ? latencyMillis : undefined);
@@ -288,10 +325,42 @@ export function createProber(options: ProberOptions): Prober {
       );
       send(state, 'resync', now, result.ok ? latencyMillis : state.latency?.millis);
     }
+  }
 
-    const next = nextDue(run.due, now, settings.intervalSeconds * 1000, random);
+  /** The next probe, with the current settings; a period that is not a positive number falls back to the default. */
+  function reschedule(run: ScheduledRun<string>, state: Tracked, now: number): void {
+    let intervalMs = DEFAULT_INTERVAL_MS;
+    guarded(run.key, 'reading the interval', () => {
+      const ms = state.target.healthCheck.intervalSeconds * 1000;
+      if (Number.isFinite(ms) && ms > 0) intervalMs = ms;
+    });
+    const next = nextDue(run.due, now, intervalMs, random);
     if (next.skipped) counts.skippedPeriods++;
     scheduler.schedule(run.key, next.due);
+  }
+
+  async function probeOnce(run: ScheduledRun<string>): Promise<void> {
+    const state = tracked.get(run.key);
+    if (state === undefined || stopped) return;
+    state.running = true;
+    guarded(run.key, 'lag metric', () => metrics.observeLag(run.lagMs / 1000));
+    let result: ProbeResult;
+    try {
+      result = await runProbe(run.key, state);
+    } finally {
+      state.running = false;
+    }
+    // Dropped, replaced or stopping while the probe ran: the result belongs to nobody.
+    if (stopped || tracked.get(run.key) !== state) return;
+
+    const now = clock.now();
+    try {
+      record(run, state, result, now);
+    } catch (error) {
+      log.error({ proxy: run.key, err: error }, 'recording a probe result threw; the proxy stays scheduled');
+    } finally {
+      reschedule(run, state, now);
+    }
   }
 
   return {

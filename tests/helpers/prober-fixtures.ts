@@ -3,7 +3,8 @@
  * target over HTTP or HTTPS (self-signed certificate made per run) whose
  * answer can be switched, misbehaving "proxies" that accept TCP and then do
  * the wrong thing, and a TCP relay that can cut a client off from a server
- * (Temporal unreachable) and let it back.
+ * (Temporal unreachable) and let it back. Also a manual clock and a seeded
+ * random source for driving the scheduler and the prober without real time.
  */
 import {
   createServer as createHttpServer,
@@ -15,6 +16,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { connect, createServer as createNetServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { generate } from 'selfsigned';
+import type { Clock, TimerHandle } from '../../api/prober/clock.js';
 
 export interface SeenRequest {
   method: string;
@@ -198,5 +200,52 @@ export async function startTcpRelay(target: string): Promise<TcpRelay> {
         for (const s of sockets) s.destroy();
         server.close(() => resolve());
       }),
+  };
+}
+
+/** A clock that moves only when told, firing due timers in time order. */
+export class ManualClock implements Clock {
+  private t = 0;
+  private timers: Array<{ at: number; fn: () => void; live: boolean }> = [];
+  /** The most timers ever pending at once: the scheduler must hold one, not one per key. */
+  maxPending = 0;
+
+  now(): number {
+    return this.t;
+  }
+
+  setTimer(fn: () => void, delayMs: number): TimerHandle {
+    const timer = { at: this.t + Math.max(0, delayMs), fn, live: true };
+    this.timers.push(timer);
+    this.maxPending = Math.max(this.maxPending, this.pendingTimers());
+    return { cancel: () => (timer.live = false) };
+  }
+
+  pendingTimers(): number {
+    return this.timers.filter((t) => t.live).length;
+  }
+
+  advanceTo(target: number): void {
+    for (;;) {
+      const due = this.timers.filter((t) => t.live && t.at <= target).sort((a, b) => a.at - b.at)[0];
+      if (!due) break;
+      this.t = due.at;
+      due.live = false;
+      due.fn();
+    }
+    this.t = target;
+    this.timers = this.timers.filter((t) => t.live);
+  }
+}
+
+/** A deterministic uniform generator (mulberry32). */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }

@@ -2,7 +2,8 @@
  * The prober with the real control plane: a Managed Proxy on the `local`
  * provider (a real forward proxy on the loopback), the prober watching the
  * real apiserver and signalling the real Proxy workflow, which writes status.
- * Then the signaller across a Temporal outage (a relay we cut).
+ * Then a prober restart (no flap), and the signaller across a Temporal outage
+ * (a relay we cut).
  */
 import { Client, Connection } from '@temporalio/client';
 import { Registry } from 'prom-client';
@@ -14,7 +15,7 @@ import type { HealthReport, ProxyRef } from '../../workflows/proxy/types.js';
 import { createProxyProbeTargets } from '../../api/prober/kube-targets.js';
 import type { ResilientInformer } from '../../kube/informer.js';
 import { createProxyInformer } from '../../kube/proxy-informer.js';
-import { createProber, type Prober } from '../../api/prober/prober.js';
+import { createProber, type ProbeEvent, type Prober } from '../../api/prober/prober.js';
 import { createTemporalHealthSignaller, type HealthSignaller } from '../../api/prober/signaller.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createProxy, getProxy } from '../helpers/kube.js';
@@ -57,6 +58,11 @@ describe('prober with the control plane', () => {
       (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'healthChanged',
     ) ?? [];
 
+  const signallerIdle = () =>
+    eventually('signals delivered', () =>
+      Promise.resolve(signaller!.stats().pending + signaller!.stats().inFlight === 0 ? true : undefined),
+    );
+
   it('a Managed proxy becomes Ready when a probe really egresses through it, Unhealthy when the probe URL fails, Ready again', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-probed', {
       mode: 'Managed',
@@ -66,7 +72,8 @@ describe('prober with the control plane', () => {
         probeURL: target.url,
         intervalSeconds: 1,
         timeoutSeconds: 2,
-        successThreshold: 1,
+        // Above 1 both ways, so the workflow only ever hears of a verdict reached over two probes.
+        successThreshold: 2,
         failureThreshold: 2,
       },
     });
@@ -111,14 +118,38 @@ describe('prober with the control plane', () => {
       Promise.resolve(target.requests.length >= probesNow + 3 ? true : undefined),
     );
     await prober.stop();
-    await eventually('signals delivered', () =>
-      Promise.resolve(signaller!.stats().pending + signaller!.stats().inFlight === 0 ? true : undefined),
-    );
-    const stats = prober.stats();
-    expect(stats.signals.transition).toBe(3);
-    const sent = stats.signals.transition + stats.signals.latency + stats.signals.resync;
-    expect(signaller.stats()).toMatchObject({ delivered: sent, dropped: 0 });
-    expect(await healthSignals(proxyWorkflowId(ref))).toHaveLength(sent);
+    await signallerIdle();
+    // Exactly the three transitions: a latency update (rate-limited to one a minute from the last
+    // report) or a resync (5 min of disagreement) would be a bug in a run this short.
+    expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0 });
+    expect(signaller.stats()).toMatchObject({ delivered: 3, dropped: 0 });
+    expect(await healthSignals(proxyWorkflowId(ref))).toHaveLength(3);
+  });
+
+  it('a restarted prober on a Ready proxy keeps its verdict: probes succeed and the workflow hears nothing', async () => {
+    expect(ip).toBeDefined();
+    const workflowId = proxyWorkflowId(ref);
+    await waitFor('Ready, Healthy=True', (p) => p.status?.phase === 'Ready' && healthy(p)?.status === 'True');
+    const before = (await healthSignals(workflowId)).length;
+    const probes: ProbeEvent[] = [];
+    // A new prober on the same informer, as after an api process restart: seeded from the Healthy condition.
+    prober = createProber({
+      targets: createProxyProbeTargets(informer!),
+      signal: signaller!.signal,
+      logger: cp.logger,
+      registry: new Registry(),
+      onProbe: (e) => probes.push(e),
+    });
+    await prober.start();
+    expect(prober.verdict(`${cp.namespace}/px-probed`)).toBe('Healthy');
+    // More successes than successThreshold (2): a verdict wrongly restarted from Unknown would flip here.
+    await eventually('four probes', () => Promise.resolve(probes.length >= 4 ? true : undefined));
+    await prober.stop();
+    await signallerIdle();
+    expect(probes.every((e) => e.result.ok)).toBe(true);
+    expect(prober.stats().signals).toEqual({ transition: 0, latency: 0, resync: 0 });
+    expect(await healthSignals(workflowId)).toHaveLength(before);
+    expect(healthy(await getProxy(cp.api, cp.namespace, 'px-probed'))?.status).toBe('True');
   });
 
   it('Temporal unreachable: the latest report per proxy is delivered when it is back, not a backlog', async () => {

@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import type { Clock, TimerHandle } from '../../api/prober/clock.js';
 import {
   DueHeap,
   Scheduler,
@@ -8,53 +7,7 @@ import {
   seededFirstDelay,
   type ScheduledRun,
 } from '../../api/prober/schedule.js';
-
-/** A clock that moves only when told, firing due timers in time order. */
-class ManualClock implements Clock {
-  private t = 0;
-  private timers: Array<{ at: number; fn: () => void; live: boolean }> = [];
-  /** The most timers ever pending at once: the scheduler must hold one, not one per key. */
-  maxPending = 0;
-
-  now(): number {
-    return this.t;
-  }
-
-  setTimer(fn: () => void, delayMs: number): TimerHandle {
-    const timer = { at: this.t + Math.max(0, delayMs), fn, live: true };
-    this.timers.push(timer);
-    this.maxPending = Math.max(this.maxPending, this.pendingTimers());
-    return { cancel: () => (timer.live = false) };
-  }
-
-  pendingTimers(): number {
-    return this.timers.filter((t) => t.live).length;
-  }
-
-  advanceTo(target: number): void {
-    for (;;) {
-      const due = this.timers.filter((t) => t.live && t.at <= target).sort((a, b) => a.at - b.at)[0];
-      if (!due) break;
-      this.t = due.at;
-      due.live = false;
-      due.fn();
-    }
-    this.t = target;
-    this.timers = this.timers.filter((t) => t.live);
-  }
-}
-
-/** A deterministic uniform generator (mulberry32). */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { ManualClock, seeded } from '../helpers/prober-fixtures.js';
 
 /** Resolves pending promise callbacks (run completions) without moving the clock. */
 const settle = () => new Promise<void>((r) => setImmediate(r));

@@ -1,0 +1,186 @@
+/**
+ * The prober's loop on a manual clock, with the network replaced by an
+ * injected probe function (or, for a port the socket layer rejects, the real
+ * probe, which fails before any socket exists): nothing a probe does stops a
+ * proxy from being probed again, and the latency rule holds through the
+ * prober, not only in latencyWorthReporting.
+ */
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ProbeRequest, ProbeResult } from '../../api/prober/probe.js';
+import { createProber, type ProbeEvent, type Prober } from '../../api/prober/prober.js';
+import { createStaticProbeTargets, type ProbeTarget } from '../../api/prober/targets.js';
+import type { HealthReport } from '../../workflows/proxy/types.js';
+import { ManualClock } from '../helpers/prober-fixtures.js';
+
+const INTERVAL_MS = 10_000;
+
+function target(over: Partial<ProbeTarget> = {}): ProbeTarget {
+  return {
+    key: 'ns/p1',
+    ref: { namespace: 'ns', name: 'p1', uid: 'uid-1' },
+    host: '127.0.0.1',
+    port: 3128,
+    healthCheck: {
+      probeURL: 'http://127.0.0.1:1/',
+      intervalSeconds: INTERVAL_MS / 1000,
+      timeoutSeconds: 1,
+      failureThreshold: 2,
+      successThreshold: 2,
+      expectedStatusCodes: [204],
+    },
+    condition: 'Unknown',
+    ...over,
+  };
+}
+
+/** Resolves pending promise callbacks (probe completions) without moving the clock. */
+const settle = () => new Promise<void>((r) => setImmediate(r));
+
+describe('prober loop', () => {
+  let prober: Prober | undefined;
+  afterEach(async () => {
+    await prober?.stop();
+    prober = undefined;
+  });
+
+  async function start(options: {
+    target: ProbeTarget;
+    probe?: (req: ProbeRequest) => Promise<ProbeResult>;
+    onProbe?: (e: ProbeEvent) => void;
+  }) {
+    const clock = new ManualClock();
+    const signals: HealthReport[] = [];
+    const logs: Array<{ level: number; msg: string; proxy?: string }> = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        logs.push(JSON.parse(chunk.toString()) as (typeof logs)[number]);
+        done();
+      },
+    });
+    const probes: ProbeEvent[] = [];
+    prober = createProber({
+      targets: createStaticProbeTargets([options.target]),
+      signal: (_ref, report) => signals.push(report),
+      logger: pino({ level: 'warn' }, sink),
+      registry: new Registry(),
+      clock,
+      // Seeded first probes at half an interval, then exactly one interval apart.
+      random: () => 0.5,
+      onProbe: (e) => {
+        probes.push(e);
+        options.onProbe?.(e);
+      },
+      ...(options.probe ? { probe: options.probe } : {}),
+    });
+    await prober.start();
+    await settle();
+    const p = prober;
+    /** Moves the clock to `t` in one-second steps, letting each probe finish and reschedule. */
+    const runUntil = async (t: number) => {
+      for (let now = clock.now() + 1_000; now <= t; now += 1_000) {
+        clock.advanceTo(now);
+        await settle();
+      }
+    };
+    return { clock, signals, logs, probes, prober: p, runUntil };
+  }
+
+  it('a probe that throws or rejects is a failed ProberError probe, logged, and the proxy keeps being probed', async () => {
+    const outcomes: Array<'throw' | 'reject' | 'ok'> = ['throw', 'reject', 'ok', 'ok'];
+    let calls = 0;
+    const { signals, logs, prober, runUntil } = await start({
+      target: target(),
+      probe: () => {
+        const outcome = outcomes[calls++] ?? 'ok';
+        if (outcome === 'throw') throw new Error('boom (sync)');
+        if (outcome === 'reject') return Promise.reject(new Error('boom (async)'));
+        return Promise.resolve({ ok: true, status: 204, durationMs: 7 });
+      },
+    });
+    // Never probed (Unknown): the first probe at once, then one per interval.
+    await runUntil(3 * INTERVAL_MS);
+    expect(calls).toBe(4);
+    expect(prober.stats()).toMatchObject({ probes: 4, failures: 2 });
+    expect(signals).toHaveLength(2);
+    expect(signals[0]).toMatchObject({ healthy: false, reason: 'ProberError' });
+    expect(signals[0]!.message).toContain('boom (async)');
+    expect(signals[1]).toMatchObject({ healthy: true, latencyMillis: 7 });
+    const thrown = logs.filter((l) => l.msg === 'probe threw; counted as a failed probe');
+    expect(thrown.map((l) => l.proxy)).toEqual(['ns/p1', 'ns/p1']);
+    await runUntil(6 * INTERVAL_MS);
+    expect(calls).toBe(7);
+  });
+
+  it('a port that makes connect throw synchronously fails with ConnectFailed, and the proxy keeps being probed', async () => {
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', onUncaught);
+    try {
+      // The real probe: it must fail before any socket exists, without throwing.
+      const { signals, probes, prober, runUntil } = await start({ target: target({ port: 70_000 }) });
+      await runUntil(3 * INTERVAL_MS);
+      expect(probes.map((p) => p.result.reason)).toEqual([
+        'ConnectFailed',
+        'ConnectFailed',
+        'ConnectFailed',
+        'ConnectFailed',
+      ]);
+      expect(prober.verdict('ns/p1')).toBe('Unhealthy');
+      expect(signals).toHaveLength(1);
+      expect(signals[0]).toMatchObject({ healthy: false, reason: 'ConnectFailed' });
+      expect(signals[0]!.message).toContain('ERR_SOCKET_BAD_PORT');
+      // Past the probe's own timeout (1 s of real time): no timer fires into a missing socket.
+      await new Promise((r) => setTimeout(r, 1_200));
+      expect(uncaught).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+
+  it('a throwing onProbe hook is logged and changes nothing: verdicts and the schedule go on', async () => {
+    let calls = 0;
+    const { signals, logs, prober, runUntil } = await start({
+      target: target(),
+      probe: () => {
+        calls++;
+        return Promise.resolve({ ok: true, status: 204, durationMs: 3 });
+      },
+      onProbe: () => {
+        throw new Error('hook bug');
+      },
+    });
+    await runUntil(3 * INTERVAL_MS);
+    expect(calls).toBe(4);
+    expect(prober.verdict('ns/p1')).toBe('Healthy');
+    expect(signals).toEqual([expect.objectContaining({ healthy: true, latencyMillis: 3 })]);
+    expect(logs.filter((l) => l.msg === 'onProbe threw; ignored')).toHaveLength(4);
+  });
+
+  it('a latency change sends one latency signal; a second change within a minute is held back until the minute is up', async () => {
+    let latency = 10;
+    const { signals, prober, runUntil } = await start({
+      // Seeded Healthy at 10 ms, as after a restart: the latency rule is rate-limited from the seed.
+      target: target({ condition: 'Healthy', latencyMillis: 10 }),
+      probe: () => Promise.resolve({ ok: true, status: 204, durationMs: latency }),
+    });
+    // Probes at 5 s, 15 s, ... 65 s, all at the seeded latency: nothing to say.
+    await runUntil(66_000);
+    expect(signals).toEqual([]);
+
+    latency = 100;
+    await runUntil(76_000); // the 75 s probe: +90 ms, more than a minute after the seed
+    expect(signals).toEqual([expect.objectContaining({ healthy: true, latencyMillis: 100 })]);
+
+    latency = 300;
+    await runUntil(134_000); // probes at 85 ... 125 s: within a minute of the 75 s report
+    expect(signals).toHaveLength(1);
+
+    await runUntil(136_000); // the 135 s probe: a minute after the last report
+    expect(signals).toHaveLength(2);
+    expect(signals[1]).toMatchObject({ healthy: true, latencyMillis: 300 });
+    expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0 });
+  });
+});
