@@ -138,5 +138,18 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
           throw toApplicationFailure(error);
         }
       }),
+
+    findInstanceByUid: ({ provider: name, uid }) =>
+      heartbeating(async () => {
+        const provider = lookup(name);
+        try {
+          // Lists every instance the provider manages: rare (a deletion by a
+          // run that never recorded its instance), so the cost is acceptable.
+          const mine = (await provider.listByTag(abortSignal())).find((i) => i.uid === uid);
+          return mine ? { id: mine.id } : {};
+        } catch (error) {
+          throw toApplicationFailure(error);
+        }
+      }),
   };
 }

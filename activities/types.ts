@@ -31,6 +31,8 @@ export interface ProviderActivities {
   createInstance(input: CreateInstanceInput): Promise<CreateInstanceResult>;
   getInstance(input: InstanceRef): Promise<GetInstanceResult>;
   deleteInstance(input: InstanceRef): Promise<void>;
+  /** The instance carrying this Proxy UID's mark, if any (a run that never learned its ID). */
+  findInstanceByUid(input: { provider: string; uid: string }): Promise<{ id?: string }>;
 }
 
 export interface KubeActivities {

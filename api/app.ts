@@ -10,13 +10,13 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
 import { DEFAULT_LEASE_TTL_SECONDS, DEFAULT_MAX_LEASE_TTL_SECONDS } from './config.js';
-import type { LeaseStore } from './lease-store.js';
+import { REPORT_RESULTS, type LeaseStore, type ReportResult } from './lease-store.js';
 import { metricsHandler, registerApiMetrics, registerProcessMetrics } from './metrics.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
 import {
   buildOpenApiDocument,
-  leaseRequestSchema,
-  reportRequestSchema,
+  decodeLeaseRequest,
+  decodeReportRequest,
   type ErrorCode,
   type ProxyJson,
   type leaseSchema,
@@ -59,7 +59,6 @@ export function createApi(options: CreateApiOptions): Hono {
 
   const metrics = registerApiMetrics(registry, { catalog, leaseStore });
   if (options.processMetrics ?? true) registerProcessMetrics(registry);
-  const leaseRequest = leaseRequestSchema(maxTtl);
   const openApi = JSON.stringify(buildOpenApiDocument({ maxLeaseTtlSeconds: maxTtl }));
   const checkToken = options.token === '' ? undefined : tokenChecker(options.token);
   if (!checkToken) {
@@ -96,7 +95,8 @@ export function createApi(options: CreateApiOptions): Hono {
   const limitBody = boundedBody(
     bodyLimit({
       maxSize: MAX_BODY_BYTES,
-      onError: (c) => fail(c, 400, 'invalid_body', `request body exceeds ${MAX_BODY_BYTES} bytes`),
+      // The message Go's http.MaxBytesReader gives the seed's decoder.
+      onError: (c) => fail(c, 400, 'invalid_body', 'http: request body too large'),
     }),
   );
 
@@ -105,17 +105,12 @@ export function createApi(options: CreateApiOptions): Hono {
   app.get('/openapi.json', (c) => c.body(openApi, 200, { 'Content-Type': 'application/json' }));
 
   app.get('/v1/proxies', async (c) => {
-    const query = new URL(c.req.url).searchParams;
     let healthy: boolean | undefined;
     const selector: Array<[string, string]> = [];
-    const seen = new Set<string>();
-    for (const [key, value] of query) {
-      // Like Go's url.Values lookups, the first value of a repeated key wins.
-      if (seen.has(key)) continue;
-      seen.add(key);
+    for (const [key, value] of goQueryValues(rawQuery(c.req.url))) {
       if (key === 'healthy') {
         if (value !== 'true' && value !== 'false') {
-          return fail(c, 400, 'invalid_query', `healthy must be true or false, got ${JSON.stringify(value)}`);
+          return fail(c, 400, 'invalid_query', `healthy must be true or false, got ${goQuote(value)}`);
         }
         healthy = value === 'true';
       } else if (key.startsWith('attr.')) {
@@ -136,26 +131,16 @@ export function createApi(options: CreateApiOptions): Hono {
   });
 
   app.post('/v1/leases', limitBody, async (c) => {
-    const body = await readJson(c);
-    if (!body.ok) return body.response;
-    const parsed = leaseRequest.safeParse(body.value);
-    if (!parsed.success) {
-      const ttlRange = parsed.error.issues.every(
-        (i) =>
-          i.path.length === 1 &&
-          i.path[0] === 'ttlSeconds' &&
-          (i.code === 'too_big' || i.code === 'too_small'),
-      );
-      return ttlRange
-        ? fail(c, 400, 'invalid_ttl', `ttlSeconds must be between 1 and ${maxTtl}`)
-        : fail(c, 400, 'invalid_body', describeIssues(parsed.error));
+    const body = await readBody(c);
+    if (typeof body !== 'string') return body;
+    const decoded = decodeLeaseRequest(body);
+    if (!decoded.ok) return fail(c, 400, 'invalid_body', decoded.message);
+    const ttlSeconds = decoded.value.ttlSeconds || defaultTtl;
+    if (ttlSeconds < 1 || ttlSeconds > maxTtl) {
+      return fail(c, 400, 'invalid_ttl', `ttlSeconds must be between 1 and ${maxTtl}`);
     }
-    const ttlSeconds = parsed.data?.ttlSeconds || defaultTtl;
-    const target = parsed.data?.target ?? '';
-    // Own keys of the decoded JSON: zod's record output drops a "__proto__"
-    // key, which would silently widen the selector.
-    const rawSelector = (body.value as { selector?: Record<string, string> | null } | null)?.selector;
-    const selector = rawSelector ? Object.entries(rawSelector) : [];
+    const { target } = decoded.value;
+    const selector = decoded.value.selector ? [...decoded.value.selector] : [];
     if (!catalog.synced()) return notSynced(c);
 
     const { candidates, unhealthy } =
@@ -189,25 +174,20 @@ export function createApi(options: CreateApiOptions): Hono {
   });
 
   app.post('/v1/leases/:id/report', limitBody, async (c) => {
-    const body = await readJson(c);
-    if (!body.ok) return body.response;
-    const parsed = reportRequestSchema.safeParse(body.value);
-    if (!parsed.success) {
-      const raw = body.value as { result?: unknown } | null;
-      const result = raw === null || typeof raw !== 'object' || Array.isArray(raw) ? undefined : raw.result;
-      const onlyResult = parsed.error.issues.every((i) => i.path.length === 1 && i.path[0] === 'result');
-      // A result of the right type but an unknown value is invalid_result; a
-      // wrong type anywhere is a malformed body.
-      return onlyResult && (result === undefined || result === null || typeof result === 'string')
-        ? fail(
-            c,
-            400,
-            'invalid_result',
-            `result must be one of ok, rate_limited, banned; got ${JSON.stringify(result ?? '')}`,
-          )
-        : fail(c, 400, 'invalid_body', describeIssues(parsed.error));
+    const body = await readBody(c);
+    if (typeof body !== 'string') return body;
+    const decoded = decodeReportRequest(body);
+    if (!decoded.ok) return fail(c, 400, 'invalid_body', decoded.message);
+    const { result, target } = decoded.value;
+    if (!isReportResult(result)) {
+      return fail(
+        c,
+        400,
+        'invalid_result',
+        `result must be one of ok, rate_limited, banned; got ${goQuote(result)}`,
+      );
     }
-    const outcome = await leaseStore.report(c.req.param('id'), parsed.data.result, parsed.data.target ?? '');
+    const outcome = await leaseStore.report(c.req.param('id'), result, target);
     if (outcome === 'unknown_lease') return fail(c, 404, 'unknown_lease', 'no such lease');
     return c.body(null, 204);
   });
@@ -283,21 +263,17 @@ function tokenChecker(token: string): (header: string | undefined) => boolean {
   };
 }
 
-type ReadResult = { ok: true; value: unknown } | { ok: false; response: Response };
-
-async function readJson(c: Context): Promise<ReadResult> {
-  let text: string;
+/** The body as text, or the 400 to answer when it cannot be read. */
+async function readBody(c: Context): Promise<string | Response> {
   try {
-    text = await c.req.text();
+    return await c.req.text();
   } catch {
-    return { ok: false, response: fail(c, 400, 'invalid_body', 'could not read the request body') };
+    return fail(c, 400, 'invalid_body', 'could not read the request body');
   }
-  if (text.trim() === '') return { ok: false, response: fail(c, 400, 'invalid_body', 'empty request body') };
-  try {
-    return { ok: true, value: JSON.parse(text) as unknown };
-  } catch (err) {
-    return { ok: false, response: fail(c, 400, 'invalid_body', `malformed JSON: ${(err as Error).message}`) };
-  }
+}
+
+function isReportResult(result: string): result is ReportResult {
+  return (REPORT_RESULTS as readonly string[]).includes(result);
 }
 
 /**
@@ -349,18 +325,144 @@ function partition(views: readonly ProxyView[], selector: ReadonlyArray<[string,
   return { candidates, unhealthy };
 }
 
-function describeIssues(error: z.ZodError): string {
-  return error.issues
-    .slice(0, 5)
-    .map((i) => `${i.path.length ? i.path.join('.') : 'body'}: ${i.message}`)
-    .join('; ');
-}
-
+/**
+ * Every selector pair must equal the proxy's attribute, and a missing
+ * attribute reads as "" (a Go map lookup), so `attr.geo=` selects the
+ * proxies without a geo.
+ */
 function matches(p: ProxyView, selector: ReadonlyArray<[string, string]>): boolean {
   for (const [key, value] of selector) {
-    if (!Object.hasOwn(p.attributes, key) || p.attributes[key] !== value) return false;
+    if ((Object.hasOwn(p.attributes, key) ? p.attributes[key] : '') !== value) return false;
   }
   return true;
+}
+
+/** Everything after the first "?", as Go's RawQuery holds it. */
+function rawQuery(url: string): string {
+  const q = url.indexOf('?');
+  return q < 0 ? '' : url.slice(q + 1);
+}
+
+/** net/url's limit: a query with more parameters is not parsed at all (Go ≥ 1.24). */
+const MAX_QUERY_PARAMS = 10_000;
+
+/**
+ * The first value of every key, as the seed read them: `r.URL.Query()`
+ * (net/url's ParseQuery, its error ignored) then `values[0]`. Pairs holding
+ * a ";" or a malformed escape (`%zz`, `%4`) are dropped, not rejected; "+" is
+ * a space. Bytes that are not UTF-8 are kept, one lone surrogate U+DC80-DCFF
+ * per byte, so they compare unequal to every real attribute, as Go's byte
+ * strings do; `goQuote` prints them back as \xNN.
+ */
+export function goQueryValues(raw: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let ampersands = 0;
+  for (let i = raw.indexOf('&'); i >= 0; i = raw.indexOf('&', i + 1)) ampersands++;
+  if (ampersands + 1 > MAX_QUERY_PARAMS) return out;
+  for (const pair of raw.split('&')) {
+    if (pair === '' || pair.includes(';')) continue;
+    const eq = pair.indexOf('=');
+    const key = queryUnescape(eq < 0 ? pair : pair.slice(0, eq));
+    const value = queryUnescape(eq < 0 ? '' : pair.slice(eq + 1));
+    if (key === undefined || value === undefined) continue;
+    if (!out.has(key)) out.set(key, value);
+  }
+  return out;
+}
+
+const MALFORMED_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
+
+/** url.QueryUnescape; undefined where Go returns an error. */
+function queryUnescape(s: string): string | undefined {
+  if (!s.includes('%')) return s.includes('+') ? s.replaceAll('+', ' ') : s;
+  if (MALFORMED_ESCAPE.test(s)) return undefined;
+  const src = Buffer.from(s, 'utf8');
+  const bytes = new Uint8Array(src.length);
+  let n = 0;
+  for (let i = 0; i < src.length; i++) {
+    const b = src[i]!;
+    if (b === 0x25) {
+      bytes[n++] = parseInt(String.fromCharCode(src[i + 1]!, src[i + 2]!), 16);
+      i += 2;
+    } else {
+      bytes[n++] = b === 0x2b ? 0x20 : b;
+    }
+  }
+  return decodeUtf8Escaping(bytes.subarray(0, n));
+}
+
+/** UTF-8 to a string, with each byte Go's DecodeRune rejects kept as U+DC00 + byte. */
+function decodeUtf8Escaping(bytes: Uint8Array): string {
+  let out = '';
+  for (let i = 0; i < bytes.length;) {
+    const [rune, width] = decodeRune(bytes, i);
+    out += rune < 0 ? String.fromCharCode(0xdc00 + bytes[i]!) : String.fromCodePoint(rune);
+    i += width;
+  }
+  return out;
+}
+
+/** utf8.DecodeRune: the rune and its width, or -1 and width 1 for an invalid byte. */
+function decodeRune(b: Uint8Array, i: number): [number, number] {
+  const b0 = b[i]!;
+  if (b0 < 0x80) return [b0, 1];
+  const cont = (k: number, lo = 0x80, hi = 0xbf) => i + k < b.length && b[i + k]! >= lo && b[i + k]! <= hi;
+  if (b0 >= 0xc2 && b0 <= 0xdf && cont(1)) return [((b0 & 0x1f) << 6) | (b[i + 1]! & 0x3f), 2];
+  if (b0 >= 0xe0 && b0 <= 0xef) {
+    const lo = b0 === 0xe0 ? 0xa0 : 0x80;
+    const hi = b0 === 0xed ? 0x9f : 0xbf;
+    if (cont(1, lo, hi) && cont(2)) {
+      return [((b0 & 0x0f) << 12) | ((b[i + 1]! & 0x3f) << 6) | (b[i + 2]! & 0x3f), 3];
+    }
+  }
+  if (b0 >= 0xf0 && b0 <= 0xf4) {
+    const lo = b0 === 0xf0 ? 0x90 : 0x80;
+    const hi = b0 === 0xf4 ? 0x8f : 0xbf;
+    if (cont(1, lo, hi) && cont(2) && cont(3)) {
+      const rune =
+        ((b0 & 0x07) << 18) | ((b[i + 1]! & 0x3f) << 12) | ((b[i + 2]! & 0x3f) << 6) | (b[i + 3]! & 0x3f);
+      return [rune, 4];
+    }
+  }
+  return [-1, 1];
+}
+
+/** strconv.IsPrint: letters, marks, numbers, punctuation, symbols and the ASCII space. */
+const GO_PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u;
+const GO_ESCAPES: Record<number, string> = {
+  0x07: '\\a',
+  0x08: '\\b',
+  0x0c: '\\f',
+  0x0a: '\\n',
+  0x0d: '\\r',
+  0x09: '\\t',
+  0x0b: '\\v',
+};
+
+/**
+ * Go's `%q` (strconv.Quote), which the seed used to echo a bad value back.
+ * Lone surrogates U+DC80-DCFF are bytes that were not UTF-8 (see
+ * `goQueryValues`) and print as \xNN; any other lone surrogate is U+FFFD.
+ */
+export function goQuote(s: string): string {
+  let out = '"';
+  for (let i = 0; i < s.length;) {
+    let rune = s.codePointAt(i)!;
+    i += rune > 0xffff ? 2 : 1;
+    if (rune >= 0xdc80 && rune <= 0xdcff) {
+      out += `\\x${(rune - 0xdc00).toString(16).padStart(2, '0')}`;
+      continue;
+    }
+    if (rune >= 0xd800 && rune <= 0xdfff) rune = 0xfffd;
+    const ch = String.fromCodePoint(rune);
+    if (rune === 0x22 || rune === 0x5c) out += `\\${ch}`;
+    else if (GO_PRINTABLE.test(ch)) out += ch;
+    else if (GO_ESCAPES[rune]) out += GO_ESCAPES[rune];
+    else if (rune < 0x20 || rune === 0x7f) out += `\\x${rune.toString(16).padStart(2, '0')}`;
+    else if (rune < 0x10000) out += `\\u${rune.toString(16).padStart(4, '0')}`;
+    else out += `\\U${rune.toString(16).padStart(8, '0')}`;
+  }
+  return `${out}"`;
 }
 
 function toJson(p: ProxyView, activeLeases: number): ProxyJson {

@@ -80,14 +80,14 @@ export type AcquireOutcome<C extends Candidate = Candidate> =
 /**
  * `cooldown`: a rate_limited/banned report started a cooldown.
  * `acknowledged`: an `ok` report, nothing recorded.
- * `unknown_lease`: the id was never issued, or it ended more than one
- * cooldown window ago.
+ * `unknown_lease`: the id was never issued, was released, or expired more
+ * than one cooldown window ago.
  */
 export type ReportOutcome = 'cooldown' | 'acknowledged' | 'unknown_lease';
 
 export interface LeaseStore {
   acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>>;
-  /** Idempotent; unknown and already-ended leases are a no-op. */
+  /** Forgets the lease (a later report is `unknown_lease`); idempotent, unknown ids are a no-op. */
   release(id: string): Promise<void>;
   /** `target` '' falls back to the lease's own target, then to the global pool. */
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome>;
@@ -99,8 +99,8 @@ interface LeaseRecord {
   readonly id: string;
   readonly proxy: string;
   readonly target: string;
-  /** When the lease stops holding a slot: its TTL, or the release time if released early. */
-  endsAt: number;
+  /** When the lease stops holding a slot (its TTL); reportable until one cooldown window later. */
+  readonly endsAt: number;
 }
 
 const GLOBAL = '';
@@ -126,7 +126,7 @@ export function newLeaseId(): string {
 
 export interface MemoryLeaseStoreOptions {
   clock?: Clock;
-  /** How long a rate_limited/banned report blocks the (proxy, target) pair; also how long an ended lease stays reportable. */
+  /** How long a rate_limited/banned report blocks the (proxy, target) pair; also how long an expired lease stays reportable. */
   cooldownMs?: number;
   newId?: () => string;
 }
@@ -135,7 +135,7 @@ export class MemoryLeaseStore implements LeaseStore {
   readonly cooldownMs: number;
   private readonly clock: Clock;
   private readonly newId: () => string;
-  /** Every lease still reportable (ended less than one cooldown window ago), by id. */
+  /** Every lease still reportable (unreleased, and expired less than one cooldown window ago), by id. */
   private readonly leases = new Map<string, LeaseRecord>();
   /** Per proxy, the leases that may still hold a slot; ended ones are pruned when read. */
   private readonly holding = new Map<string, Set<LeaseRecord>>();
@@ -208,14 +208,14 @@ export class MemoryLeaseStore implements LeaseStore {
     return { granted: toLease(record), candidate: best, activeLeases: bestActive + 1, stats };
   }
 
+  /**
+   * Frees the slot and forgets the lease, as the seed's `Release` did
+   * (`dropLocked`): only an expired lease stays reportable, so a crawler
+   * reports before it releases.
+   */
   releaseNow(id: string): void {
     const record = this.leases.get(id);
-    if (!record) return;
-    const now = this.clock.now();
-    // Ending the lease now frees the slot and starts its reporting window,
-    // so "release, then report the 429" still lands.
-    if (record.endsAt > now) record.endsAt = now;
-    this.unhold(record);
+    if (record) this.forget(record);
   }
 
   reportNow(id: string, result: ReportResult, target: string): ReportOutcome {
@@ -271,7 +271,7 @@ export class MemoryLeaseStore implements LeaseStore {
     return () => clearInterval(timer);
   }
 
-  /** Number of lease records kept (active or still reportable); for tests and memory accounting. */
+  /** Number of lease records kept (active, or expired and still reportable); for tests and memory accounting. */
   get retainedLeases(): number {
     return this.leases.size;
   }

@@ -37,6 +37,19 @@ describe('GET /v1/proxies', () => {
     ['?attr.geo=eu&attr.geo=us', ['default/eu-healthy', 'default/eu-sick']],
     ['?attr.geo=mars', []],
     ['?attr.purpose=crawl&unrelated=1', ['default/eu-healthy']],
+    // A missing attribute reads as "", as a Go map lookup does (the seed's matchesAttributes).
+    ['?attr.geo=', ['default/plain']],
+    ['?attr.geo', ['default/plain']],
+    ['?attr.purpose=', ['default/eu-sick', 'default/plain', 'default/us-healthy']],
+    ['?attr.purpose=&healthy=true', ['default/plain', 'default/us-healthy']],
+    // net/url's Query(): a pair with a bad escape or a ";" is dropped, not an error.
+    ['?healthy=%zz', ['default/eu-healthy', 'default/eu-sick', 'default/plain', 'default/us-healthy']],
+    ['?healthy=%zz&attr.geo=eu', ['default/eu-healthy', 'default/eu-sick']],
+    ['?attr.geo=eu;x=1', ['default/eu-healthy', 'default/eu-sick', 'default/plain', 'default/us-healthy']],
+    ['?attr.geo=%zz', ['default/eu-healthy', 'default/eu-sick', 'default/plain', 'default/us-healthy']],
+    ['?attr%2Egeo=e%75&healthy=tru%65', ['default/eu-healthy']],
+    ['?attr.geo=%ff', []],
+    ['?attr.%ff=', ['default/eu-healthy', 'default/eu-sick', 'default/plain', 'default/us-healthy']],
   ])('%s lists the matching proxies, sorted, never the one being deleted', async (query, want) => {
     const api = await start({ proxies: fleet() });
     const r = await api.call('GET', `/v1/proxies${query}`);
@@ -68,11 +81,21 @@ describe('GET /v1/proxies', () => {
     expect(r.text.endsWith('}\n')).toBe(true);
   });
 
-  it.each(['maybe', '', 'True', '1'])('rejects healthy=%j with invalid_query', async (value) => {
+  it.each([
+    ['maybe', '"maybe"'],
+    ['', '""'],
+    ['True', '"True"'],
+    ['1', '"1"'],
+    ['%01%22', '"\\x01\\""'],
+    ['%ff', '"\\xff"'],
+  ])('rejects healthy=%s with invalid_query, quoting the value as Go did', async (value, quoted) => {
     const api = await start({ proxies: fleet() });
     const r = await api.call('GET', `/v1/proxies?healthy=${value}`);
     expect(r.status).toBe(400);
-    expect(r.body.error).toBe('invalid_query');
+    expect(r.body).toEqual({
+      error: 'invalid_query',
+      message: `healthy must be true or false, got ${quoted}`,
+    });
   });
 });
 
@@ -116,6 +139,21 @@ describe('POST /v1/leases', () => {
       unhealthy: 1,
     });
   });
+
+  it.each([{ geo: '' }, { geo: null }])(
+    'selector %j leases a proxy without that attribute, as Go reads a missing key',
+    async (selector) => {
+      const api = await start({
+        proxies: [
+          proxy({ name: 'eu', attributes: { geo: 'eu' } }),
+          proxy({ name: 'anywhere', latencyMillis: 50 }),
+        ],
+      });
+      const r = await api.call('POST', '/v1/leases', { body: { selector } });
+      expect(r.status).toBe(201);
+      expect(r.body.proxy).toMatchObject({ id: 'default/anywhere' });
+    },
+  );
 
   it('grants exactly maxLeases out of 40 concurrent acquires', async () => {
     const api = await start({ proxies: [proxy({ name: 'p1', maxLeases: 5 })] });
@@ -278,14 +316,26 @@ describe('DELETE /v1/leases/{id}', () => {
     expect((await api.call('DELETE', `/v1/leases/${String(again.body.leaseID)}`)).status).toBe(204);
   });
 
-  it('keeps a released lease reportable, so release-then-report still lands', async () => {
+  it('forgets a released lease, as the seed did: a later report is 404 unknown_lease', async () => {
     const api = await start({ proxies: [proxy({ name: 'p1' })] });
     const lease = await api.call('POST', '/v1/leases', { body: { target: 'a.com' } });
     await api.call('DELETE', `/v1/leases/${String(lease.body.leaseID)}`);
     const r = await api.call('POST', `/v1/leases/${String(lease.body.leaseID)}/report`, {
       body: { result: 'banned' },
     });
-    expect(r.status).toBe(204);
-    expect((await api.call('POST', '/v1/leases', { body: { target: 'a.com' } })).status).toBe(409);
+    expect(r.status).toBe(404);
+    expect(r.body).toEqual({ error: 'unknown_lease', message: 'no such lease' });
+    // Nothing was recorded: the proxy is still leasable for that target.
+    expect((await api.call('POST', '/v1/leases', { body: { target: 'a.com' } })).status).toBe(201);
+  });
+
+  it('forgets an expired lease on release too, though it was still reportable', async () => {
+    const api = await start({ proxies: [proxy({ name: 'p1' })] });
+    const lease = await api.call('POST', '/v1/leases', { body: { ttlSeconds: 60, target: 'a.com' } });
+    const path = `/v1/leases/${String(lease.body.leaseID)}`;
+    api.clock.advance(61_000);
+    expect((await api.call('POST', `${path}/report`, { body: { result: 'ok' } })).status).toBe(204);
+    expect((await api.call('DELETE', path)).status).toBe(204);
+    expect((await api.call('POST', `${path}/report`, { body: { result: 'ok' } })).status).toBe(404);
   });
 });

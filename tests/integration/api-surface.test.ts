@@ -78,11 +78,18 @@ describe('bad input changes nothing', () => {
   it.each([
     ['malformed JSON', '{not json', 'invalid_body'],
     ['an empty body', '', 'invalid_body'],
-    ['trailing garbage', '{} {}', 'invalid_body'],
+    ['a body of only whitespace', ' \n', 'invalid_body'],
+    ['a truncated body', '{"ttlSeconds":60', 'invalid_body'],
     ['an array body', '[]', 'invalid_body'],
     ['a string body', '"hello"', 'invalid_body'],
     ['ttlSeconds as a string', '{"ttlSeconds":"300"}', 'invalid_body'],
     ['a fractional ttlSeconds', '{"ttlSeconds":1.5}', 'invalid_body'],
+    // Go decodes an int64 only from an integer literal: exponents and fractions are type errors.
+    ['a TTL with an exponent', '{"ttlSeconds":1e2}', 'invalid_body'],
+    ['a TTL written with a fraction', '{"ttlSeconds":100.0}', 'invalid_body'],
+    ['a huge TTL', '{"ttlSeconds":1e30}', 'invalid_body'],
+    ['a TTL past int64', '{"ttlSeconds":9223372036854775808}', 'invalid_body'],
+    ['a bad TTL in a repeated field', '{"ttlSeconds":"x","TTLSeconds":5}', 'invalid_body'],
     ['a selector value that is not a string', '{"selector":{"geo":1}}', 'invalid_body'],
     ['a selector that is a list', '{"selector":["geo"]}', 'invalid_body'],
     ['a numeric target', '{"target":5}', 'invalid_body'],
@@ -91,9 +98,11 @@ describe('bad input changes nothing', () => {
     ['a body over 64 KiB', big, 'invalid_body'],
     ['a negative TTL', '{"ttlSeconds":-5}', 'invalid_ttl'],
     ['a TTL above --max-lease-ttl', '{"ttlSeconds":3601}', 'invalid_ttl'],
-    ['a huge TTL', '{"ttlSeconds":1e30}', 'invalid_ttl'],
     ['a TTL past the safe integers', '{"ttlSeconds":9007199254740993}', 'invalid_ttl'],
-  ])('POST /v1/leases with %s is 400 %s', async (_label, raw, code) => {
+    ['the largest int64 TTL', '{"ttlSeconds":9223372036854775807}', 'invalid_ttl'],
+    ['the smallest int64 TTL', '{"ttlSeconds":-9223372036854775808}', 'invalid_ttl'],
+    ['a case-folded field name with a bad TTL', '{"TTLSECONDS":-1}', 'invalid_ttl'],
+  ])('POST /v1/leases with %s (%s) is 400 %s', async (_label, raw, code) => {
     const api = await start({ proxies: fleet() });
     const r = await api.call('POST', '/v1/leases', { raw, headers: { 'Content-Type': 'application/json' } });
     expect(r.status).toBe(400);
@@ -105,6 +114,46 @@ describe('bad input changes nothing', () => {
     expect(sample(metrics, 'proxy_operator_lease_requests_total{outcome="no_match"}')).toBe(0);
     // And the server still grants afterwards.
     expect((await api.call('POST', '/v1/leases', { body: {} })).status).toBe(201);
+  });
+
+  it.each([
+    ['a second value after the first', '{"ttlSeconds":60} {"ttlSeconds":"x"}', 60],
+    ['junk after the first value', '{"ttlSeconds":60}junk', 60],
+    ['a null body', 'null', 300],
+    ['null followed by junk', 'null {', 300],
+    ['a case-folded field name', '{"TTLSeconds":60}', 60],
+    ['a field name folded through U+017F', '{"ttlſeconds":60}', 60],
+    ['an escaped field name', '{"ttl\\u0053econds":60}', 60],
+    ['a repeated field (the last wins)', '{"ttlSeconds":60,"TTLSECONDS":70}', 70],
+    ['a null after a value (ignored)', '{"ttlSeconds":60,"ttlSeconds":null}', 60],
+    ['minus zero', '{"ttlSeconds":-0}', 300],
+  ])('POST /v1/leases accepts %s, as the seed decoder did', async (_label, raw, ttl) => {
+    const api = await start({ proxies: fleet() });
+    const r = await api.call('POST', '/v1/leases', { raw });
+    expect(r.status).toBe(201);
+    expect(r.body.ttlSeconds).toBe(ttl);
+  });
+
+  it("reports Go's decoder messages for the errors a crawler is likely to meet", async () => {
+    const api = await start({ proxies: fleet() });
+    const cases: Array<[string, string]> = [
+      ['', 'EOF'],
+      ['{"ttlSeconds":60', 'unexpected EOF'],
+      ['[]', 'json: cannot unmarshal array into Go value of type discovery.leaseRequest'],
+      [
+        '{"ttlSeconds":1e2}',
+        'json: cannot unmarshal number 1e2 into Go struct field leaseRequest.ttlSeconds of type int64',
+      ],
+      [
+        '{"selector":{"geo":1}}',
+        'json: cannot unmarshal number into Go struct field leaseRequest.selector of type string',
+      ],
+      [JSON.stringify({ target: 'x'.repeat(64 * 1024) }), 'http: request body too large'],
+    ];
+    for (const [raw, message] of cases) {
+      const r = await api.call('POST', '/v1/leases', { raw });
+      expect(r.body, raw.slice(0, 40)).toEqual({ error: 'invalid_body', message });
+    }
   });
 
   it('accepts a body of exactly 64 KiB and rejects a streamed body one byte larger', async () => {
@@ -138,25 +187,54 @@ describe('bad input changes nothing', () => {
   it.each([
     ['an unknown result', '{"result":"throttled"}', 400, 'invalid_result'],
     ['no result', '{}', 400, 'invalid_result'],
+    ['a null body', 'null', 400, 'invalid_result'],
+    ['a null body followed by junk', 'null x', 400, 'invalid_result'],
     ['a null result', '{"result":null}', 400, 'invalid_result'],
     ['a result of the wrong case', '{"result":"OK"}', 400, 'invalid_result'],
     ['a numeric result', '{"result":1}', 400, 'invalid_body'],
     ['a numeric target', '{"result":"banned","target":1}', 400, 'invalid_body'],
     ['malformed JSON', '{"result":', 400, 'invalid_body'],
     ['an empty body', '', 400, 'invalid_body'],
+    ['an array body', '[]', 400, 'invalid_body'],
     [
       'a body over 64 KiB',
       JSON.stringify({ result: 'banned', target: 'x'.repeat(70_000) }),
       400,
       'invalid_body',
     ],
-  ])('POST /report with %s is %i %s and records no cooldown', async (_label, raw, status, code) => {
+  ])('POST /report with %s (%s) is %i %s and records no cooldown', async (_label, raw, status, code) => {
     const api = await start({ proxies: fleet() });
     const lease = await api.call('POST', '/v1/leases', { body: {} });
     const r = await api.call('POST', `/v1/leases/${String(lease.body.leaseID)}/report`, { raw });
     expect(r.status).toBe(status);
     expect(r.body.error).toBe(code);
     expect((await api.call('POST', '/v1/leases', { body: {} })).status).toBe(201);
+  });
+
+  it.each([
+    ['{"result":"throttled"}', '"throttled"'],
+    ['null', '""'],
+    ['{"result":"\\u0001é\\u2028\\""}', '"\\x01é\\u2028\\""'],
+  ])('echoes the bad result in %s the way Go quoted it', async (raw, quoted) => {
+    const api = await start({ proxies: fleet() });
+    const r = await api.call('POST', '/v1/leases/never-issued/report', { raw });
+    expect(r.body).toEqual({
+      error: 'invalid_result',
+      message: `result must be one of ok, rate_limited, banned; got ${quoted}`,
+    });
+  });
+
+  it.each([
+    ['a case-folded field name', '{"RESULT":"banned","Target":"a.com"}'],
+    ['a second value after the first', '{"result":"banned","target":"a.com"} {"result":1}'],
+  ])('records a report with %s, as the seed decoder did', async (_label, raw) => {
+    const api = await start({ proxies: fleet() });
+    const lease = await api.call('POST', '/v1/leases', { body: { target: 'a.com' } });
+    const r = await api.call('POST', `/v1/leases/${String(lease.body.leaseID)}/report`, { raw });
+    expect(r.status).toBe(204);
+    const blocked = await api.call('POST', '/v1/leases', { body: { target: 'a.com' } });
+    expect(blocked.status).toBe(409);
+    expect(blocked.body).toMatchObject({ inCooldown: 1 });
   });
 
   it('checks the body before the lease id, as the seed did', async () => {

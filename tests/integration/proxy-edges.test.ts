@@ -400,6 +400,27 @@ describe('Proxy workflow edges', () => {
     }
   });
 
+  it('a Proxy deleted after its run was terminated: the new run finds the instance by its UID mark and deletes it', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'orphan-run', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18188,
+    });
+    const ref = { namespace: cp.namespace, name: 'orphan-run', uid: created.metadata.uid! };
+    await waitFor('orphan-run', 'Running', provisioned);
+    const mine = async () =>
+      (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+        (i) => i.uid === ref.uid,
+      );
+    expect(await mine()).toHaveLength(1);
+    await cp.client.workflow.getHandle(proxyWorkflowId(ref)).terminate('test: an operator ends the run');
+    // The deletion event starts a new run that never saw the instance's ID.
+    await remove('orphan-run');
+    await gone('orphan-run');
+    await completed(proxyWorkflowId(ref));
+    expect(await mine()).toHaveLength(0);
+  });
+
   it('search attributes find a Proxy by namespace, name, provider and phase', async () => {
     await createProxy(cp.api, cp.namespace, 'findme', { mode: 'Managed', provider: 'local', port: 18186 });
     await waitFor('findme', 'Running', provisioned);

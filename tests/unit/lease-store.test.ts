@@ -220,7 +220,7 @@ describe('expiry without a sweep', () => {
     expect(store.reportNow(l.id, 'ok', '')).toBe('unknown_lease');
   });
 
-  it('keeps a released lease reportable from the release on', () => {
+  it('forgets a released lease at once, as the seed did: a later report is unknown_lease', () => {
     const { store, clock } = setup();
     const pool = [cand('ns/p1', 1)];
     const l = grant(store, req(pool, 'example.com', 60 * MINUTE));
@@ -229,10 +229,19 @@ describe('expiry without a sweep', () => {
     store.releaseNow(l.id);
     store.releaseNow('never-issued');
     expect(store.activeCountsNow().size).toBe(0);
-    clock.advance(COOLDOWN);
-    expect(store.reportNow(l.id, 'rate_limited', '')).toBe('cooldown');
-    clock.advance(1);
+    expect(store.retainedLeases).toBe(0);
     expect(store.reportNow(l.id, 'rate_limited', '')).toBe('unknown_lease');
+    // No cooldown was recorded: the proxy is leasable for the same target.
+    expect(store.acquireNow(req(pool, 'example.com')).granted).not.toBeNull();
+  });
+
+  it('forgets an expired lease on release too, ending its reporting window early', () => {
+    const { store, clock } = setup();
+    const l = grant(store, req([cand('ns/p1')], 'example.com'));
+    clock.advance(MINUTE + 1);
+    expect(store.reportNow(l.id, 'ok', '')).toBe('acknowledged');
+    store.releaseNow(l.id);
+    expect(store.reportNow(l.id, 'ok', '')).toBe('unknown_lease');
   });
 
   it('answers unknown_lease for an id never issued', () => {

@@ -90,6 +90,8 @@ const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
 const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
 /** A status write or cloud-init read that finds the Proxy gone ends the run as a deletion. */
 const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
+/** A deletion by a run that never recorded its instance ID looks the instance up by UID first. */
+const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
 
 // Finalizer removal must eventually happen or the Proxy stays Terminating:
 // retry without limit.
@@ -289,6 +291,28 @@ async function runDeletion(
   maybeContinueAsNew: () => Promise<void>,
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
+  if (
+    state.desired.mode === 'Managed' &&
+    !state.desired.skipCleanup &&
+    !state.instanceId &&
+    patched(FIND_INSTANCE_BEFORE_RELEASE)
+  ) {
+    // A run started after an operator terminated the one that created the
+    // instance (or a create that succeeded at the provider but was never
+    // recorded): without this the finalizer would go and the instance stay
+    // until orphan GC's second sighting.
+    try {
+      const found = await provider.findInstanceByUid({ provider: providerName, uid: state.ref.uid });
+      if (found.id) {
+        log.info('found the instance of a Proxy being deleted by its UID mark', { id: found.id });
+        state.instanceId = found.id;
+      }
+    } catch (error) {
+      log.warn('could not look the instance up by UID; releasing, orphan GC collects any left behind', {
+        message: failureOf(error).message,
+      });
+    }
+  }
   while (state.desired.mode === 'Managed' && !state.desired.skipCleanup && state.instanceId) {
     await maybeContinueAsNew();
     await publish();
