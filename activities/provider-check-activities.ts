@@ -1,8 +1,13 @@
 /**
  * Activities of the provider-checks workflow: run every provider's check()
  * in parallel under one timeout (and keep the latest results for the
- * worker's gauges), write one ProviderHealth object per provider, delete
- * the objects of providers no longer configured.
+ * worker's gauges), write one ProviderHealth object per provider (never
+ * one that carries another installation's label), delete the objects of
+ * providers no longer configured.
+ *
+ * A check that ignores its deadline is reported as Timeout on the targets it
+ * named last time; one that throws or answers garbage is reported as a failed
+ * target; none of them holds up or hides the other providers' verdicts.
  *
  * Metrics: `proxy_operator_provider_target_up`,
  * `proxy_operator_provider_check_duration_seconds` and
@@ -17,6 +22,7 @@ import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } fr
 import type { Logger } from 'pino';
 import { Gauge, type Registry } from 'prom-client';
 import type { ProviderRegistry } from '../providers/config.js';
+import { isProviderError, safeCause } from '../providers/errors.js';
 import type { Provider, TargetStatus } from '../providers/types.js';
 import {
   API_VERSION,
@@ -35,7 +41,14 @@ import {
   truncate,
 } from '../workflows/provider-checks/status.js';
 import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
+import { nonRetryable } from './failures.js';
 import { httpCode } from './kube-activities.js';
+
+/** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
+export const ProviderCheckFailure = {
+  /** The ProviderHealth object of that name carries another installation's label. */
+  ForeignProviderHealth: 'ForeignProviderHealth',
+} as const;
 
 export interface ProviderCheckActivities {
   /** Checks every configured provider; records the results for this worker's gauges. */
@@ -43,7 +56,11 @@ export interface ProviderCheckActivities {
     installation: string;
     results: ProviderCheckResult[];
   }>;
-  /** Creates the provider's ProviderHealth object if missing, then replaces its status (one write). */
+  /**
+   * Creates the provider's ProviderHealth object if missing, then replaces its status (one write).
+   * An object carrying another installation's label is left alone: a non-retryable
+   * `ForeignProviderHealth` failure, which the round reports under publishFailures.
+   */
   publishProviderHealth(input: { result: ProviderCheckResult }): Promise<'created' | 'updated'>;
   /** Deletes this installation's ProviderHealth objects whose name is not in `keep`; returns their names. */
   deleteStaleProviderHealth(input: { keep: string[] }): Promise<string[]>;
@@ -110,6 +127,24 @@ function sanitise(value: unknown, fallbackLatency: number): CheckedTarget {
   return out;
 }
 
+/**
+ * What a throwing check() is reported as: a ProviderError's message (composed
+ * from identifiers), else only the error's name and machine codes. Backend
+ * text never reaches the ProviderHealth object.
+ */
+function describeThrown(error: unknown): string {
+  if (isProviderError(error)) return error.message;
+  const c = safeCause(error);
+  const codes = [c.code, c.syscall, c.status === undefined ? undefined : `status ${c.status}`].filter(
+    (v): v is string => v !== undefined,
+  );
+  return codes.length === 0 ? c.name : `${c.name} (${codes.join(', ')})`;
+}
+
+function safeErrorFields(error: unknown): Record<string, unknown> {
+  return isProviderError(error) ? error.toJSON() : { ...safeCause(error) };
+}
+
 /** Registers (or re-registers, for a restarted worker on the same registry) one scrape-time gauge. */
 function scrapeGauge(
   metrics: Registry,
@@ -141,8 +176,8 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
   const installationLabel = installationLabelValue(deps.installation);
   const log = deps.logger.child({ component: 'provider-checks' });
   let latest: Latest[] = [];
-  /** Target names per provider from its last answer: what a check that never answers is reported as. */
-  const knownTargets = new Map<string, string[]>();
+  /** Targets (name, address) per provider from its last answer: what a check that never answers is reported as. */
+  const knownTargets = new Map<string, Array<Pick<CheckedTarget, 'name' | 'address'>>>();
 
   const fresh = () => {
     const now = Date.now();
@@ -194,11 +229,11 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       const elapsed = Date.now() - started;
       if (answer === 'late') {
         log.warn({ provider: name }, 'check ignored its deadline; reporting its targets as Timeout');
-        const names = knownTargets.get(name) ?? ['check'];
+        const known = knownTargets.get(name) ?? [{ name: 'check' }];
         return done(
           true,
-          names.map((target) => ({
-            name: target,
+          known.map((target) => ({
+            ...target,
             ready: false,
             reason: 'Timeout',
             message: 'check did not finish in time',
@@ -206,7 +241,8 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
           })),
         );
       }
-      if (!Array.isArray(answer))
+      if (!Array.isArray(answer)) {
+        log.warn({ provider: name }, 'check returned a non-array; reporting it as a failed target');
         return done(true, [
           {
             name: 'check',
@@ -216,20 +252,28 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
             latencyMillis: elapsed,
           },
         ]);
+      }
       const targets = (answer as unknown[]).map((t) => sanitise(t, elapsed));
       knownTargets.set(
         name,
-        targets.map((t) => t.name),
+        targets.map((t) =>
+          t.address === undefined ? { name: t.name } : { name: t.name, address: t.address },
+        ),
       );
       return done(true, targets);
-    } catch {
+    } catch (error) {
       // The contract says check never throws; one that does is reported, not propagated.
+      const what = describeThrown(error);
+      log.warn(
+        { provider: name, error: safeErrorFields(error) },
+        'check threw instead of reporting a verdict',
+      );
       return done(true, [
         {
           name: 'check',
           ready: false,
           reason: 'APIError',
-          message: 'check threw instead of reporting a verdict',
+          message: truncate(`check threw instead of reporting a verdict: ${what}`, MAX_MESSAGE_CHARS),
           latencyMillis: Date.now() - started,
         },
       ]);
@@ -301,6 +345,20 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
             name: result.provider,
           })) as ProviderHealth;
         }
+      }
+      // Another installation's object of the same name (two control planes on
+      // one cluster, both with a provider of this name): never overwritten.
+      // The failure is non-retryable and lands in the round's publishFailures.
+      const owner = existing.metadata.labels?.[LABEL_INSTALLATION];
+      if (owner !== undefined && owner !== installationLabel) {
+        log.warn(
+          { provider: result.provider, installation: installationLabel, owner },
+          'WARNING: ProviderHealth object belongs to another installation; not overwriting it',
+        );
+        throw nonRetryable(
+          ProviderCheckFailure.ForeignProviderHealth,
+          `ProviderHealth ${result.provider} carries ${LABEL_INSTALLATION}=${owner}, not ${installationLabel}; left alone`,
+        );
       }
       const status = buildProviderHealthStatus(existing.status, result);
       await api.patchClusterCustomObjectStatus(

@@ -1,9 +1,10 @@
 /**
  * The Temporal Schedules that run orphan GC (every 10 min) and provider
- * checks (every 1 min), created or updated idempotently: `setup` and `dev`
- * call `ensureSchedules` at every start, and a second call with the same
- * config changes nothing. An interval of 0 turns a schedule off (it is
- * deleted; turning checks off also deletes this installation's
+ * checks (every 1 min), created or updated idempotently: the worker
+ * (`startWorker` in cli/processes.ts; `dev` runs one) calls `ensureSchedules`
+ * at every start, and a second call with the same config changes nothing.
+ * There is no separate setup command. An interval of 0 turns a schedule off
+ * (it is deleted; turning checks off also deletes this installation's
  * ProviderHealth objects, so none is left claiming a stale Ready).
  *
  * Policies: overlap SKIP (a sweep still running when the next is due is not

@@ -8,14 +8,41 @@
 # published v0.X.Y builds the same code. etcd is built from the version the
 # apiserver's own module graph pins (Debian's etcd-server 3.4.23 is below
 # the supported minimum).
+#
+# Concurrency: two cold builds at once (make dev and make test in two shells)
+# would each `rm -rf` the other's output. The build runs under an exclusive
+# flock on $CACHE_ROOT/kube/build.lock; a second caller waits for it and then
+# finds the first one's stamp and reuses its build.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
+# The go directive of k8s.io/kubernetes@v1.36.3's go.mod: the oldest Go that
+# builds it. check-prereqs.sh reads this line; the build checks the real
+# directive after downloading (so a K8S_VERSION override is checked too).
+GO_MIN=1.26.0
 CACHE_ROOT="${EGRESS_PROXIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}"
 OUT="$CACHE_ROOT/kube/v$K8S_VERSION"
 STAMP="$OUT/.complete"
 
-if [[ -f "$STAMP" && -x "$OUT/bin/kube-apiserver" && -x "$OUT/bin/etcd" && -x "$OUT/bin/kubectl" ]]; then
+# go_at_least GOVERSION MIN: whether `go env GOVERSION` (go1.26.8, go1.27rc1)
+# is at least the dotted MIN (1.26 or 1.26.0). Pure bash.
+go_at_least() {
+  local have need i
+  [[ "$1" =~ go([0-9]+)\.([0-9]+)(\.([0-9]+))? ]] || return 1
+  have=("${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-0}")
+  IFS=. read -r -a need <<<"$2"
+  for i in 0 1 2; do
+    if ((${have[i]:-0} > ${need[i]:-0})); then return 0; fi
+    if ((${have[i]:-0} < ${need[i]:-0})); then return 1; fi
+  done
+  return 0
+}
+
+built() {
+  [[ -f "$STAMP" && -x "$OUT/bin/kube-apiserver" && -x "$OUT/bin/etcd" && -x "$OUT/bin/kubectl" ]]
+}
+
+if built; then
   echo "$OUT/bin"
   exit 0
 fi
@@ -24,6 +51,23 @@ command -v go >/dev/null 2>&1 || {
   echo "build-kube: 'go' is not on PATH; install Go >= 1.26 (apt-get install golang-go is too old; use the Go toolchain from go.dev or your distribution's backports)" >&2
   exit 1
 }
+command -v flock >/dev/null 2>&1 || {
+  echo "build-kube: 'flock' is not on PATH; apt-get install -y util-linux" >&2
+  exit 1
+}
+
+# One build at a time per cache: wait for a running one, then re-check its stamp.
+mkdir -p "$CACHE_ROOT/kube"
+LOCK="$CACHE_ROOT/kube/build.lock"
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  echo "build-kube: another build is running (lock $LOCK); waiting for it" >&2
+  flock 9
+fi
+if built; then
+  echo "$OUT/bin"
+  exit 0
+fi
 
 # A half-finished build (no stamp) is thrown away, never used.
 rm -rf "$OUT"
@@ -33,18 +77,45 @@ trap 'rm -rf "$WORK"' EXIT
 
 echo "build-kube: building Kubernetes v$K8S_VERSION (kube-apiserver, kubectl, etcd); first run takes 5-15 minutes" >&2
 cd "$WORK"
-if ! GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >dl.json 2>dl.err; then
-  echo "build-kube: cannot download k8s.io/kubernetes@v$K8S_VERSION from the Go module proxy ($(tail -1 dl.err))" >&2
+downloaded=1
+GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >dl.json 2>dl.err || downloaded=0
+# A field of go's JSON answer ('' when absent or when go printed none).
+dl_field() { python3 -c 'import json,sys;print(json.load(open("dl.json")).get(sys.argv[1]) or "")' "$1" 2>/dev/null || true; }
+GOMOD_FILE="$(dl_field GoMod)"
+
+# The Go this Kubernetes needs is its go.mod's go directive (1.36.x: go 1.26.0).
+# Checked first: a too-old Go also fails the download, less clearly.
+if [[ -n "$GOMOD_FILE" && -f "$GOMOD_FILE" ]]; then
+  GO_REQUIRED="$(awk '$1=="go"{print $2; exit}' "$GOMOD_FILE")"
+  if [[ -z "$GO_REQUIRED" ]]; then
+    echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION's go.mod has no go directive; cannot tell which Go it needs" >&2
+    exit 1
+  fi
+  GO_FOUND="$(go env GOVERSION)"
+  if ! go_at_least "$GO_FOUND" "$GO_REQUIRED"; then
+    echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION needs Go >= $GO_REQUIRED (its go.mod); found $GO_FOUND" >&2
+    exit 1
+  fi
+fi
+if ((downloaded == 0)) || [[ -z "$GOMOD_FILE" ]]; then
+  why="$(dl_field Error)"
+  echo "build-kube: cannot download k8s.io/kubernetes@v$K8S_VERSION from the Go module proxy (${why:-$(tail -1 dl.err)})" >&2
   exit 1
 fi
-GOMOD_FILE="$(python3 -c 'import json,sys;print(json.load(open("dl.json"))["GoMod"])')"
 STAGING_MINOR="0.${K8S_VERSION#1.}"
-ETCD_VERSION="$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2}' "$GOMOD_FILE")"
+
+# etcd: the version the apiserver's own module graph pins. Empty means the
+# go.mod changed shape; building some other etcd silently would be worse.
+ETCD_VERSION="$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2; exit}' "$GOMOD_FILE")"
+if [[ -z "$ETCD_VERSION" ]]; then
+  echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION's go.mod pins no go.etcd.io/etcd/server/v3 version; cannot choose an etcd to build" >&2
+  exit 1
+fi
 
 cat >go.mod <<MOD
 module egress-proxies.local/kube-build
 
-go 1.26
+go $GO_REQUIRED
 
 require k8s.io/kubernetes v$K8S_VERSION
 MOD
@@ -75,7 +146,10 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 || true
+if ! go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >get.log 2>&1; then
+  echo "build-kube: cannot get go.etcd.io/etcd/server/v3@$ETCD_VERSION ($(tail -1 get.log))" >&2
+  exit 1
+fi
 GOFLAGS=-mod=mod go mod tidy >tidy.log 2>&1 || { cat tidy.log >&2; exit 1; }
 
 export CGO_ENABLED=0

@@ -1,8 +1,9 @@
 /**
  * Orphan GC on the real Temporal dev server and apiserver, through its
  * Temporal Schedule, against the real `local` provider: the seed's matrix in
- * one sweep, two-pass confirmation, a hung backend next to a working one,
- * dry-run, and the schedules' idempotent setup.
+ * one sweep, two-pass confirmation, a hung, a throwing and a garbage-listing
+ * backend next to a working one, the deletion's WARNING lines, dry-run, and
+ * the schedules' idempotent setup.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,13 +18,14 @@ import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
 import { readRecord, writeRecord, RECORD_SCHEMA_VERSION } from '../../providers/local/store.js';
 import { instanceNameFromUid } from '../../providers/names.js';
-import { MARK_MANAGED, MARK_MANAGED_VALUE, type Provider } from '../../providers/types.js';
+import { providerError } from '../../providers/errors.js';
+import { MARK_MANAGED, MARK_MANAGED_VALUE, type Instance, type Provider } from '../../providers/types.js';
 import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import type { SweepReport } from '../../workflows/gc/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
-import { mutableRegistry, nthResult, startScheduleWorker, type ScheduleWorker } from './gc-helpers.js';
+import { LEVEL, mutableRegistry, nthResult, startScheduleWorker, type ScheduleWorker } from './gc-helpers.js';
 
 const HOLD = 'test.example.com/hold';
 const TWO_HOURS_AGO = () => new Date(Date.now() - 2 * 3_600_000).toISOString();
@@ -48,6 +50,34 @@ describe('orphan GC schedule', () => {
       return new Promise<never>(() => {});
     },
   };
+  /** A backend whose listByTag throws (as the contract says it should when it cannot vouch for a list). */
+  const throwing: Provider = {
+    ...hung,
+    name: 'gc-throw',
+    type: 'throwing',
+    listByTag: () => {
+      listCalls.push('gc-throw');
+      return Promise.reject(
+        providerError({
+          errorClass: 'Transient',
+          operation: 'list',
+          provider: 'gc-throw',
+          instance: '',
+          message: 'backend unreachable',
+        }),
+      );
+    },
+  };
+  /** A backend whose listByTag breaks the contract: an entry with no UID. */
+  const garbage: Provider = {
+    ...hung,
+    name: 'gc-garbage',
+    type: 'garbage',
+    listByTag: () => {
+      listCalls.push('gc-garbage');
+      return Promise.resolve([{ id: 'garbage/1', installation: 'x' } as unknown as Instance]);
+    },
+  };
 
   beforeAll(async () => {
     kc = kubeConfig();
@@ -63,7 +93,7 @@ describe('orphan GC schedule', () => {
     sw = await startScheduleWorker({
       prefix: 'gc',
       kubeConfig: kc,
-      registry: mutableRegistry([local, hung]),
+      registry: mutableRegistry([local, hung, throwing, garbage]),
     });
   });
 
@@ -126,7 +156,7 @@ describe('orphan GC schedule', () => {
     providerChecks: { intervalMs: 0 },
   });
 
-  it('keeps live, deleting, young, unmarked and foreign instances, skips a hung backend, deletes an orphan on its second sighting', async () => {
+  it('keeps live, deleting, young, unmarked and foreign instances, skips hung, throwing and garbage backends, deletes an orphan on its second sighting', async () => {
     const live = await createProxy(api, namespace, 'live', { mode: 'Managed', provider: 'gc-local' });
     const deleting = await createProxy(
       api,
@@ -181,13 +211,51 @@ describe('orphan GC schedule', () => {
         firstSightings: [{ provider: 'gc-local', id: ids.orphan, uid: orphanUid }],
         deleted: [],
       });
-      // The hung backend was asked, timed out alone, and the sweep went on without it.
-      expect(listCalls).toContain('gc-hung');
+      // The hung backend was asked, timed out alone, and the sweep went on without it;
+      // so did the throwing one and the one listing garbage, each with its error recorded.
+      expect(listCalls).toEqual(expect.arrayContaining(['gc-hung', 'gc-throw', 'gc-garbage']));
       expect(first.providers['gc-hung']?.error).toMatch(/ListTimeout/);
+      expect(first.providers['gc-throw']).toMatchObject({
+        error: 'Transient: gc-throw: list: backend unreachable (Transient)',
+        listed: 0,
+      });
+      expect(first.providers['gc-garbage']).toMatchObject({
+        error: 'ListGarbage: gc-garbage: listByTag returned garbage (garbage/1: uid is not a string)',
+        listed: 0,
+      });
       expect(first.orphans).toEqual([{ provider: 'gc-local', id: ids.orphan, uid: orphanUid }]);
+      for (const [provider, type] of [
+        ['gc-hung', 'ListTimeout'],
+        ['gc-throw', 'Transient'],
+        ['gc-garbage', 'ListGarbage'],
+      ] as const) {
+        expect(
+          (
+            await sw.logs.waitFor('listing instances failed; skipping this provider for this sweep', {
+              provider,
+              type,
+            })
+          ).level,
+        ).toBe(LEVEL.warn);
+        await sw.logs.waitFor('orphan GC: skipping provider for this sweep', {
+          provider,
+          error: first.providers[provider]?.error,
+          sdkComponent: 'workflow',
+          workflowType: 'orphanGcWorkflow',
+        });
+      }
+      await sw.logs.waitFor(
+        'orphan GC: first sighting of an orphan; deleted on the next sweep if still orphaned',
+        {
+          provider: 'gc-local',
+          id: ids.orphan,
+          uid: orphanUid,
+        },
+      );
       if (between.info.recentActions.length === 1 && between.info.runningActions.length === 0) {
         // Paused before the second sweep: the first sighting deleted nothing.
         expect(await exists(ids.orphan)).toBe(true);
+        expect(sw.logs.find('WARNING: deleting orphaned instance')).toEqual([]);
       }
 
       await handle.unpause();
@@ -196,8 +264,27 @@ describe('orphan GC schedule', () => {
       expect(second.providers['gc-local']?.deleted).toEqual([
         { provider: 'gc-local', id: ids.orphan, uid: orphanUid },
       ]);
+      // The same sweep that skipped the broken backends collected the local orphan.
       expect(second.providers['gc-hung']?.error).toMatch(/ListTimeout/);
+      expect(second.providers['gc-throw']?.error).toMatch(/^Transient: /);
+      expect(second.providers['gc-garbage']?.error).toMatch(/^ListGarbage: /);
       expect(await exists(ids.orphan)).toBe(false);
+      // The WARNING lines naming provider, providerID and UID: the activity's
+      // (before the delete) and the workflow's (after it).
+      const warning = await sw.logs.waitFor('WARNING: deleting orphaned instance', {
+        provider: 'gc-local',
+        providerID: ids.orphan,
+        uid: orphanUid,
+      });
+      expect(warning).toMatchObject({ level: LEVEL.warn, component: 'orphan-gc' });
+      expect(
+        await sw.logs.waitFor('WARNING: orphan GC deleted orphaned instance', {
+          provider: 'gc-local',
+          id: ids.orphan,
+          uid: orphanUid,
+        }),
+      ).toMatchObject({ level: LEVEL.warn, taskQueue: sw.taskQueue, workflowType: 'orphanGcWorkflow' });
+      expect(sw.logs.find('WARNING: deleting orphaned instance')).toHaveLength(1);
       for (const key of ['live', 'deleting', 'young', 'foreign'] as const)
         expect(await exists(ids[key]), key).toBe(true);
       expect((await readRecord(local.stateDir, 'proxy-unmarked')).kind).toBe('ok');
@@ -221,6 +308,13 @@ describe('orphan GC schedule', () => {
       );
       expect(second.providers['gc-local']?.deleted).toEqual([]);
       expect(await exists(orphan)).toBe(true);
+      expect(
+        await sw.logs.waitFor('DRY RUN: orphan GC would delete orphaned instance', {
+          provider: 'gc-local',
+          id: orphan,
+        }),
+      ).toMatchObject({ level: LEVEL.warn });
+      expect(sw.logs.find('WARNING: deleting orphaned instance', { providerID: orphan })).toEqual([]);
     } finally {
       await ensureSchedules(sw.client, config(prefix, { intervalMs: 0 }));
     }

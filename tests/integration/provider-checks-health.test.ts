@@ -4,7 +4,11 @@
  * objects created, updated with per-target transition times when a real
  * fault (the state directory replaced by a file) comes and goes, deleted
  * when a provider leaves the config; a provider whose name is not a valid
- * object name gets metrics and no object; the worker's gauges.
+ * object name gets metrics and no object; the worker's gauges; the
+ * transition log lines. Then providers that break the contract (a check()
+ * that hangs and ignores its signal, one that throws, one that answers
+ * garbage) next to a healthy one, and an object of the same name owned by
+ * another installation, which is left alone.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,12 +20,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/schedules.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
-import { GROUP, PROVIDER_HEALTH_PLURAL, VERSION, type ProviderHealth } from '../../resources/proxy-schema.js';
+import type { Provider, TargetStatus } from '../../providers/types.js';
+import {
+  API_VERSION,
+  GROUP,
+  PROVIDER_HEALTH_PLURAL,
+  VERSION,
+  type ProviderHealth,
+} from '../../resources/proxy-schema.js';
 import type { ChecksRoundReport } from '../../workflows/provider-checks/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { customObjects, kubeConfig } from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
 import {
+  LEVEL,
   mutableRegistry,
   nthResult,
   startScheduleWorker,
@@ -65,12 +77,12 @@ describe('provider checks schedule and ProviderHealth objects', () => {
     rmSync(stateRoot, { recursive: true, force: true });
   });
 
-  const config = (intervalMs: number): SchedulesConfig => ({
+  const config = (intervalMs: number, idPrefix = prefix, timeoutMs = 5_000): SchedulesConfig => ({
     taskQueue: sw.taskQueue,
-    idPrefix: prefix,
+    idPrefix,
     gc: { intervalMs: 0 },
     // An hour: rounds are triggered by hand, one at a time.
-    providerChecks: { intervalMs, timeoutMs: 5_000 },
+    providerChecks: { intervalMs, timeoutMs },
   });
 
   const get = async (name: string): Promise<ProviderHealth | undefined> => {
@@ -153,6 +165,21 @@ describe('provider checks schedule and ProviderHealth objects', () => {
       expect(await sw.metrics.metrics()).toContain(
         `proxy_operator_provider_target_up{provider="${names.a}",target="state-dir"} 0`,
       );
+      // The workflow's transition line: WARNING, with provider, target, address, reason and message.
+      // (A triggered round gets no previous result, so every failing target is "down" to it; the
+      // "up" line and the silence of a steady target are checked on scheduled rounds below.)
+      const down = r2.transitions.find((t) => t.provider === names.a && t.target === 'state-dir');
+      expect(
+        await sw.logs.waitFor('WARNING: provider target not ready', {
+          provider: names.a,
+          target: 'state-dir',
+          reason: down?.reason,
+          message: down?.message,
+          ...(down?.address === undefined ? {} : { address: down.address }),
+        }),
+      ).toMatchObject({ level: LEVEL.warn, workflowType: 'providerChecksWorkflow', taskQueue: sw.taskQueue });
+      // Nothing for the steady targets.
+      expect(sw.logs.find('WARNING: provider target not ready', { target: 'loopback' })).toEqual([]);
 
       // Round 3: repaired: back up, with a new transition time; the condition's time moves too.
       rmSync(dir);
@@ -182,6 +209,191 @@ describe('provider checks schedule and ProviderHealth objects', () => {
       );
     } finally {
       await ensureSchedules(sw.client, config(0)).catch(() => undefined);
+    }
+  });
+
+  it('publishes a healthy provider next to hung, throwing and garbage-answering checks; leaves another installation’s object alone', async () => {
+    const faultPrefix = `${prefix}-f`;
+    const n = {
+      ok: `pc-ok-${suffix}`,
+      hung: `pc-hung-${suffix}`,
+      throws: `pc-throws-${suffix}`,
+      malformed: `pc-malformed-${suffix}`,
+      shared: `pc-shared-${suffix}`,
+    };
+    const ok = createLocalProvider({
+      name: n.ok,
+      config: localConfigSchema.parse({ addressRange: privateLoopbackRange() }),
+      stateDir: join(stateRoot, 'ok'),
+      logger: pino({ level: 'silent' }),
+    });
+    const stub = (name: string, check: Provider['check']): Provider => {
+      const unused = () => Promise.reject(new Error('unused'));
+      return { name, type: 'stub', create: unused, get: unused, delete: unused, listByTag: unused, check };
+    };
+    let hungCalls = 0;
+    // Answers in round 1, never resolves (ignoring its signal) in round 2, answers again from round 3.
+    const hung = stub(n.hung, () =>
+      ++hungCalls === 2
+        ? new Promise<never>(() => {})
+        : Promise.resolve([
+            { name: 'api', address: 'api.example.com:443', ready: true, reason: 'Reachable' },
+            { name: 'quota', ready: true, reason: 'Reachable' },
+          ]),
+    );
+    const throws = stub(n.throws, () =>
+      Promise.reject(
+        Object.assign(new Error('GET https://admin:s3cret@backend.example.com/ failed'), {
+          code: 'ECONNREFUSED',
+        }),
+      ),
+    );
+    const malformed = stub(n.malformed, () =>
+      Promise.resolve([{ name: 'api', ready: 'yes' }] as unknown as TargetStatus[]),
+    );
+    const shared = stub(n.shared, () => Promise.resolve([{ name: 'api', ready: true, reason: 'Reachable' }]));
+    // The same object name, created by another installation on this cluster.
+    const foreign = (await api.createClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: PROVIDER_HEALTH_PLURAL,
+      body: {
+        apiVersion: API_VERSION,
+        kind: 'ProviderHealth',
+        metadata: {
+          name: n.shared,
+          labels: {
+            'app.kubernetes.io/managed-by': 'egress-proxies',
+            'crawl.example.com/installation': 'another-installation',
+          },
+        },
+      },
+    })) as ProviderHealth;
+    registry.set([ok, hung, throws, malformed, shared]);
+    // Scheduled rounds, not triggered ones: only those receive the previous
+    // round's result, which the transition lines compare against. Each
+    // provider's behaviour is keyed on its round, not on timing.
+    expect((await ensureSchedules(sw.client, config(6_000, faultPrefix, 2_500))).providerChecks).toBe(
+      'created',
+    );
+    const handle = sw.client.schedule.getHandle(scheduleIds(faultPrefix).providerChecks);
+    try {
+      // Round 1: every check answers, badly for two of them; the foreign object is not written.
+      const r1 = await nthResult<ChecksRoundReport>(sw.client, handle, 1);
+      expect(r1.published).toEqual([n.ok, n.hung, n.throws, n.malformed].sort());
+      expect(r1.publishFailures.map((f) => f.provider)).toEqual([n.shared]);
+      expect(r1.publishFailures[0]?.error).toBe(
+        `ForeignProviderHealth: ProviderHealth ${n.shared} carries crawl.example.com/installation=another-installation, not ${sw.installation}; left alone`,
+      );
+      const ok1 = await get(n.ok);
+      expect(ready(ok1)).toMatchObject({ status: 'True' });
+      const thrown = await get(n.throws);
+      expect(thrown?.status?.targets).toEqual([
+        expect.objectContaining({
+          name: 'check',
+          ready: false,
+          reason: 'APIError',
+          message: 'check threw instead of reporting a verdict: Error (ECONNREFUSED)',
+        }),
+      ]);
+      expect(ready(thrown)).toMatchObject({ status: 'False', reason: 'TargetsNotReady' });
+      expect(target(await get(n.malformed), 'api')).toMatchObject({
+        ready: false,
+        reason: 'APIError',
+        message: 'the provider returned a malformed verdict',
+      });
+      const untouched = await get(n.shared);
+      expect(untouched?.metadata.resourceVersion).toBe(foreign.metadata.resourceVersion);
+      expect(untouched?.status).toBeUndefined();
+      expect(
+        await sw.logs.waitFor(
+          'WARNING: ProviderHealth object belongs to another installation; not overwriting it',
+          {
+            provider: n.shared,
+            owner: 'another-installation',
+            installation: sw.installation,
+          },
+        ),
+      ).toMatchObject({ level: LEVEL.warn });
+      await sw.logs.waitFor('writing ProviderHealth failed; the next round writes again', {
+        provider: n.shared,
+        error: r1.publishFailures[0]?.error,
+      });
+      expect(
+        await sw.logs.waitFor('check threw instead of reporting a verdict', {
+          provider: n.throws,
+          error: { name: 'Error', code: 'ECONNREFUSED' },
+        }),
+      ).toMatchObject({ level: LEVEL.warn });
+      await sw.logs.waitFor('WARNING: provider target not ready', {
+        provider: n.throws,
+        target: 'check',
+        reason: 'APIError',
+      });
+      expect(JSON.stringify(sw.logs.lines)).not.toContain('s3cret');
+      expect(JSON.stringify(r1)).not.toContain('s3cret');
+
+      // Round 2: the hung provider stops answering. Within this one round its
+      // targets are Timeout and the healthy provider is published as usual.
+      const r2 = await nthResult<ChecksRoundReport>(sw.client, handle, 2);
+      expect(r2.published).toEqual([n.ok, n.hung, n.throws, n.malformed].sort());
+      const okNow = await get(n.ok);
+      expect(ready(okNow)).toMatchObject({ status: 'True' });
+      expect(okNow?.status?.lastCheckTime).not.toBe(ok1?.status?.lastCheckTime);
+      const hungNow = await get(n.hung);
+      expect(hungNow?.status?.targets).toEqual([
+        expect.objectContaining({
+          name: 'api',
+          ready: false,
+          reason: 'Timeout',
+          message: 'check did not finish in time',
+        }),
+        expect.objectContaining({ name: 'quota', ready: false, reason: 'Timeout' }),
+      ]);
+      expect(ready(hungNow)).toMatchObject({ status: 'False' });
+      expect(
+        r2.transitions.filter((t) => t.provider === n.hung).map((t) => [t.kind, t.target, t.reason]),
+      ).toEqual([
+        ['down', 'api', 'Timeout'],
+        ['down', 'quota', 'Timeout'],
+      ]);
+      await sw.logs.waitFor('check ignored its deadline; reporting its targets as Timeout', {
+        provider: n.hung,
+      });
+      expect(
+        await sw.logs.waitFor('WARNING: provider target not ready', {
+          provider: n.hung,
+          target: 'api',
+          address: 'api.example.com:443',
+          reason: 'Timeout',
+          message: 'check did not finish in time',
+        }),
+      ).toMatchObject({ level: LEVEL.warn });
+      // Still down, same reason: no second line.
+      expect(sw.logs.find('WARNING: provider target not ready', { provider: n.throws })).toHaveLength(1);
+
+      // Round 3: it answers again: the info line.
+      const r3 = await nthResult<ChecksRoundReport>(sw.client, handle, 3);
+      expect(r3.transitions.filter((t) => t.provider === n.hung).map((t) => t.kind)).toEqual(['up', 'up']);
+      expect(ready(await get(n.hung))).toMatchObject({ status: 'True' });
+      expect(
+        await sw.logs.waitFor('provider target ready', {
+          provider: n.hung,
+          target: 'api',
+          reason: 'Reachable',
+        }),
+      ).toMatchObject({ level: LEVEL.info });
+    } finally {
+      await ensureSchedules(sw.client, config(0, faultPrefix)).catch(() => undefined);
+      await ok.close();
+      await api
+        .deleteClusterCustomObject({
+          group: GROUP,
+          version: VERSION,
+          plural: PROVIDER_HEALTH_PLURAL,
+          name: n.shared,
+        })
+        .catch(() => undefined);
     }
   });
 });

@@ -2,8 +2,8 @@
  * The set-up scripts' bad-input behaviour: a missing tool is one line saying
  * what and how to get it; a half-finished build is detected and never used.
  */
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,12 +33,48 @@ describe('infra/scripts/check-prereqs.sh', () => {
   it('names each missing tool on its own line with how to get it, and fails', () => {
     const result = spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {
       encoding: 'utf8',
-      env: { PATH: pathWith(['node', 'npm', 'python3']) },
+      env: { PATH: pathWith(['node', 'npm', 'python3', 'flock']) },
     });
     expect(result.status).toBe(1);
     const lines = result.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(/^missing: go — install Go >= 1\.26/);
+  });
+
+  it('names a missing flock (the kube build takes a lock)', () => {
+    const result = spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {
+      encoding: 'utf8',
+      env: { PATH: pathWith(['node', 'npm', 'python3', 'go']) },
+    });
+    expect(result.status).toBe(1);
+    expect(result.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/^missing: flock — .*util-linux/),
+    ]);
+  });
+
+  it("rejects a Go older than the pinned Kubernetes' go directive (build-kube.sh's GO_MIN)", () => {
+    const pin = /^GO_MIN=([0-9.]+)$/m.exec(readFileSync(join(SCRIPTS, 'build-kube.sh'), 'utf8'))?.[1];
+    expect(pin).toBeDefined();
+    const path = pathWith(['node', 'npm', 'python3', 'flock']);
+    const goSays = (version: string) => {
+      writeFileSync(join(path, 'go'), `#!/bin/sh\necho ${version}\n`, { mode: 0o755 });
+      return spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {
+        encoding: 'utf8',
+        env: { PATH: path },
+      });
+    };
+    const old = goSays('go1.22.2');
+    expect(old.status).toBe(1);
+    expect(old.stderr.trim().split('\n')).toEqual([
+      `missing: Go >= ${pin} for Kubernetes v1.36.3 (found go1.22.2) — install a newer Go from go.dev or your distribution's backports`,
+    ]);
+    const [major, minor] = pin!.split('.').map(Number);
+    expect(goSays(`go${major}.${minor! - 1}.99`).status).toBe(1);
+    for (const ok of [`go${major}.${minor}.0`, `go${major}.${minor}.8`, `go${major}.${minor! + 1}rc1`]) {
+      const result = goSays(ok);
+      expect(result.stderr, ok).toBe('');
+      expect(result.status, ok).toBe(0);
+    }
   });
 
   it('passes on this machine', () => {
@@ -82,5 +118,148 @@ describe('infra/scripts/build-kube.sh', () => {
     });
     expect(result.status).toBe(0);
     expect(result.stdout.trim()).toBe(join(out, 'bin'));
+  });
+});
+
+describe('infra/scripts/build-kube.sh, one build at a time', () => {
+  /** Fake kube binaries and the stamp: what a finished build leaves. */
+  const finishBuild = (out: string, version: string): void => {
+    mkdirSync(join(out, 'bin'), { recursive: true });
+    for (const b of ['kube-apiserver', 'etcd', 'kubectl'])
+      writeFileSync(join(out, 'bin', b), '#!/bin/sh\n', { mode: 0o755 });
+    writeFileSync(join(out, '.complete'), `k8s=v${version}\n`);
+  };
+
+  it('waits for a build holding the lock, then reuses its output instead of rebuilding', async () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    mkdirSync(join(cache, 'kube'), { recursive: true });
+    const lock = join(cache, 'kube', 'build.lock');
+    const release = join(cache, 'release');
+    // The "first build": holds the lock until the test creates `release`.
+    const holder = spawn(
+      'flock',
+      [lock, 'bash', '-c', `echo locked; while [ ! -e '${release}' ]; do sleep 0.05; done`],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const holderExited = new Promise((resolve) => holder.on('exit', resolve));
+    let second: ChildProcess | undefined;
+    try {
+      await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+
+      // The second caller. GOPROXY=off: were it to build instead of waiting, it would fail at once.
+      const proc = spawn('bash', [join(SCRIPTS, 'build-kube.sh')], {
+        env: {
+          ...process.env,
+          EGRESS_PROXIES_CACHE: cache,
+          K8S_VERSION: '0.0.5',
+          GOPROXY: 'off',
+          GOFLAGS: '',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      second = proc;
+      let stdout = '';
+      let stderr = '';
+      proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+      const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+      await new Promise<void>((resolve) =>
+        proc.stderr.on('data', (d: Buffer) => {
+          stderr += d.toString();
+          if (stderr.includes('waiting for it')) resolve();
+        }),
+      );
+      expect(stderr).toContain(`build-kube: another build is running (lock ${lock}); waiting for it`);
+
+      // The first build finishes (stamp last) and lets go of the lock.
+      const out = join(cache, 'kube', 'v0.0.5');
+      finishBuild(out, '0.0.5');
+      writeFileSync(release, '');
+      expect(await exited).toBe(0);
+      expect(stdout.trim()).toBe(join(out, 'bin'));
+      expect(stderr).not.toContain('building Kubernetes');
+      expect(existsSync(join(out, 'bin', 'kube-apiserver'))).toBe(true);
+      await holderExited;
+    } finally {
+      // Never leave either behind when an expectation failed midway.
+      if (second?.exitCode === null) second.kill();
+      if (holder.exitCode === null) holder.kill();
+    }
+  });
+});
+
+describe('infra/scripts/build-kube.sh against a fake module proxy', () => {
+  /**
+   * A GOPROXY directory serving k8s.io/kubernetes at `version` with the given
+   * go.mod. Nothing leaves the machine; the module cache is a temporary one.
+   */
+  function fakeProxy(version: string, gomod: string): { env: NodeJS.ProcessEnv; cache: string } {
+    const root = mkdtempSync(join(tmpdir(), 'ep-goproxy-'));
+    dirs.push(root);
+    const at = join(root, 'proxy', 'k8s.io', 'kubernetes', '@v');
+    mkdirSync(at, { recursive: true });
+    writeFileSync(join(at, 'list'), `v${version}\n`);
+    writeFileSync(
+      join(at, `v${version}.info`),
+      JSON.stringify({ Version: `v${version}`, Time: '2026-01-01T00:00:00Z' }),
+    );
+    writeFileSync(join(at, `v${version}.mod`), gomod);
+    const zipped = spawnSync(
+      'python3',
+      [
+        '-c',
+        'import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], "w") as z: z.writestr(sys.argv[2] + "/go.mod", sys.argv[3])',
+        join(at, `v${version}.zip`),
+        `k8s.io/kubernetes@v${version}`,
+        gomod,
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(zipped.stderr).toBe('');
+    const cache = join(root, 'cache');
+    return {
+      cache,
+      env: {
+        ...process.env,
+        EGRESS_PROXIES_CACHE: cache,
+        K8S_VERSION: version,
+        GOPROXY: `file://${join(root, 'proxy')}`,
+        GOSUMDB: 'off',
+        GOMODCACHE: join(root, 'modcache'),
+        GOTOOLCHAIN: 'local',
+        GOFLAGS: '',
+      },
+    };
+  }
+
+  afterEach(() => {
+    // The module cache is read-only by design; make it removable.
+    for (const d of dirs) spawnSync('chmod', ['-R', 'u+w', d]);
+  });
+
+  it('fails clearly when the go.mod pins no etcd version', () => {
+    const { env, cache } = fakeProxy('0.0.6', 'module k8s.io/kubernetes\n\ngo 1.20\n');
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh')], { encoding: 'utf8', env });
+    expect(result.stderr).toContain(
+      "build-kube: k8s.io/kubernetes@v0.0.6's go.mod pins no go.etcd.io/etcd/server/v3 version; cannot choose an etcd to build",
+    );
+    expect(result.status).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(existsSync(join(cache, 'kube', 'v0.0.6', '.complete'))).toBe(false);
+  });
+
+  it("fails clearly when the local Go is older than the go.mod's go directive", () => {
+    const { env } = fakeProxy(
+      '0.0.7',
+      'module k8s.io/kubernetes\n\ngo 1.99.0\n\nrequire go.etcd.io/etcd/server/v3 v3.6.8\n',
+    );
+    const goVersion = spawnSync('go', ['env', 'GOVERSION'], { encoding: 'utf8', env }).stdout.trim();
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh')], { encoding: 'utf8', env });
+    expect(result.stderr.trim().split('\n').at(-1)).toBe(
+      `build-kube: k8s.io/kubernetes@v0.0.7 needs Go >= 1.99.0 (its go.mod); found ${goVersion}`,
+    );
+    expect(result.status).toBe(1);
   });
 });
