@@ -134,7 +134,7 @@ async function upsert(
       spec,
       action,
       policies,
-      state: { note: 'managed by egress-proxies setup' },
+      state: { note: 'managed by the egress-proxies worker (ensureSchedules)' },
     });
     return 'created';
   } catch (error) {
