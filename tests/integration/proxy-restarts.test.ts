@@ -3,10 +3,16 @@
  * converges without manual action. This file runs its own apiserver (with
  * persistent etcd) and its own Temporal dev server (with a database file) so
  * it can restart them without disturbing other test files.
+ *
+ * Besides a restart while a Proxy is steady, restarts land inside an
+ * operation: the `slow` provider (the real local provider with a start
+ * delay) keeps a new instance Provisioning for a few seconds, and each
+ * restart happens while the provider still says Provisioning.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { connect } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, type Worker } from '@temporalio/worker';
 import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
@@ -20,7 +26,8 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { createProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import { createProxy, getProxy, isProvisioned, proxyCondition, waitForProxy } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { eventually, workflowBundle } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -36,6 +43,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
   let api: CustomObjectsApi;
   let registry: ProviderRegistry;
   let connection: Connection;
+  let client: Client;
   let nativeConnection: NativeConnection;
   let worker: Worker;
   let running: Promise<void>;
@@ -43,6 +51,8 @@ describe('restarts of the apiserver and the Temporal server', () => {
   let target: Awaited<ReturnType<typeof startTarget>>;
   const ns = 'default';
   const taskQueue = 'restarts';
+  /** The `slow` provider's start delay: the Provisioning window a restart lands in. */
+  const START_DELAY_SECONDS = 5;
 
   const startKube = async () => {
     kube = await startLocalKubeApiServer({
@@ -70,15 +80,21 @@ describe('restarts of the apiserver and the Temporal server', () => {
     kc.loadFromFile(kube.kubeconfigPath);
     await installCrds(kc);
     api = kc.makeApiClient(CustomObjectsApi);
+    // Two neighbouring /24s, so the providers never hand out the same address.
+    const localRange = privateLoopbackRange();
+    const [, second, third] = localRange.split('.').map(Number) as [number, number, number];
+    const slowRange = `127.${second}.${third + 1}.0/24`;
     registry = buildProviders(
       parseProvidersConfig(
-        `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
+        `providers:\n` +
+          `  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${localRange} }\n` +
+          `  - name: slow\n    type: local\n    local: { stateDir: ${dir}/slow, addressRange: ${slowRange}, startDelaySeconds: ${START_DELAY_SECONDS} }\n`,
         'test',
       ),
       { logger, stateRoot: dir },
     );
     connection = await Connection.connect({ address: temporal.address });
-    const client = new Client({ connection });
+    client = new Client({ connection });
     nativeConnection = await NativeConnection.connect({ address: temporal.address });
     worker = await createProxyWorker({
       connection: nativeConnection,
@@ -163,11 +179,219 @@ describe('restarts of the apiserver and the Temporal server', () => {
     );
     const instances = await registry.get('local')!.listByTag(AbortSignal.timeout(5_000));
     expect(instances.filter((i) => i.uid === created.metadata.uid)).toHaveLength(0);
-    const client = new Client({ connection });
     const status = await eventually('workflow completed', async () => {
       const d = await client.workflow
         .getHandle(proxyWorkflowId({ namespace: ns, name: 'survivor', uid: created.metadata.uid! }))
         .describe();
+      return d.status.name === 'COMPLETED' ? d.status.name : undefined;
+    });
+    expect(status).toBe('COMPLETED');
+  });
+
+  // ---- Restarts inside an operation ----
+
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const handleOf = (name: string, uid: string) =>
+    client.workflow.getHandle(proxyWorkflowId({ namespace: ns, name, uid }));
+  /** Every instance carrying this UID mark, on either provider. */
+  const instancesOf = async (uid: string) => {
+    const listed = await Promise.all(
+      ['local', 'slow'].map((p) => registry.get(p)!.listByTag(AbortSignal.timeout(5_000))),
+    );
+    return listed.flat().filter((i) => i.uid === uid);
+  };
+  const activities = async (name: string, uid: string, type: string) =>
+    ((await handleOf(name, uid).fetchHistory()).events ?? []).filter(
+      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type,
+    ).length;
+  /** The create returned and the instance is inside its start delay: the window a restart lands in. */
+  const insideStartDelay = (p: Proxy) =>
+    Boolean(p.status?.providerID) && proxyCondition(p, 'Provisioned')?.reason === 'Provisioning';
+  /** The provider itself (not the workflow) still says Provisioning: the restart really is mid-create. */
+  const expectStillProvisioning = async (id: string) =>
+    expect((await registry.get('slow')!.get(id, AbortSignal.timeout(5_000))).state).toBe('Provisioning');
+  /** Resolves once nothing accepts connections on the port any more. */
+  const portClosed = (port: number) =>
+    eventually(
+      `port ${port} closed`,
+      () =>
+        new Promise<true | undefined>((resolve) => {
+          const socket = connect({ host: '127.0.0.1', port });
+          socket.once('connect', () => {
+            socket.destroy();
+            resolve(undefined);
+          });
+          socket.once('error', () => resolve(true));
+        }),
+      { timeoutMs: 15_000, intervalMs: 50 },
+    );
+  /**
+   * Stops a server and runs `whileDown` as soon as its port is closed (the
+   * process itself may take up to its kill timeout to exit), then starts it
+   * again on the same port and data, also when `whileDown` fails.
+   */
+  const restart = async (
+    server: { stop(): Promise<void> },
+    port: number,
+    start: () => Promise<void>,
+    whileDown: () => Promise<void>,
+  ) => {
+    const stopped = server.stop();
+    try {
+      await portClosed(port);
+      await whileDown();
+    } finally {
+      await stopped;
+      await sleep(1_000);
+      await start();
+    }
+  };
+  const restartKube = (whileDown: () => Promise<void>) => restart(kube, kubePort, startKube, whileDown);
+  const restartTemporal = (whileDown: () => Promise<void>) =>
+    restart(temporal, temporalPort, startTemporal, whileDown);
+  const remove = (name: string) =>
+    api.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: PROXY_PLURAL,
+      name,
+    });
+  const gone = (name: string) =>
+    eventually(
+      `${name} gone`,
+      async () =>
+        getProxy(api, ns, name).then(
+          () => undefined,
+          (e: { code?: number }) => (e.code === 404 ? true : undefined),
+        ),
+      { timeoutMs: 90_000, intervalMs: 250 },
+    );
+  /** Delete: the finalizer is removed (object gone), no instance left, the workflow completed. */
+  const deleteAndExpectCleanup = async (name: string, uid: string) => {
+    await remove(name);
+    await gone(name);
+    expect(await instancesOf(uid)).toHaveLength(0);
+    const status = await eventually('workflow completed', async () => {
+      const d = await handleOf(name, uid).describe();
+      return d.status.name === 'COMPLETED' ? d.status.name : undefined;
+    });
+    expect(status).toBe('COMPLETED');
+  };
+
+  it('an apiserver restart while a create is provisioning: Running, one instance, clean delete', async () => {
+    const created = await createProxy(api, ns, 'mid-create-kube', {
+      mode: 'Managed',
+      provider: 'slow',
+      port: 18382,
+    });
+    const uid = created.metadata.uid!;
+    const provisioning = await waitFor('mid-create-kube', 'inside the start delay', insideStartDelay);
+    const id = provisioning.status!.providerID!;
+
+    await restartKube(() => expectStillProvisioning(id));
+
+    const running = await waitFor('mid-create-kube', 'Running after the apiserver restart', provisioned);
+    expect(running.status?.providerID).toBe(id);
+    expect(running.status?.observedGeneration).toBe(1);
+    expect(await getThroughConnect(running.status!.ip!, 18382, target.port)).toBe('restart ok');
+    expect((await instancesOf(uid)).map((i) => i.id)).toEqual([id]);
+    expect(await activities('mid-create-kube', uid, 'createInstance')).toBe(1);
+
+    await deleteAndExpectCleanup('mid-create-kube', uid);
+  });
+
+  it('a Temporal server restart while a create is provisioning: Running, one instance, clean delete', async () => {
+    const created = await createProxy(api, ns, 'mid-create-temporal', {
+      mode: 'Managed',
+      provider: 'slow',
+      port: 18383,
+    });
+    const uid = created.metadata.uid!;
+    const provisioning = await waitFor('mid-create-temporal', 'inside the start delay', insideStartDelay);
+    const id = provisioning.status!.providerID!;
+    const { runId } = await handleOf('mid-create-temporal', uid).describe();
+
+    await restartTemporal(() => expectStillProvisioning(id));
+
+    const running = await waitFor('mid-create-temporal', 'Running after the Temporal restart', provisioned);
+    expect(running.status?.providerID).toBe(id);
+    expect(await getThroughConnect(running.status!.ip!, 18383, target.port)).toBe('restart ok');
+    expect((await instancesOf(uid)).map((i) => i.id)).toEqual([id]);
+    expect(await activities('mid-create-temporal', uid, 'createInstance')).toBe(1);
+    // The run that was polling before the restart carried on (no new run was started).
+    const view = await handleOf('mid-create-temporal', uid).query(stateQuery);
+    expect(view).toMatchObject({ providerID: id, instanceState: 'Running' });
+    expect((await handleOf('mid-create-temporal', uid).describe()).runId).toBe(runId);
+
+    await deleteAndExpectCleanup('mid-create-temporal', uid);
+  });
+
+  it('a Temporal server restart while a replacement is provisioning: one instance on the new spec', async () => {
+    const created = await createProxy(api, ns, 'mid-replace', {
+      mode: 'Managed',
+      provider: 'slow',
+      port: 18384,
+    });
+    const uid = created.metadata.uid!;
+    const first = await waitFor('mid-replace', 'Running', provisioned);
+    await api.patchNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: ns,
+      plural: PROXY_PLURAL,
+      name: 'mid-replace',
+      body: [{ op: 'replace', path: '/spec/port', value: 18385 }],
+    });
+    // The old instance is deleted and the new one created: it is inside its own start delay.
+    const replacing = await waitFor(
+      'mid-replace',
+      'replacement inside the start delay',
+      (p) =>
+        p.status?.observedGeneration === 2 &&
+        p.status.specHash !== first.status?.specHash &&
+        insideStartDelay(p),
+    );
+    const id = replacing.status!.providerID!;
+
+    await restartTemporal(() => expectStillProvisioning(id));
+
+    const replaced = await waitFor(
+      'mid-replace',
+      'replacement Running after the Temporal restart',
+      (p) => provisioned(p) && p.status?.observedGeneration === 2,
+    );
+    expect(replaced.status?.specHash).toBe(replacing.status?.specHash);
+    expect(await getThroughConnect(replaced.status!.ip!, 18385, target.port)).toBe('restart ok');
+    expect(await instancesOf(uid)).toHaveLength(1);
+    expect(await activities('mid-replace', uid, 'createInstance')).toBe(2);
+    expect(await activities('mid-replace', uid, 'deleteInstance')).toBe(1);
+
+    await deleteAndExpectCleanup('mid-replace', uid);
+  });
+
+  it('a Proxy deleted while the Temporal server is down is cleaned up once it is back', async () => {
+    const created = await createProxy(api, ns, 'delete-while-down', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18386,
+    });
+    const uid = created.metadata.uid!;
+    await waitFor('delete-while-down', 'Running', provisioned);
+
+    await restartTemporal(async () => {
+      await remove('delete-while-down');
+      // Nobody can act on it yet: the finalizer holds the Proxy, the instance is still there.
+      await sleep(2_000);
+      const held = await getProxy(api, ns, 'delete-while-down');
+      expect(held.metadata.deletionTimestamp).toBeDefined();
+      expect(await instancesOf(uid)).toHaveLength(1);
+    });
+
+    await gone('delete-while-down');
+    expect(await instancesOf(uid)).toHaveLength(0);
+    const status = await eventually('workflow completed', async () => {
+      const d = await handleOf('delete-while-down', uid).describe();
       return d.status.name === 'COMPLETED' ? d.status.name : undefined;
     });
     expect(status).toBe('COMPLETED');

@@ -1,0 +1,164 @@
+/**
+ * Several bridges at once (replicas, or a restart overlapping the old
+ * process) are harmless: three bridges watch the same namespace and signal
+ * the same task queue through a create, a spec edit and a delete of a few
+ * Proxies. Each Proxy still gets one workflow run, one instance at a time,
+ * exactly one replacement for one edit, one finalizer, and a clean delete.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { FAST_TIMING, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { eventually } from '../helpers/temporal.js';
+import { getThroughConnect, startTarget } from '../helpers/net.js';
+
+describe('several bridges at once', () => {
+  let cp: ControlPlane;
+  let target: Awaited<ReturnType<typeof startTarget>>;
+  /** In addition to the control plane's own bridge. */
+  const extra: Bridge[] = [];
+
+  beforeAll(async () => {
+    cp = await startControlPlane({ prefix: 'bridges' });
+    target = await startTarget('bridges ok');
+    for (let i = 0; i < 2; i++) {
+      const bridge = createBridge({
+        kubeConfig: cp.kc,
+        client: cp.client,
+        taskQueue: cp.taskQueue,
+        logger: cp.logger,
+        timing: FAST_TIMING,
+        namespace: cp.namespace,
+      });
+      await bridge.start();
+      extra.push(bridge);
+    }
+  });
+  afterAll(async () => {
+    await Promise.all(extra.map((b) => b.stop()));
+    await cp?.close();
+    await target?.close();
+  });
+
+  const bridges = () => [cp.bridge, ...extra];
+  const allIdle = () => Promise.all(bridges().map((b) => b.idle()));
+  const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
+    waitForProxy(cp.api, cp.namespace, name, what, test);
+  const mine = async (uid: string) =>
+    (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter((i) => i.uid === uid);
+  const events = async (name: string, uid: string) =>
+    (
+      await cp.client.workflow
+        .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid }))
+        .fetchHistory()
+    ).events ?? [];
+  const activities = async (name: string, uid: string, type: string) =>
+    (await events(name, uid)).filter(
+      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type,
+    ).length;
+
+  it('create, edit (one replacement) and delete of several Proxies with three bridges', async () => {
+    const names = ['multi-a', 'multi-b', 'multi-c'];
+    const port = (i: number, generation: 1 | 2) => 18480 + i * 2 + generation - 1;
+    const uids = new Map<string, string>();
+    await Promise.all(
+      names.map(async (name, i) => {
+        const p = await createProxy(cp.api, cp.namespace, name, {
+          mode: 'Managed',
+          provider: 'local',
+          port: port(i, 1),
+        });
+        uids.set(name, p.metadata.uid!);
+      }),
+    );
+    const uid = (name: string) => uids.get(name)!;
+
+    // Create: one Running instance per Proxy, one finalizer, one run that every bridge signalled.
+    const running = await Promise.all(names.map((name) => waitFor(name, 'Running', isProvisioned)));
+    await allIdle();
+    const runIds = new Map<string, string>();
+    for (const [i, name] of names.entries()) {
+      const p = running[i]!;
+      expect(p.metadata.finalizers?.filter((f) => f === FINALIZER)).toHaveLength(1);
+      expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
+      expect(await getThroughConnect(p.status!.ip!, port(i, 1), target.port)).toBe('bridges ok');
+      const history = await events(name, uid(name));
+      expect(history.filter((e) => e.workflowExecutionStartedEventAttributes)).toHaveLength(1);
+      expect(await activities(name, uid(name), 'createInstance')).toBe(1);
+      const d = await cp.client.workflow
+        .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid: uid(name) }))
+        .describe();
+      runIds.set(name, d.runId);
+    }
+    // Every bridge took part: each one signalled (or started) every Proxy's workflow.
+    for (const b of bridges()) expect(b.counters.signalWithStart).toBeGreaterThanOrEqual(names.length);
+
+    // Edit: a new port on each; exactly one replacement each, whoever signalled.
+    await Promise.all(
+      names.map((name, i) =>
+        cp.api.patchNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: cp.namespace,
+          plural: PROXY_PLURAL,
+          name,
+          body: [{ op: 'replace', path: '/spec/port', value: port(i, 2) }],
+        }),
+      ),
+    );
+    const replaced = await Promise.all(
+      names.map((name, i) =>
+        waitFor(
+          name,
+          'replacement Running',
+          (p) =>
+            isProvisioned(p) &&
+            p.status?.observedGeneration === 2 &&
+            p.status.specHash !== running[i]!.status?.specHash,
+        ),
+      ),
+    );
+    await allIdle();
+    for (const [i, name] of names.entries()) {
+      const p = replaced[i]!;
+      expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
+      expect(await getThroughConnect(p.status!.ip!, port(i, 2), target.port)).toBe('bridges ok');
+      expect(await activities(name, uid(name), 'createInstance')).toBe(2);
+      expect(await activities(name, uid(name), 'deleteInstance')).toBe(1);
+      const specSignals = (await events(name, uid(name))).filter(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'specChanged',
+      );
+      // Several bridges did send the same specs (the workflow deduplicated them).
+      expect(specSignals.length).toBeGreaterThan(2);
+    }
+
+    // Delete: finalizer removed (object gone), instance gone, the one run completed and not restarted.
+    await Promise.all(names.map((name) => deleteProxy(cp.api, cp.namespace, name)));
+    await Promise.all(names.map((name) => waitForProxyGone(cp.api, cp.namespace, name)));
+    await allIdle();
+    for (const name of names) {
+      expect(await mine(uid(name))).toHaveLength(0);
+      const handle = cp.client.workflow.getHandle(
+        proxyWorkflowId({ namespace: cp.namespace, name, uid: uid(name) }),
+      );
+      const d = await eventually(`${name}: workflow completed`, async () => {
+        const x = await handle.describe();
+        return x.status.name === 'COMPLETED' ? x : undefined;
+      });
+      expect(d.runId).toBe(runIds.get(name));
+      expect(await activities(name, uid(name), 'removeProxyFinalizer')).toBe(1);
+    }
+    // Late events from the other bridges do not start a new run.
+    await new Promise((r) => setTimeout(r, 1_000));
+    await allIdle();
+    for (const name of names) {
+      const d = await cp.client.workflow
+        .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid: uid(name) }))
+        .describe();
+      expect(d.runId).toBe(runIds.get(name));
+      expect(d.status.name).toBe('COMPLETED');
+    }
+  });
+});
