@@ -14,7 +14,7 @@ import { instanceNameFromUid } from '../../providers/names.js';
 import { readRecord } from '../../providers/local/store.js';
 import { MARK_UID, type Provider } from '../../providers/types.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { stateQuery } from '../../workflows/proxy/messages.js';
+import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, deleteProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
 import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import type { CrashWorkerArgs } from '../helpers/crash-worker.js';
@@ -230,5 +230,50 @@ describe('Proxy workflow durability', () => {
     expect(mine).toHaveLength(1);
     expect(mine[0]!.createdAt?.getTime()).toBeLessThan(Date.parse(continued.closeTime!.toISOString()));
     await remove('long');
+  });
+
+  it('signals arriving around continue-as-new are not lost: the last of a burst spanning several runs wins', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'burst', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18283,
+    });
+    const ref = { namespace: cp.namespace, name: 'burst', uid: created.metadata.uid! };
+    const running = await waitFor('burst', 'Running', provisioned);
+    const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    const firstRunId = (await handle.describe()).runId;
+
+    // 80 verdicts, each a change, sent as fast as the client goes: with
+    // maxHistoryEvents 60 the run continues as new several times mid-burst.
+    const count = 80;
+    for (let i = 1; i <= count; i++) {
+      await handle.signal(healthChangedSignal, {
+        ip: running.status!.ip!,
+        healthy: true,
+        latencyMillis: i,
+        checkedAt: new Date(Date.UTC(2026, 10, 30, 12, 0, i)).toISOString(),
+      });
+    }
+    const view = await eventually('the last verdict applied', async () => {
+      const v = await handle.query(stateQuery);
+      return v.health.latencyMillis === count ? v : undefined;
+    });
+    expect(view).toMatchObject({ providerID: running.status?.providerID, instanceState: 'Running' });
+    // Visibility may lag the runs by a moment.
+    const runs = await eventually('three or more runs listed', async () => {
+      const ids: string[] = [];
+      for await (const run of cp.client.workflow.list({ query: `WorkflowId = '${proxyWorkflowId(ref)}'` })) {
+        ids.push(run.runId);
+      }
+      return ids.length >= 3 ? ids : undefined;
+    });
+    expect(runs).toContain(firstRunId);
+    const written = await waitFor(
+      'burst',
+      'the last latency written',
+      (p) => p.status?.latencyMillis === count,
+    );
+    expect(written.status?.phase).toBe('Ready');
+    await remove('burst');
   });
 });
