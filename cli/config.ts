@@ -35,6 +35,12 @@ export const commonConfigSchema = z.strictObject({
   providerCheckIntervalMs: z.int().min(0),
   /** Where a standalone worker serves /metrics (host:port); undefined: not served. */
   metricsAddr: z.string().optional(),
+  /**
+   * Workflows a worker keeps in memory (about 0.3-1 MiB each). One evicted
+   * from the cache replays its history on its next task (a drift poll), so
+   * size it to the Proxies a worker runs when memory allows.
+   */
+  maxCachedWorkflows: z.int().positive(),
   timing: z.strictObject({
     provisioningPollMs: z.int().positive(),
     deletionPollMs: z.int().positive(),
@@ -63,10 +69,22 @@ export interface CommonFlags {
   gcDryRun?: boolean;
   providerCheckInterval?: string;
   metricsAddr?: string;
+  maxCachedWorkflows?: string;
 }
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
+}
+
+/** Enough for a fleet of a thousand Proxies per worker at about 1 MiB each. */
+export const DEFAULT_MAX_CACHED_WORKFLOWS = 1_000;
+
+function positiveInt(text: string | undefined, flag: string, fallback: number): number {
+  if (text === undefined) return fallback;
+  if (!/^[1-9][0-9]{0,8}$/.test(text.trim())) {
+    throw new ConfigError(`${flag}: must be a positive whole number, got ${JSON.stringify(text)}`);
+  }
+  return Number(text.trim());
 }
 
 function durationMs(text: string | undefined, flag: string, fallback: number): number {
@@ -115,6 +133,11 @@ export function readCommonConfig(
     },
     providerCheckIntervalMs: durationMs(flags.providerCheckInterval, '--provider-check-interval', 60_000),
     metricsAddr: flags.metricsAddr,
+    maxCachedWorkflows: positiveInt(
+      flags.maxCachedWorkflows ?? env.MAX_CACHED_WORKFLOWS,
+      '--max-cached-workflows',
+      DEFAULT_MAX_CACHED_WORKFLOWS,
+    ),
     timing,
   };
   const parsed = commonConfigSchema.safeParse(candidate);

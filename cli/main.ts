@@ -44,6 +44,12 @@ function commonOptions(cmd: Command): Command {
     )
     .addOption(
       new Option('--metrics-addr <host:port>', 'worker: serve /metrics here (provider-check gauges)'),
+    )
+    .addOption(
+      new Option(
+        '--max-cached-workflows <n>',
+        'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 1000)',
+      ),
     );
 }
 

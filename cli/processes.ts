@@ -64,6 +64,7 @@ export async function startWorker(
     installation,
     logger,
     metrics,
+    maxCachedWorkflows: config.maxCachedWorkflows,
   });
   const done = worker.run();
   logger.info({ taskQueue: config.taskQueue, providers: registry.names(), installation }, 'worker started');

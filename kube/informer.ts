@@ -123,11 +123,12 @@ export function createResilientInformer<T extends object>(
     delayMs = Math.min(delayMs * 2, maxBackoffMs);
     logger.warn({ err: describeError(err), retryInMs: wait, synced }, 'watch stopped; restarting');
     recovering = synced;
+    // Not unref'd: while the first listing is pending this timer may be the
+    // only thing keeping the process alive, and an exit there would be silent.
     restartTimer = setTimeout(() => {
       restartTimer = undefined;
       void attempt();
     }, wait);
-    restartTimer.unref();
   }
 
   async function attempt(): Promise<void> {

@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, DEFAULT_MAX_CACHED_WORKFLOWS, readCommonConfig } from '../../cli/config.js';
+
+describe('common CLI configuration', () => {
+  it('has working defaults with no flags and no environment', () => {
+    const config = readCommonConfig({ HOME: '/home/u' }, {});
+    expect(config).toMatchObject({
+      temporalAddress: '127.0.0.1:7233',
+      temporalNamespace: 'default',
+      taskQueue: 'egress-proxies',
+      logLevel: 'info',
+      maxCachedWorkflows: DEFAULT_MAX_CACHED_WORKFLOWS,
+      gc: { intervalMs: 600_000, minAgeMs: 600_000, dryRun: false },
+      providerCheckIntervalMs: 60_000,
+    });
+    expect(config.timing.driftPollMs).toBe(120_000);
+    expect(config.timing.deletionPollMs).toBe(config.timing.provisioningPollMs);
+  });
+
+  it('takes flags over the environment', () => {
+    const env = { TEMPORAL_ADDRESS: '127.0.0.2:7233', MAX_CACHED_WORKFLOWS: '300' };
+    expect(readCommonConfig(env, {})).toMatchObject({
+      temporalAddress: '127.0.0.2:7233',
+      maxCachedWorkflows: 300,
+    });
+    expect(
+      readCommonConfig(env, {
+        temporalAddress: '127.0.0.3:7233',
+        maxCachedWorkflows: '2500',
+        driftPoll: '30s',
+      }),
+    ).toMatchObject({
+      temporalAddress: '127.0.0.3:7233',
+      maxCachedWorkflows: 2500,
+      timing: { driftPollMs: 30_000 },
+    });
+  });
+
+  it.each([
+    [{ maxCachedWorkflows: '0' }, '--max-cached-workflows'],
+    [{ maxCachedWorkflows: '12x' }, '--max-cached-workflows'],
+    [{ maxCachedWorkflows: '-5' }, '--max-cached-workflows'],
+    [{ driftPoll: 'soon' }, '--drift-poll'],
+    [{ logLevel: 'loud' }, 'logLevel'],
+    [{ installation: 'Not_A_Label' }, 'installation'],
+  ])('rejects %o naming %s', (flags, named) => {
+    expect(() => readCommonConfig({}, flags)).toThrow(ConfigError);
+    expect(() => readCommonConfig({}, flags)).toThrow(named);
+  });
+});
