@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../resources/proxy-schema.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
-import { createProxyReader, httpCode, type ProxyReader } from '../kube/proxy-reader.js';
+import { createProxyReader, httpCode, isProxyNotFound, type ProxyReader } from '../kube/proxy-reader.js';
 import { nonRetryable } from './failures.js';
 import type { KubeActivities } from './types.js';
 
@@ -86,7 +86,7 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
         return 'written';
       } catch (error) {
         const code = httpCode(error);
-        if (code === 404) return 'gone';
+        if (isProxyNotFound(error, ref.name)) return 'gone';
         // 422 is both a failed UID test and a status the schema rejects: only
         // a fresh read tells them apart, and 'gone' ends the Proxy's workflow.
         if (code === 422 && (await reader.readProxy(ref)) === undefined) return 'gone';
@@ -119,7 +119,7 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
           setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
         );
       } catch (error) {
-        if (httpCode(error) === 404) return 'gone';
+        if (isProxyNotFound(error, ref.name)) return 'gone';
         throw error;
       }
       log.info({ proxy: `${ref.namespace}/${ref.name}`, uid: ref.uid }, 'finalizer removed');

@@ -50,6 +50,8 @@ export interface BridgeOptions {
   concurrency?: number;
   /** Watch one namespace only (a namespace-restricted install); all namespaces when unset. */
   namespace?: string;
+  /** How often to look for running workflows whose Proxy is gone (default 10 min, ±20 % jitter). */
+  orphanedRunSweepMs?: number;
 }
 
 export interface Bridge {
@@ -266,34 +268,73 @@ export function createBridge(opts: BridgeOptions): Bridge {
    * because another bridge may have started its workflow before this cache
    * saw it.
    */
-  async function endOrphanedRuns(): Promise<void> {
+  async function sweepOrphanedRuns(): Promise<void> {
     const scope = opts.namespace ? ` AND ${ProxyNamespaceKey.name} = '${opts.namespace}'` : '';
     const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
-    try {
-      for await (const run of opts.client.workflow.list({ query })) {
-        const ref = parseProxyWorkflowId(run.workflowId);
-        if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
+    let failures = 0;
+    for await (const run of opts.client.workflow.list({ query })) {
+      const ref = parseProxyWorkflowId(run.workflowId);
+      if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
+      // One run that cannot be checked or told must not stop the others.
+      try {
         if ((await reader.readProxy(ref)) !== undefined) continue;
-        try {
-          await opts.client.workflow
-            .getHandle(run.workflowId)
-            .signal(deletionRequestedSignal, { skipCleanup: false });
-          counters.orphanedRuns += 1;
-          log.warn(
-            { workflowId: run.workflowId },
-            'the Proxy of a running workflow is gone; asked it to delete',
-          );
-        } catch (error) {
-          // Visibility lags: a run that just completed may still be listed.
-          if (!(error instanceof WorkflowNotFoundError)) throw error;
-        }
+        await opts.client.workflow
+          .getHandle(run.workflowId)
+          .signal(deletionRequestedSignal, { skipCleanup: false });
+        counters.orphanedRuns += 1;
+        log.warn(
+          { workflowId: run.workflowId },
+          'the Proxy of a running workflow is gone; asked it to delete',
+        );
+      } catch (error) {
+        // Visibility lags: a run that just completed may still be listed.
+        if (error instanceof WorkflowNotFoundError) continue;
+        failures += 1;
+        log.warn(
+          { workflowId: run.workflowId, err: error instanceof Error ? error.message : String(error) },
+          'could not check whether the Proxy of a running workflow is gone; next sweep tries again',
+        );
       }
-    } catch (error) {
-      log.warn(
-        { err: error instanceof Error ? error.message : String(error) },
-        'could not look for workflows of deleted Proxies; will look again after the next watch outage',
-      );
     }
+    if (failures > 0) log.warn({ failures }, 'orphaned-run sweep finished with failures');
+  }
+
+  /**
+   * Proxy workflows still running for a Proxy that no longer exists: it was
+   * deleted while no bridge was watching (an External one, or a Managed one
+   * whose finalizer was removed by hand), so no delete event will ever come.
+   * Each is told to delete; the run cleans up its instance and ends. A Proxy
+   * missing from this bridge's cache is confirmed by a direct read first,
+   * because another bridge may have started its workflow before this cache
+   * saw it. Runs at start, after a watch outage and periodically; one sweep
+   * at a time.
+   */
+  let sweeping: Promise<void> | undefined;
+  let sweepTimer: NodeJS.Timeout | undefined;
+  let running = false;
+  function endOrphanedRuns(): Promise<void> {
+    sweeping ??= sweepOrphanedRuns()
+      .catch((error: unknown) => {
+        log.warn(
+          { err: error instanceof Error ? error.message : String(error) },
+          'could not list workflows to look for deleted Proxies; next sweep tries again',
+        );
+      })
+      .finally(() => {
+        sweeping = undefined;
+      });
+    return sweeping;
+  }
+  function scheduleSweep(): void {
+    if (!running) return;
+    const base = opts.orphanedRunSweepMs ?? 10 * 60_000;
+    sweepTimer = setTimeout(
+      () => {
+        void endOrphanedRuns().finally(scheduleSweep);
+      },
+      base * (0.8 + Math.random() * 0.4),
+    );
+    sweepTimer.unref();
   }
 
   return {
@@ -302,9 +343,14 @@ export function createBridge(opts: BridgeOptions): Bridge {
       await secrets.start();
       await proxies.start();
       log.info({ proxies: proxies.list().length }, 'bridge started');
+      running = true;
       await endOrphanedRuns();
+      scheduleSweep();
     },
     async stop() {
+      running = false;
+      if (sweepTimer) clearTimeout(sweepTimer);
+      await sweeping;
       await proxies.stop();
       await secrets.stop();
     },

@@ -33,10 +33,11 @@ export interface ResilientInformer<T extends object> {
   /** Hears every add, update and delete from now on. Returns an unsubscribe. */
   onChange(listener: (obj: T, event: InformerEvent) => void): () => void;
   /**
-   * Hears every reconnect after a watch failure (not the watch's routine
-   * timeout, which resumes from its resourceVersion and misses nothing). The
-   * informer replays what changed either way; this is for a consumer that
-   * also wants a full pass after an outage.
+   * Hears the end of each outage: once the watch is open again after a
+   * failure (not after the watch's routine timeout, which resumes from its
+   * resourceVersion and misses nothing), and once per outage however many
+   * retries failed. The informer replays what changed either way; this is
+   * for a consumer that also wants a full pass afterwards.
    */
   onReconnect(listener: () => void): () => void;
   /**
@@ -74,6 +75,8 @@ export function createResilientInformer<T extends object>(
   // its resourceVersion without listing again: the cache is still good.
   let everListed = false;
   const listOnce = async (): Promise<KubernetesListObject<KubernetesObject>> => {
+    // client-node does not look at its own stop flag between list and watch.
+    if (stopped) throw new Error(`informer ${options.path} stopped`);
     const list = (await options.list()) as KubernetesListObject<KubernetesObject>;
     listedThisAttempt = true;
     everListed = true;
@@ -94,6 +97,8 @@ export function createResilientInformer<T extends object>(
   let synced = false;
   let stopped = true;
   let recovering = false;
+  let errors = 0;
+  let inFlight: Promise<void> | undefined;
   let delayMs = initialBackoffMs;
   let lastStartAt = 0;
   let restartTimer: NodeJS.Timeout | undefined;
@@ -106,12 +111,10 @@ export function createResilientInformer<T extends object>(
   informer.on('add', emit('add'));
   informer.on('update', emit('update'));
   informer.on('delete', emit('delete'));
-  informer.on('connect', () => {
-    if (!recovering) return;
-    recovering = false;
-    for (const listener of reconnectListeners) listener();
+  informer.on('error', (err: unknown) => {
+    errors += 1;
+    scheduleRestart(err);
   });
-  informer.on('error', (err: unknown) => scheduleRestart(err));
 
   function scheduleRestart(err: unknown): void {
     // One pending restart at most: two would run two watches side by side.
@@ -122,7 +125,7 @@ export function createResilientInformer<T extends object>(
     const wait = delayMs;
     delayMs = Math.min(delayMs * 2, maxBackoffMs);
     logger.warn({ err: describeError(err), retryInMs: wait, synced }, 'watch stopped; restarting');
-    recovering = synced;
+    if (synced) recovering = true;
     // Not unref'd: while the first listing is pending this timer may be the
     // only thing keeping the process alive, and an exit there would be silent.
     restartTimer = setTimeout(() => {
@@ -135,19 +138,42 @@ export function createResilientInformer<T extends object>(
     if (stopped) return;
     listedThisAttempt = false;
     lastStartAt = Date.now();
+    const errorsBefore = errors;
+    const running = informer.start();
+    inFlight = running;
     try {
-      await informer.start();
+      await running;
     } catch (err) {
       scheduleRestart(err);
       return;
+    } finally {
+      inFlight = undefined;
     }
-    // informer.start() also resolves when the list failed (it reports that
-    // through `error`); only a loaded listing counts. A relist after 410
-    // happens inside the informer and keeps the flag.
-    if ((listedThisAttempt || everListed) && !synced && !stopped) {
-      synced = true;
-      logger.info({ objects: informer.list().length }, 'informer synced');
-      onSynced?.();
+    // stop() came while the list ran or the watch was connecting: client-node
+    // stores the watch request only once it is open, so abort it now.
+    if (stopped) {
+      await informer.stop();
+      return;
+    }
+    // informer.start() also resolves when the list or the watch failed (it
+    // reports that through `error`, and a restart is already scheduled).
+    if (errors !== errorsBefore) return;
+    if (!synced) {
+      // Only a loaded listing counts (or one loaded before a stop/start). A
+      // relist after 410 happens inside the informer and keeps the flag.
+      if (listedThisAttempt || everListed) {
+        synced = true;
+        logger.info({ objects: informer.list().length }, 'informer synced');
+        onSynced?.();
+      }
+      return;
+    }
+    // Back after a failure, with the cache caught up and the watch open:
+    // once per outage, not once per failed retry.
+    if (recovering) {
+      recovering = false;
+      logger.info({ objects: informer.list().length }, 'watch restored');
+      for (const listener of reconnectListeners) listener();
     }
   }
 
@@ -188,6 +214,17 @@ export function createResilientInformer<T extends object>(
       onSynced = undefined;
       onStoppedEarly = undefined;
       await informer.stop();
+      // An attempt still listing or connecting aborts its own watch when it
+      // sees `stopped`; wait for that, but never hang a shutdown on it.
+      const pending = inFlight;
+      if (pending) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          pending.catch(() => undefined),
+          new Promise((resolve) => (timer = setTimeout(resolve, 5_000))),
+        ]);
+        clearTimeout(timer);
+      }
     },
   };
 }

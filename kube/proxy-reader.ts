@@ -12,6 +12,35 @@ export function httpCode(error: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
+/**
+ * Whether an apiserver error says that this Proxy does not exist: a 404
+ * whose Status names it. A bare 404 (an unserved API version, a wrong path,
+ * a proxy in between) says nothing about the object, and treating it as
+ * "gone" would make every Proxy workflow delete its instance and end.
+ */
+export function isProxyNotFound(error: unknown, name: string): boolean {
+  if (httpCode(error) !== 404) return false;
+  let body = (error as { body?: unknown }).body;
+  if (typeof body === 'string') {
+    try {
+      body = JSON.parse(body) as unknown;
+    } catch {
+      return false;
+    }
+  }
+  const status = body as {
+    kind?: unknown;
+    reason?: unknown;
+    details?: { name?: unknown; kind?: unknown };
+  } | null;
+  return (
+    status?.kind === 'Status' &&
+    status.reason === 'NotFound' &&
+    status.details?.name === name &&
+    status.details.kind === PROXY_PLURAL
+  );
+}
+
 export interface ProxyReader {
   readProxy(ref: ProxyRef): Promise<Proxy | undefined>;
 }
@@ -30,7 +59,7 @@ export function createProxyReader(kc: KubeConfig): ProxyReader {
         })) as Proxy;
         return proxy.metadata.uid === ref.uid ? proxy : undefined;
       } catch (error) {
-        if (httpCode(error) === 404) return undefined;
+        if (isProxyNotFound(error, ref.name)) return undefined;
         throw error;
       }
     },

@@ -211,6 +211,8 @@ describe('informer proxy catalog on a real apiserver', () => {
 
   it('restarts itself with backoff after the apiserver connection is cut, and catches up', async () => {
     const warningsBefore = logs.lines.filter((l) => l.msg === 'watch stopped; restarting').length;
+    let reconnects = 0;
+    const unsubscribe = informer.onReconnect(() => (reconnects += 1));
     await relay.cut();
     await waitFor(
       'a restart warning',
@@ -231,6 +233,11 @@ describe('informer proxy catalog on a real apiserver', () => {
 
     await relay.open();
     await waitFor('the informer to catch up', () => mine().find((p) => p.id.endsWith('/late')), 20_000);
+    // One outage, one reconnect notice, however many retries failed.
+    await waitFor('the reconnect notice', () => reconnects > 0 || undefined, 20_000);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(reconnects).toBe(1);
+    unsubscribe();
     const restarts = logs.lines.filter((l) => l.msg === 'watch stopped; restarting').slice(warningsBefore);
     // At least one restart attempt hit the closed port, so recovery came from
     // a retry, not from the first reconnect; delays grow and stay capped.
