@@ -17,11 +17,13 @@ import {
   type Proxy,
 } from '../../resources/proxy-schema.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
+import { desiredSpecOf } from '../../k8s-bridge/desired.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { stateQuery } from '../../workflows/proxy/messages.js';
+import { deletionRequestedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import {
+  createNamespace,
   createProxy,
   deleteProxy,
   getProxy,
@@ -79,6 +81,7 @@ describe('Proxy workflow edges', () => {
       body,
     });
   const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
+  const remove2 = (namespace: string, name: string) => deleteProxy(cp.api, namespace, name);
   const gone = (name: string) => waitForProxyGone(cp.api, cp.namespace, name);
   const completed = (id: string) =>
     eventually(`${id} completed`, async () =>
@@ -419,6 +422,60 @@ describe('Proxy workflow edges', () => {
     await gone('orphan-run');
     await completed(proxyWorkflowId(ref));
     expect(await mine()).toHaveLength(0);
+  });
+
+  it('a create that failed on a Secret read in the gap is tried again on its own once the Secret is back', async () => {
+    // The bridge's view and the activity's read disagree: the bridge saw the
+    // Secret (a spec without any cloud-init problem), the activity found none.
+    // No bridge watches this namespace, so the test sends what one would
+    // have, and no later signal can rescue the run: only its own retry can.
+    const namespace = await createNamespace(cp.kc, 'edges-gap');
+    const core = cp.kc.makeApiClient(CoreV1Api);
+    const userdata = '#cloud-config\ngap: true\n';
+    const created = await createProxy(cp.api, namespace, 'gap', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18189,
+      cloudInit: { secretRef: { name: 'gap-ci' } },
+    });
+    const seen = {
+      labels: { [LABEL_CLOUD_INIT]: 'true' },
+      data: { userdata: Buffer.from(userdata).toString('base64') },
+    };
+    const desired = desiredSpecOf(created, () => seen);
+    expect(desired.cloudInitProblem).toBeUndefined();
+    const ref = { namespace, name: 'gap', uid: created.metadata.uid! };
+    const handle = await cp.client.workflow.start('proxyWorkflow', {
+      workflowId: proxyWorkflowId(ref),
+      taskQueue: cp.taskQueue,
+      args: [{ ref, desired, timing: FAST_TIMING }],
+    });
+    const latched = await eventually('the CloudInitError latch', async () => {
+      const v = await handle.query(stateQuery);
+      return v.lastError?.type === 'CloudInitError' ? v : undefined;
+    });
+    expect(latched.lastError?.message).toContain('gap-ci');
+    expect(latched.providerID).toBeUndefined();
+
+    await core.createNamespacedSecret({
+      namespace,
+      body: {
+        metadata: { name: 'gap-ci', labels: { [LABEL_CLOUD_INIT]: 'true' } },
+        stringData: { userdata },
+      },
+    });
+    const running = await eventually('Running without any new signal', async () => {
+      const v = await handle.query(stateQuery);
+      return v.instanceState === 'Running' ? v : undefined;
+    });
+    expect(running.instanceSpecHash).toBe(desired.specHash);
+    await handle.signal(deletionRequestedSignal, { skipCleanup: false });
+    await completed(proxyWorkflowId(ref));
+    const left = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
+      (i) => i.uid === ref.uid,
+    );
+    expect(left).toHaveLength(0);
+    await remove2(namespace, 'gap');
   });
 
   it('search attributes find a Proxy by namespace, name, provider and phase', async () => {

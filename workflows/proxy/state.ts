@@ -24,9 +24,26 @@ export interface Rules {
    * the hash change replaced it.
    */
   keepInstanceOnCloudInitProblem: boolean;
+  /**
+   * A create that failed with CloudInitError (the Secret vanished between
+   * the bridge's look and the activity's read) is tried again once the
+   * latch is `errorRetryMs` old. Before: only a spec signal that changed
+   * something cleared it, and the bridge sends none when the Secret comes
+   * back with the content the spec was last sent with.
+   */
+  retryLatchedCloudInitError: boolean;
 }
 
-export const CURRENT_RULES: Rules = { keepInstanceOnCloudInitProblem: true };
+export const CURRENT_RULES: Rules = {
+  keepInstanceOnCloudInitProblem: true,
+  retryLatchedCloudInitError: true,
+};
+
+/** Workflow time, for rules that depend on how old a latched failure is. */
+export interface StepClock {
+  nowMs: number;
+  errorRetryMs: number;
+}
 
 export function initialState(input: ProxyWorkflowInput): ProxyState {
   return {
@@ -123,16 +140,23 @@ export type Step =
   | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' };
 
 /** The next step of a Managed proxy that is not being deleted. */
-export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES): Step {
+export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?: StepClock): Step {
   const { desired, failure } = state;
   if (desired.mode === 'External') return { kind: 'wait-for-signal' };
   if (failure && failure.generation === desired.generation) {
     switch (failure.type) {
       case FailureType.Permanent:
         return { kind: 'wait-for-signal' };
-      case FailureType.CloudInitError:
-        // The bridge signals when the Secret appears or changes; the timer is a safety net.
-        return { kind: 'wait', ms: 'errorRetryMs' };
+      case FailureType.CloudInitError: {
+        // The bridge signals when the Secret appears or changes; the timer is
+        // the safety net: once the latch is old enough, try again.
+        const due =
+          rules.retryLatchedCloudInitError &&
+          clock !== undefined &&
+          clock.nowMs - Date.parse(failure.at) >= clock.errorRetryMs;
+        if (!due) return { kind: 'wait', ms: 'errorRetryMs' };
+        break;
+      }
       default:
         break;
     }

@@ -90,6 +90,8 @@ const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
 const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
 /** A status write or cloud-init read that finds the Proxy gone ends the run as a deletion. */
 const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
+/** Rules.retryLatchedCloudInitError. */
+const RETRY_LATCHED_CLOUD_INIT_ERROR = 'retry-latched-cloud-init-error';
 /** A deletion by a run that never recorded its instance ID looks the instance up by UID first. */
 const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
 
@@ -117,7 +119,10 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const state: ProxyState = input.carried ?? initialState(input);
   // Read once per run, before the first command: a run recorded before a
   // rule changed replays on the old rule until its next continue-as-new.
-  const rules: Rules = { keepInstanceOnCloudInitProblem: patched(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM) };
+  const rules: Rules = {
+    keepInstanceOnCloudInitProblem: patched(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM),
+    retryLatchedCloudInitError: patched(RETRY_LATCHED_CLOUD_INIT_ERROR),
+  };
   const proxyGoneIsDeletion = patched(PROXY_GONE_IS_DELETION);
   let woken = false;
 
@@ -200,7 +205,8 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       await runDeletion(state, timing, publish, pause, maybeContinueAsNew);
       return;
     }
-    const step = nextStep(state, rules);
+    // Date.now() is workflow time here: deterministic on replay.
+    const step = nextStep(state, rules, { nowMs: Date.now(), errorRetryMs: timing.errorRetryMs });
     switch (step.kind) {
       case 'wait-for-signal':
         await pause();
