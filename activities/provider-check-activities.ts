@@ -2,8 +2,9 @@
  * Activities of the provider-checks workflow: run every provider's check()
  * in parallel under one timeout (and keep the latest results for the
  * worker's gauges), write one ProviderHealth object per provider (never
- * one that carries another installation's label), delete the objects of
- * providers no longer configured.
+ * one that carries another installation's label; one with no installation
+ * label is adopted: labelled as ours, so the cleanup sees it), delete the
+ * objects of providers no longer configured.
  *
  * A check that ignores its deadline is reported as Timeout on the targets it
  * named last time; one that throws or answers garbage is reported as a failed
@@ -59,10 +60,15 @@ export interface ProviderCheckActivities {
   /**
    * Creates the provider's ProviderHealth object if missing, then replaces its status (one write).
    * An object carrying another installation's label is left alone: a non-retryable
-   * `ForeignProviderHealth` failure, which the round reports under publishFailures.
+   * `ForeignProviderHealth` failure, which the round reports under publishFailures. One with
+   * no installation label (an older version's, or made by hand) is adopted first: it gets
+   * this installation's labels, so the stale-object cleanup can remove it later.
    */
   publishProviderHealth(input: { result: ProviderCheckResult }): Promise<'created' | 'updated'>;
-  /** Deletes this installation's ProviderHealth objects whose name is not in `keep`; returns their names. */
+  /**
+   * Deletes this installation's ProviderHealth objects whose name is not in `keep`; returns their
+   * names. Each delete is pinned to the UID listed: an object recreated since is left alone.
+   */
   deleteStaleProviderHealth(input: { keep: string[] }): Promise<string[]>;
 }
 
@@ -171,10 +177,49 @@ export function installationLabelValue(installation: string): string {
   return `sha256-${createHash('sha256').update(installation, 'utf8').digest('hex').slice(0, 32)}`;
 }
 
+/** A label key as a JSON Pointer segment (RFC 6901: `~` then `/` escaped). */
+function pointerSegment(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
 export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): ProviderCheckActivities {
   const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
   const installationLabel = installationLabelValue(deps.installation);
   const log = deps.logger.child({ component: 'provider-checks' });
+
+  /**
+   * Labels an existing ProviderHealth that has no installation label as this
+   * installation's. The patch is pinned to the version read (UID and
+   * resourceVersion tests): if anything changed meanwhile, another
+   * installation claiming it included, it fails (422) and the activity retries
+   * on a fresh read. The other labels are kept.
+   */
+  const adopt = async (ph: ProviderHealth): Promise<ProviderHealth> => {
+    const labels = {
+      ...ph.metadata.labels,
+      [LABEL_MANAGED_BY]: MANAGED_BY_VALUE,
+      [LABEL_INSTALLATION]: installationLabel,
+    };
+    const adopted = (await api.patchClusterCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        plural: PROVIDER_HEALTH_PLURAL,
+        name: ph.metadata.name,
+        body: [
+          { op: 'test', path: '/metadata/uid', value: ph.metadata.uid },
+          { op: 'test', path: '/metadata/resourceVersion', value: ph.metadata.resourceVersion },
+          { op: 'add', path: '/metadata/labels', value: labels },
+        ],
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
+    )) as ProviderHealth;
+    log.info(
+      { provider: ph.metadata.name, installation: installationLabel },
+      'adopted a ProviderHealth object without an installation label',
+    );
+    return adopted;
+  };
   let latest: Latest[] = [];
   /** Targets (name, address) per provider from its last answer: what a check that never answers is reported as. */
   const knownTargets = new Map<string, Array<Pick<CheckedTarget, 'name' | 'address'>>>();
@@ -360,6 +405,8 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
           `ProviderHealth ${result.provider} carries ${LABEL_INSTALLATION}=${owner}, not ${installationLabel}; left alone`,
         );
       }
+      // Made by an older version or by hand for this provider name: ours from now on.
+      if (owner === undefined) existing = await adopt(existing);
       const status = buildProviderHealthStatus(existing.status, result);
       await api.patchClusterCustomObjectStatus(
         {
@@ -367,9 +414,16 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
           version: VERSION,
           plural: PROVIDER_HEALTH_PLURAL,
           name: result.provider,
-          // The test pins the write to the object read; a recreated one fails (422) and the activity retries.
+          // The tests pin the write to the object read and to its owner: a recreated object, or one
+          // another installation has claimed since, fails it (422) and the activity retries on a
+          // fresh read (which then finds it foreign).
           body: [
             { op: 'test', path: '/metadata/uid', value: existing.metadata.uid },
+            {
+              op: 'test',
+              path: `/metadata/labels/${pointerSegment(LABEL_INSTALLATION)}`,
+              value: installationLabel,
+            },
             { op: 'add', path: '/status', value: status },
           ],
         },
@@ -395,9 +449,20 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
             version: VERSION,
             plural: PROVIDER_HEALTH_PLURAL,
             name: ph.metadata.name,
+            // Only the object listed: one recreated under this name since (its provider
+            // configured again, another installation's) fails the precondition (409).
+            body: { preconditions: { uid: ph.metadata.uid } },
           });
         } catch (error) {
-          if (httpCode(error) !== 404) throw error;
+          const code = httpCode(error);
+          if (code === 409) {
+            log.info(
+              { name: ph.metadata.name },
+              'ProviderHealth recreated since it was listed; not deleted (the next round looks again)',
+            );
+            continue;
+          }
+          if (code !== 404) throw error;
         }
         deleted.push(ph.metadata.name);
         log.info({ name: ph.metadata.name }, 'deleted the ProviderHealth of a provider no longer configured');

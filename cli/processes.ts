@@ -144,51 +144,75 @@ export async function startApi(
   // One Proxy cache for the lease API and the prober.
   const proxies = createProxyInformer({ kubeConfig: kc, logger });
   await proxies.start();
-  const catalog = createInformerProxyCatalog(proxies);
-  const leaseStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
-  // Only frees memory: every read already ignores ended leases.
-  const stopSweep = leaseStore.startSweeping();
-  const app = createApi({
-    catalog,
-    leaseStore,
-    token: apiOptions.token,
-    logger,
-    registry,
-    maxLeaseTtlSeconds: apiOptions.maxLeaseTtlSeconds,
-    defaultLeaseTtlSeconds: apiOptions.defaultLeaseTtlSeconds,
-  });
-  const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
-  logger.info({ url: server.url }, 'lease API listening');
-
-  const connection = await Connection.connect({ address: config.temporalAddress });
-  const signaller = createTemporalHealthSignaller(
-    new Client({ connection, namespace: config.temporalNamespace }),
-    {
+  // From here on a failure (the port in use, Temporal unreachable, ...) stops
+  // what already runs, newest first, then rethrows: the informer's watch and
+  // the server would otherwise keep the process alive, and it would hang.
+  const started: Array<{ what: string; stop: () => unknown }> = [
+    { what: 'Proxy informer', stop: () => proxies.stop() },
+  ];
+  try {
+    const catalog = createInformerProxyCatalog(proxies);
+    started.push({ what: 'catalog', stop: () => catalog.close() });
+    const leaseStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
+    // Only frees memory: every read already ignores ended leases.
+    const stopSweep = leaseStore.startSweeping();
+    started.push({ what: 'lease sweep', stop: stopSweep });
+    const app = createApi({
+      catalog,
+      leaseStore,
+      token: apiOptions.token,
       logger,
-    },
-  );
-  const prober = createProber({
-    targets: createProxyProbeTargets(proxies),
-    signal: signaller.signal,
-    logger,
-    registry,
-  });
-  await prober.start();
-  return {
-    name: 'api',
-    url: server.url,
-    registry,
-    done: new Promise(() => undefined),
-    describe: () =>
-      `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics); health prober on`,
-    async stop() {
-      await server.close();
-      stopSweep();
-      await prober.stop();
-      await signaller.stop();
-      await connection.close();
-      catalog.close();
-      await proxies.stop();
-    },
-  };
+      registry,
+      maxLeaseTtlSeconds: apiOptions.maxLeaseTtlSeconds,
+      defaultLeaseTtlSeconds: apiOptions.defaultLeaseTtlSeconds,
+    });
+    const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
+    started.push({ what: 'lease API server', stop: () => server.close() });
+    logger.info({ url: server.url }, 'lease API listening');
+
+    const connection = await Connection.connect({ address: config.temporalAddress });
+    started.push({ what: 'Temporal connection', stop: () => connection.close() });
+    const signaller = createTemporalHealthSignaller(
+      new Client({ connection, namespace: config.temporalNamespace }),
+      {
+        logger,
+      },
+    );
+    started.push({ what: 'health signaller', stop: () => signaller.stop() });
+    const prober = createProber({
+      targets: createProxyProbeTargets(proxies),
+      signal: signaller.signal,
+      logger,
+      registry,
+    });
+    // Stopped even when its start fails half-way.
+    started.push({ what: 'prober', stop: () => prober.stop() });
+    await prober.start();
+    return {
+      name: 'api',
+      url: server.url,
+      registry,
+      done: new Promise(() => undefined),
+      describe: () =>
+        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics); health prober on`,
+      async stop() {
+        await server.close();
+        stopSweep();
+        await prober.stop();
+        await signaller.stop();
+        await connection.close();
+        catalog.close();
+        await proxies.stop();
+      },
+    };
+  } catch (error) {
+    for (const part of started.reverse()) {
+      try {
+        await part.stop();
+      } catch (stopError) {
+        logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
+      }
+    }
+    throw error;
+  }
 }

@@ -14,9 +14,21 @@
  * closed as soon as the status is known. One deadline, the Proxy's
  * timeoutSeconds, bounds connect, the CONNECT answer, the TLS handshake and
  * the response together; the failure reason names the stage it hit.
+ *
+ * The promise resolves for anything the proxy or the target does. It rejects
+ * only for the prober's own fault (TLS options of its config that Node
+ * refuses, such as a CA that is not a string or Buffer), checked before the
+ * proxy is contacted: the prober counts that as ProberError and logs it,
+ * instead of blaming every proxy for it.
  */
 import { connect as netConnect, isIP, type Socket } from 'node:net';
-import { connect as tlsConnect, rootCertificates, type TLSSocket } from 'node:tls';
+import {
+  connect as tlsConnect,
+  createSecureContext,
+  rootCertificates,
+  type SecureContext,
+  type TLSSocket,
+} from 'node:tls';
 import { performance } from 'node:perf_hooks';
 
 export const PROBE_FAILURE_REASONS = [
@@ -148,6 +160,11 @@ function readHead(
   return detach;
 }
 
+/** An error of the prober's own making, for the prober to count as ProberError. */
+function proberFault(error: unknown): Error {
+  return new Error(`the probe's TLS options are invalid: ${describe(error)}`, { cause: error });
+}
+
 export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
   const started = performance.now();
   const { url } = req;
@@ -156,26 +173,48 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
   const hostname = url.hostname;
   const port = url.port || (https ? '443' : '80');
 
-  return new Promise<ProbeResult>((resolve) => {
+  // The prober's own TLS options, checked before any socket exists: Node
+  // throws on a bad one, and that is the prober's fault, not the proxy's.
+  let secureContext: SecureContext | undefined;
+  const extraCa = req.tls?.ca === undefined ? [] : Array.isArray(req.tls.ca) ? req.tls.ca : [req.tls.ca];
+  if (https && extraCa.length > 0) {
+    try {
+      secureContext = createSecureContext({
+        ca: [...rootCertificates, ...(extraCa as Array<string | Buffer>)],
+      });
+    } catch (error) {
+      return Promise.reject(proberFault(error));
+    }
+  }
+
+  return new Promise<ProbeResult>((resolve, reject) => {
     type Stage = 'connect' | 'proxy' | 'tls' | 'response';
     let stage: Stage = 'connect';
     let done = false;
-    // The socket and the timer exist only once netConnect has returned; `finish` tolerates their absence.
+    // The socket and the timer exist only once netConnect has returned; `end` tolerates their absence.
     let socket: Socket | undefined = undefined;
     let timer: ReturnType<typeof setTimeout> | undefined = undefined;
     let tunnel: TLSSocket | undefined;
 
-    const finish = (result: Omit<ProbeResult, 'durationMs'>): void => {
-      if (done) return;
+    /** Ends the probe once: the timer, the abort listener and the sockets go. False if it had ended. */
+    const end = (): boolean => {
+      if (done) return false;
       done = true;
       clearTimeout(timer);
       req.signal?.removeEventListener('abort', onAbort);
       tunnel?.destroy();
       socket?.destroy();
-      resolve({ ...result, durationMs: performance.now() - started });
+      return true;
+    };
+    const finish = (result: Omit<ProbeResult, 'durationMs'>): void => {
+      if (end()) resolve({ ...result, durationMs: performance.now() - started });
     };
     const fail = (reason: ProbeFailureReason, message: string): void =>
       finish({ ok: false, reason, message });
+    /** The prober's own fault: the probe ends and rejects, which the prober reports as ProberError. */
+    const crash = (error: unknown): void => {
+      if (end()) reject(proberFault(error));
+    };
 
     const onTimeout = (): void => {
       const t = `${req.timeoutMs} ms`;
@@ -280,8 +319,6 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
           return fail('ProtocolError', `unexpected bytes after the CONNECT answer: ${snippet(head.rest)}`);
         stage = 'tls';
         const name = bare(hostname);
-        const extraCa =
-          req.tls?.ca === undefined ? [] : Array.isArray(req.tls.ca) ? req.tls.ca : [req.tls.ca];
         try {
           tunnel = tlsConnect({
             socket: conn,
@@ -289,13 +326,12 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
             ...(isIP(name) === 0 ? { servername: name } : {}),
             ALPNProtocols: ['http/1.1'],
             rejectUnauthorized: true,
-            ...(extraCa.length > 0
-              ? { ca: [...rootCertificates, ...(extraCa as Array<string | Buffer>)] }
-              : {}),
+            ...(secureContext ? { secureContext } : {}),
           });
         } catch (error) {
-          // A bad CA or option throws synchronously, here inside a socket's data handler: never let it escape.
-          return onStreamError(error);
+          // Options Node refuses throw synchronously, here inside a socket's data handler: never let
+          // it escape, and never blame the proxy for it.
+          return crash(error);
         }
         tunnel.on('error', onStreamError);
         tunnel.once('secureConnect', () => {

@@ -111,4 +111,47 @@ describe('bridge and api started while the apiserver is unreachable', () => {
     expect(bridge.exit).toBeUndefined();
     expect(api.exit).toBeUndefined();
   }, 150_000);
+
+  it('api exits with an error naming the cause when its port is taken, instead of hanging on what it started', async () => {
+    const { createServer } = await import('node:net');
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as { port: number }).port;
+    try {
+      const proc = spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(ROOT, 'cli/entry.ts'),
+          'api',
+          '--discovery-addr',
+          `127.0.0.1:${port}`,
+          '--kubeconfig',
+          inject('kubeconfigPath'),
+          '--temporal-address',
+          inject('temporalAddress'),
+        ],
+        { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', DISCOVERY_TOKEN: 't' }, stdio: 'pipe' },
+      );
+      let output = '';
+      proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
+      proc.stderr.on('data', (d: Buffer) => (output += d.toString()));
+      const code = await new Promise<number | null>((resolve) => {
+        const timer = setTimeout(() => {
+          proc.kill('SIGKILL');
+          resolve(null);
+        }, 30_000);
+        proc.once('exit', (c) => {
+          clearTimeout(timer);
+          resolve(c);
+        });
+      });
+      expect(code, output).not.toBeNull();
+      expect(code).not.toBe(0);
+      expect(output).toContain('EADDRINUSE');
+    } finally {
+      await new Promise((r) => taken.close(r));
+    }
+  }, 60_000);
 });

@@ -8,15 +8,23 @@
  * transition log lines. Then providers that break the contract (a check()
  * that hangs and ignores its signal, one that throws, one that answers
  * garbage) next to a healthy one, and an object of the same name owned by
- * another installation, which is left alone.
+ * another installation, which is left alone. Last, the activities' writes
+ * against the apiserver when someone else acts in between: an unlabelled
+ * object adopted (and so cleaned up), an owner change between the read and
+ * the status write, an object recreated between the listing and the delete.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  createProviderCheckActivities,
+  type ProviderCheckActivities,
+} from '../../activities/provider-check-activities.js';
 import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/schedules.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
@@ -395,5 +403,155 @@ describe('provider checks schedule and ProviderHealth objects', () => {
         })
         .catch(() => undefined);
     }
+  });
+});
+
+describe('ProviderHealth writes when someone else acts in between', () => {
+  let api: CustomObjectsApi;
+  let acts: ProviderCheckActivities;
+  const suffix = randomBytes(3).toString('hex');
+  // An installation of its own: its cleanup can touch nothing of the other tests'.
+  const installation = `pcw-${suffix}`;
+  const ours = {
+    'app.kubernetes.io/managed-by': 'egress-proxies',
+    'crawl.example.com/installation': installation,
+  };
+  const created: string[] = [];
+
+  beforeAll(() => {
+    const kc = kubeConfig();
+    api = customObjects(kc);
+    acts = createProviderCheckActivities({
+      registry: { get: () => undefined, names: () => [], close: () => Promise.resolve() },
+      kubeConfig: kc,
+      installation,
+      logger: pino({ level: 'silent' }),
+      metrics: new Registry(),
+    });
+  });
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+  afterAll(async () => {
+    for (const name of created) {
+      await api
+        .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL, name })
+        .catch(() => undefined);
+    }
+  });
+
+  const ref = (name: string) => ({ group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL, name });
+  const get = async (name: string): Promise<ProviderHealth | undefined> => {
+    try {
+      return (await api.getClusterCustomObject(ref(name))) as ProviderHealth;
+    } catch (error) {
+      if ((error as { code?: number }).code === 404) return undefined;
+      throw error;
+    }
+  };
+  const create = async (name: string, labels?: Record<string, string>): Promise<ProviderHealth> => {
+    created.push(name);
+    return (await api.createClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: PROVIDER_HEALTH_PLURAL,
+      body: {
+        apiVersion: API_VERSION,
+        kind: 'ProviderHealth',
+        metadata: { name, ...(labels ? { labels } : {}) },
+      },
+    })) as ProviderHealth;
+  };
+  const relabel = (name: string, installationValue: string) =>
+    api.patchClusterCustomObject(
+      {
+        ...ref(name),
+        body: { metadata: { labels: { 'crawl.example.com/installation': installationValue } } },
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+  const result = (provider: string) => ({
+    provider,
+    type: 'stub',
+    supported: true,
+    targets: [{ name: 'api', ready: true, reason: 'Reachable', latencyMillis: 1 }],
+    checkedAt: new Date().toISOString(),
+  });
+  /** Runs `between` once, right after the first `method` call (the activity's own read) returns. */
+  const after = (
+    method: 'getClusterCustomObject' | 'listClusterCustomObject',
+    between: () => Promise<unknown>,
+  ) => {
+    const original = Reflect.get(CustomObjectsApi.prototype, method) as (
+      this: CustomObjectsApi,
+      ...args: unknown[]
+    ) => Promise<unknown>;
+    let fired = false;
+    vi.spyOn(CustomObjectsApi.prototype, method).mockImplementation(async function (
+      this: CustomObjectsApi,
+      ...args: unknown[]
+    ) {
+      const answer = await original.apply(this, args);
+      if (!fired) {
+        fired = true;
+        await between();
+      }
+      return answer as never;
+    } as never);
+  };
+
+  it('adopts an object without an installation label, writes its status, and cleans it up later', async () => {
+    const name = `pcw-unlabelled-${suffix}`;
+    const before = await create(name, { team: 'crawl' });
+    expect(await acts.publishProviderHealth({ result: result(name) })).toBe('updated');
+    const adopted = await get(name);
+    expect(adopted?.metadata.uid).toBe(before.metadata.uid);
+    expect(adopted?.metadata.labels).toEqual({ team: 'crawl', ...ours });
+    expect(adopted?.status).toMatchObject({ type: 'stub', targetsReady: '1/1' });
+    // Its provider is no longer configured: the cleanup, scoped by our labels, now finds it.
+    expect(await acts.deleteStaleProviderHealth({ keep: [] })).toEqual([name]);
+    expect(await get(name)).toBeUndefined();
+  });
+
+  it('an object claimed by another installation between the read and the status write is not written', async () => {
+    const name = `pcw-claimed-${suffix}`;
+    await create(name, ours);
+    after('getClusterCustomObject', () => relabel(name, 'another-installation'));
+    await expect(acts.publishProviderHealth({ result: result(name) })).rejects.toMatchObject({ code: 422 });
+    vi.restoreAllMocks();
+    const now = await get(name);
+    expect(now?.status).toBeUndefined();
+    expect(now?.metadata.labels?.['crawl.example.com/installation']).toBe('another-installation');
+    // The retry reads it afresh and finds it foreign.
+    await expect(acts.publishProviderHealth({ result: result(name) })).rejects.toMatchObject({
+      type: 'ForeignProviderHealth',
+    });
+  });
+
+  it('an unlabelled object claimed by another installation before the adoption is not adopted', async () => {
+    const name = `pcw-raced-${suffix}`;
+    await create(name);
+    after('getClusterCustomObject', () => relabel(name, 'another-installation'));
+    await expect(acts.publishProviderHealth({ result: result(name) })).rejects.toMatchObject({ code: 422 });
+    const now = await get(name);
+    expect(now?.status).toBeUndefined();
+    expect(now?.metadata.labels).toEqual({ 'crawl.example.com/installation': 'another-installation' });
+  });
+
+  it('an object recreated between the listing and the delete is kept', async () => {
+    const name = `pcw-recreated-${suffix}`;
+    const first = await create(name, ours);
+    let second: ProviderHealth | undefined;
+    after('listClusterCustomObject', async () => {
+      await api.deleteClusterCustomObject(ref(name));
+      await eventually(`${name} gone`, async () => ((await get(name)) === undefined ? true : undefined));
+      second = await create(name, ours);
+    });
+    expect(await acts.deleteStaleProviderHealth({ keep: [] })).toEqual([]);
+    expect(second?.metadata.uid).not.toBe(first.metadata.uid);
+    expect((await get(name))?.metadata.uid).toBe(second?.metadata.uid);
+    // The next round deletes the new one, still stale.
+    vi.restoreAllMocks();
+    expect(await acts.deleteStaleProviderHealth({ keep: [] })).toEqual([name]);
   });
 });

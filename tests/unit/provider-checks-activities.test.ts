@@ -5,11 +5,16 @@
  * in the same round, next to a healthy provider's verdict, and logged; a
  * throw never puts backend text into the report. Called outside an activity
  * context: the KubeConfig is never dialled by checkProviders.
+ *
+ * Then the writes of publishProviderHealth and deleteStaleProviderHealth, with
+ * the apiserver calls replaced (the integration test runs them against a real
+ * one): an unlabelled object is adopted, the status patch tests the owner, a
+ * delete is pinned to the UID listed.
  */
-import { KubeConfig } from '@kubernetes/client-node';
+import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createProviderCheckActivities } from '../../activities/provider-check-activities.js';
 import type { ProviderRegistry } from '../../providers/config.js';
 import { providerError } from '../../providers/errors.js';
@@ -227,6 +232,120 @@ describe('checkProviders with providers that break the contract', () => {
     // Its own verdict, not the made-up one.
     expect(round.results[0]?.targets).toEqual([
       expect.objectContaining({ name: 'api', reason: 'Timeout', message: 'aborted' }),
+    ]);
+  });
+});
+
+describe('ProviderHealth writes', () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  const acts = () =>
+    createProviderCheckActivities({
+      registry: registryOf([]),
+      kubeConfig: offlineKubeConfig(),
+      installation: 'unit',
+      logger: capturingLogger().logger,
+      metrics: new Registry(),
+    });
+  const result = {
+    provider: 'p1',
+    type: 'fake',
+    supported: true,
+    targets: [{ name: 'api', ready: true, reason: 'Reachable', latencyMillis: 3 }],
+    checkedAt: '2025-01-01T00:00:00.000Z',
+  };
+  const statusPatch = () =>
+    vi.spyOn(CustomObjectsApi.prototype, 'patchClusterCustomObjectStatus').mockResolvedValue({});
+  const body = (spy: { mock: { calls: unknown[][] } }, call = 0) =>
+    (spy.mock.calls[call]?.[0] as { body: unknown }).body;
+
+  it('adopts an object without an installation label, pinned to the version read, keeping its labels', async () => {
+    const read = {
+      apiVersion: 'crawl.example.com/v1alpha1',
+      kind: 'ProviderHealth',
+      metadata: { name: 'p1', uid: 'uid-1', resourceVersion: '41', labels: { team: 'crawl' } },
+    };
+    vi.spyOn(CustomObjectsApi.prototype, 'getClusterCustomObject').mockResolvedValue(read);
+    const labelled = {
+      ...read,
+      metadata: {
+        ...read.metadata,
+        resourceVersion: '42',
+        labels: {
+          team: 'crawl',
+          'app.kubernetes.io/managed-by': 'egress-proxies',
+          'crawl.example.com/installation': 'unit',
+        },
+      },
+    };
+    const metaPatch = vi
+      .spyOn(CustomObjectsApi.prototype, 'patchClusterCustomObject')
+      .mockResolvedValue(labelled);
+    const status = statusPatch();
+
+    expect(await acts().publishProviderHealth({ result })).toBe('updated');
+    expect(metaPatch).toHaveBeenCalledOnce();
+    expect(body(metaPatch)).toEqual([
+      { op: 'test', path: '/metadata/uid', value: 'uid-1' },
+      { op: 'test', path: '/metadata/resourceVersion', value: '41' },
+      { op: 'add', path: '/metadata/labels', value: labelled.metadata.labels },
+    ]);
+    expect(status).toHaveBeenCalledOnce();
+    expect(metaPatch.mock.invocationCallOrder[0]).toBeLessThan(status.mock.invocationCallOrder[0]!);
+  });
+
+  it("the status patch tests the object's UID and that it is still this installation's", async () => {
+    vi.spyOn(CustomObjectsApi.prototype, 'getClusterCustomObject').mockResolvedValue({
+      apiVersion: 'crawl.example.com/v1alpha1',
+      kind: 'ProviderHealth',
+      metadata: {
+        name: 'p1',
+        uid: 'uid-1',
+        resourceVersion: '41',
+        labels: {
+          'app.kubernetes.io/managed-by': 'egress-proxies',
+          'crawl.example.com/installation': 'unit',
+        },
+      },
+    });
+    const metaPatch = vi.spyOn(CustomObjectsApi.prototype, 'patchClusterCustomObject');
+    const status = statusPatch();
+
+    await acts().publishProviderHealth({ result });
+    expect(metaPatch).not.toHaveBeenCalled();
+    expect(body(status)).toEqual([
+      { op: 'test', path: '/metadata/uid', value: 'uid-1' },
+      { op: 'test', path: '/metadata/labels/crawl.example.com~1installation', value: 'unit' },
+      { op: 'add', path: '/status', value: expect.objectContaining({ type: 'fake' }) as unknown },
+    ]);
+  });
+
+  it('deletes a stale object only if it still has the UID listed; a recreated one is kept', async () => {
+    const item = (name: string, uid: string) => ({
+      apiVersion: 'crawl.example.com/v1alpha1',
+      kind: 'ProviderHealth',
+      metadata: { name, uid },
+    });
+    const list = vi.spyOn(CustomObjectsApi.prototype, 'listClusterCustomObject').mockResolvedValue({
+      items: [item('kept', 'uid-k'), item('gone', 'uid-g'), item('recreated', 'uid-r')],
+    });
+    const del = vi
+      .spyOn(CustomObjectsApi.prototype, 'deleteClusterCustomObject')
+      .mockImplementation((req: { name: string }) =>
+        req.name === 'recreated'
+          ? Promise.reject(Object.assign(new Error('Precondition failed: UID'), { code: 409 }))
+          : Promise.resolve({}),
+      );
+
+    expect(await acts().deleteStaleProviderHealth({ keep: ['kept'] })).toEqual(['gone']);
+    expect((list.mock.calls[0]?.[0] as { labelSelector: string }).labelSelector).toBe(
+      'app.kubernetes.io/managed-by=egress-proxies,crawl.example.com/installation=unit',
+    );
+    expect(del.mock.calls.map((c) => c[0])).toEqual([
+      expect.objectContaining({ name: 'gone', body: { preconditions: { uid: 'uid-g' } } }),
+      expect.objectContaining({ name: 'recreated', body: { preconditions: { uid: 'uid-r' } } }),
     ]);
   });
 });
