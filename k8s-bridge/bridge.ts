@@ -67,6 +67,8 @@ export interface Bridge {
     finalizersAdded: number;
     /** Running workflows whose Proxy was gone, told to delete. */
     orphanedRuns: number;
+    /** Completed sweeps for such workflows. */
+    orphanedRunSweeps: number;
   };
 }
 
@@ -77,7 +79,14 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const objects = opts.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
   const concurrency = opts.concurrency ?? 8;
-  const counters = { signalWithStart: 0, deletion: 0, skipped: 0, finalizersAdded: 0, orphanedRuns: 0 };
+  const counters = {
+    signalWithStart: 0,
+    deletion: 0,
+    skipped: 0,
+    finalizersAdded: 0,
+    orphanedRuns: 0,
+    orphanedRunSweeps: 0,
+  };
   const reader = createProxyReader(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
@@ -296,6 +305,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
         );
       }
     }
+    counters.orphanedRunSweeps += 1;
     if (failures > 0) log.warn({ failures }, 'orphaned-run sweep finished with failures');
   }
 

@@ -113,6 +113,8 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
       '--authorization-mode=RBAC',
       '--disable-admission-plugins=ServiceAccount',
       '--allow-privileged=true',
+      // Open watches (every informer) would hold a graceful stop until the SIGKILL timeout.
+      '--shutdown-watch-termination-grace-period=2s',
       '--v=0',
     ],
     apiLog,

@@ -403,6 +403,30 @@ describe('Proxy workflow edges', () => {
     }
   });
 
+  it('the bridge looks for such workflows again on its own period, and stops looking when stopped', async () => {
+    const periodic = createBridge({
+      kubeConfig: cp.kc,
+      client: cp.client,
+      taskQueue: cp.taskQueue,
+      logger: cp.logger,
+      timing: FAST_TIMING,
+      namespace: cp.namespace,
+      orphanedRunSweepMs: 200,
+    });
+    await periodic.start();
+    try {
+      expect(periodic.counters.orphanedRunSweeps).toBe(1);
+      await eventually('three more sweeps', () =>
+        Promise.resolve(periodic.counters.orphanedRunSweeps >= 4 || undefined),
+      );
+    } finally {
+      await periodic.stop();
+    }
+    const stoppedAt = periodic.counters.orphanedRunSweeps;
+    await new Promise((r) => setTimeout(r, 600));
+    expect(periodic.counters.orphanedRunSweeps).toBe(stoppedAt);
+  });
+
   it('a Proxy deleted after its run was terminated: the new run finds the instance by its UID mark and deletes it', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'orphan-run', {
       mode: 'Managed',
