@@ -26,20 +26,8 @@ if [[ -z "$GO_MIN" ]]; then
   missing=1
 elif command -v go >/dev/null 2>&1; then
   go_version="$(go env GOVERSION 2>/dev/null || true)"
-  ok=0
-  if [[ $go_version =~ go([0-9]+)\.([0-9]+)(\.([0-9]+))? ]]; then
-    have=("${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-0}")
-    IFS=. read -r -a want <<<"$GO_MIN"
-    ok=1
-    for i in 0 1 2; do
-      if ((${have[i]:-0} > ${want[i]:-0})); then break; fi
-      if ((${have[i]:-0} < ${want[i]:-0})); then
-        ok=0
-        break
-      fi
-    done
-  fi
-  if ((ok == 0)); then
+  source "$(dirname "${BASH_SOURCE[0]}")/go-version.sh"
+  if ! go_at_least "$go_version" "$GO_MIN"; then
     echo "missing: Go >= $GO_MIN for Kubernetes v$K8S_PIN (found ${go_version:-an unreadable version}) — install a newer Go from go.dev or your distribution's backports" >&2
     missing=1
   fi

@@ -13,8 +13,8 @@ import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { inject } from 'vitest';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
-import type { Provider } from '../../providers/types.js';
-import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
+import type { Instance, Provider } from '../../providers/types.js';
+import { createBridge, type Bridge, type BridgeOptions } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
 import type { ProxyTiming } from '../../workflows/proxy/types.js';
 import { createNamespace, customObjects, kubeConfig } from './kube.js';
@@ -43,7 +43,11 @@ export interface ControlPlane {
   stateRoot: string;
   logger: Logger;
   bridge: Bridge;
+  /** Another bridge on this plane (a restart or a second replica), not started; same options as `bridge`. */
+  createBridge(extra?: Pick<BridgeOptions, 'orphanedRunSweepMs'>): Bridge;
   worker: Worker;
+  /** The instances a provider lists (listByTag) carrying this Proxy UID's mark. */
+  instancesOf(uid: string, provider?: string): Promise<Instance[]>;
   /** Stops the running worker (as a crash would, with no grace) and starts a fresh one. */
   restartWorker(): Promise<void>;
   stopWorker(): Promise<void>;
@@ -129,7 +133,7 @@ export async function startControlPlane(opts: {
   };
   if (opts.startWorker ?? true) await startWorker();
 
-  const bridge = createBridge({
+  const bridgeOptions: BridgeOptions = {
     kubeConfig: kc,
     client,
     taskQueue,
@@ -137,7 +141,8 @@ export async function startControlPlane(opts: {
     timing,
     namespace,
     ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
-  });
+  };
+  const bridge = createBridge(bridgeOptions);
   await bridge.start();
 
   const plane: ControlPlane = {
@@ -150,6 +155,11 @@ export async function startControlPlane(opts: {
     stateRoot,
     logger,
     bridge,
+    createBridge: (extra = {}) => createBridge({ ...bridgeOptions, ...extra }),
+    async instancesOf(uid, provider = 'local') {
+      const listed = await registry.get(provider)!.listByTag(AbortSignal.timeout(5_000));
+      return listed.filter((i) => i.uid === uid);
+    },
     get worker() {
       if (!worker) throw new Error('no in-process worker started (startWorker: false)');
       return worker;

@@ -49,6 +49,24 @@ import {
   type ScheduleWorker,
 } from './gc-helpers.js';
 
+/** An empty ProviderHealth object, as another installation (or an older version) would leave one. */
+async function createProviderHealth(
+  api: CustomObjectsApi,
+  name: string,
+  labels?: Record<string, string>,
+): Promise<ProviderHealth> {
+  return (await api.createClusterCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PROVIDER_HEALTH_PLURAL,
+    body: {
+      apiVersion: API_VERSION,
+      kind: 'ProviderHealth',
+      metadata: { name, ...(labels ? { labels } : {}) },
+    },
+  })) as ProviderHealth;
+}
+
 describe('provider checks schedule and ProviderHealth objects', () => {
   let kc: KubeConfig;
   let api: CustomObjectsApi;
@@ -261,22 +279,10 @@ describe('provider checks schedule and ProviderHealth objects', () => {
     );
     const shared = stub(n.shared, () => Promise.resolve([{ name: 'api', ready: true, reason: 'Reachable' }]));
     // The same object name, created by another installation on this cluster.
-    const foreign = (await api.createClusterCustomObject({
-      group: GROUP,
-      version: VERSION,
-      plural: PROVIDER_HEALTH_PLURAL,
-      body: {
-        apiVersion: API_VERSION,
-        kind: 'ProviderHealth',
-        metadata: {
-          name: n.shared,
-          labels: {
-            'app.kubernetes.io/managed-by': 'egress-proxies',
-            'crawl.example.com/installation': 'another-installation',
-          },
-        },
-      },
-    })) as ProviderHealth;
+    const foreign = await createProviderHealth(api, n.shared, {
+      'app.kubernetes.io/managed-by': 'egress-proxies',
+      'crawl.example.com/installation': 'another-installation',
+    });
     registry.set([ok, hung, throws, malformed, shared]);
     // Scheduled rounds, not triggered ones: only those receive the previous
     // round's result, which the transition lines compare against. Each
@@ -449,18 +455,9 @@ describe('ProviderHealth writes when someone else acts in between', () => {
       throw error;
     }
   };
-  const create = async (name: string, labels?: Record<string, string>): Promise<ProviderHealth> => {
+  const create = (name: string, labels?: Record<string, string>): Promise<ProviderHealth> => {
     created.push(name);
-    return (await api.createClusterCustomObject({
-      group: GROUP,
-      version: VERSION,
-      plural: PROVIDER_HEALTH_PLURAL,
-      body: {
-        apiVersion: API_VERSION,
-        kind: 'ProviderHealth',
-        metadata: { name, ...(labels ? { labels } : {}) },
-      },
-    })) as ProviderHealth;
+    return createProviderHealth(api, name, labels);
   };
   const relabel = (name: string, installationValue: string) =>
     api.patchClusterCustomObject(

@@ -7,10 +7,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
-import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
+import type { Bridge } from '../../k8s-bridge/bridge.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
-import { FAST_TIMING, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
@@ -24,14 +24,7 @@ describe('several bridges at once', () => {
     cp = await startControlPlane({ prefix: 'bridges' });
     target = await startTarget('bridges ok');
     for (let i = 0; i < 2; i++) {
-      const bridge = createBridge({
-        kubeConfig: cp.kc,
-        client: cp.client,
-        taskQueue: cp.taskQueue,
-        logger: cp.logger,
-        timing: FAST_TIMING,
-        namespace: cp.namespace,
-      });
+      const bridge = cp.createBridge();
       await bridge.start();
       extra.push(bridge);
     }
@@ -46,8 +39,7 @@ describe('several bridges at once', () => {
   const allIdle = () => Promise.all(bridges().map((b) => b.idle()));
   const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
     waitForProxy(cp.api, cp.namespace, name, what, test);
-  const mine = async (uid: string) =>
-    (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter((i) => i.uid === uid);
+  const mine = (uid: string) => cp.instancesOf(uid);
   const events = async (name: string, uid: string) =>
     (
       await cp.client.workflow

@@ -177,9 +177,7 @@ describe('Proxy workflow durability', () => {
         { timeoutMs: 45_000, intervalMs: 250 },
       );
       expect(await lockHolder()).toBe(process.pid);
-      const mine = (await plane.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-        (i) => i.uid === uid,
-      );
+      const mine = await plane.instancesOf(uid);
       expect(mine).toHaveLength(1);
       expect(mine[0]!.id).toBe(running.status?.providerID);
       expect(await getThroughConnect(running.status!.ip!, 18282, target.port)).toBe('durable ok');
@@ -224,9 +222,7 @@ describe('Proxy workflow durability', () => {
       (c) => c.type === 'Provisioned',
     )?.lastTransitionTime;
     expect(view.conditions.find((c) => c.type === 'Provisioned')?.lastTransitionTime).toBe(provisionedSince);
-    const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-      (i) => i.uid === ref.uid,
-    );
+    const mine = await cp.instancesOf(ref.uid);
     expect(mine).toHaveLength(1);
     expect(mine[0]!.createdAt?.getTime()).toBeLessThan(Date.parse(continued.closeTime!.toISOString()));
     await remove('long');

@@ -16,7 +16,6 @@ import {
   VERSION,
   type Proxy,
 } from '../../resources/proxy-schema.js';
-import { createBridge } from '../../k8s-bridge/bridge.js';
 import { desiredSpecOf } from '../../k8s-bridge/desired.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
@@ -193,14 +192,7 @@ describe('Proxy workflow edges', () => {
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     await handle.terminate('test: lose the run that created the instance');
     // A second bridge (a restart, or a second replica) re-signals everything at start.
-    const second = createBridge({
-      kubeConfig: cp.kc,
-      client: cp.client,
-      taskQueue: cp.taskQueue,
-      logger: cp.logger,
-      timing: FAST_TIMING,
-      namespace: cp.namespace,
-    });
+    const second = cp.createBridge();
     await second.start();
     try {
       const view = await eventually('new run Running', async () => {
@@ -208,9 +200,7 @@ describe('Proxy workflow edges', () => {
         return v.instanceState === 'Running' ? v : undefined;
       });
       expect(view.providerID).toBe(before.status?.providerID);
-      const mine = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-        (i) => i.uid === ref.uid,
-      );
+      const mine = await cp.instancesOf(ref.uid);
       expect(mine).toHaveLength(1);
       expect(await getThroughConnect(view.ip!, 18182, target.port)).toBe('edge ok');
     } finally {
@@ -368,10 +358,7 @@ describe('Proxy workflow edges', () => {
     const externalRef = { namespace: cp.namespace, name: 'unwatched-ext', uid: external.metadata.uid! };
     await waitFor('unwatched', 'Running', provisioned);
     await waitFor('unwatched-ext', 'status written', (x) => x.status?.phase !== undefined);
-    const instanceOf = async () =>
-      (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-        (i) => i.uid === managedRef.uid,
-      );
+    const instanceOf = () => cp.instancesOf(managedRef.uid);
     expect(await instanceOf()).toHaveLength(1);
 
     await cp.bridge.stop();
@@ -383,14 +370,7 @@ describe('Proxy workflow edges', () => {
     await gone('unwatched-ext');
 
     // A new bridge process: its cache never saw either Proxy.
-    const next = createBridge({
-      kubeConfig: cp.kc,
-      client: cp.client,
-      taskQueue: cp.taskQueue,
-      logger: cp.logger,
-      timing: FAST_TIMING,
-      namespace: cp.namespace,
-    });
+    const next = cp.createBridge();
     await next.start();
     try {
       await completed(proxyWorkflowId(managedRef));
@@ -404,15 +384,7 @@ describe('Proxy workflow edges', () => {
   });
 
   it('the bridge looks for such workflows again on its own period, and stops looking when stopped', async () => {
-    const periodic = createBridge({
-      kubeConfig: cp.kc,
-      client: cp.client,
-      taskQueue: cp.taskQueue,
-      logger: cp.logger,
-      timing: FAST_TIMING,
-      namespace: cp.namespace,
-      orphanedRunSweepMs: 200,
-    });
+    const periodic = cp.createBridge({ orphanedRunSweepMs: 200 });
     await periodic.start();
     try {
       expect(periodic.counters.orphanedRunSweeps).toBe(1);
@@ -435,10 +407,7 @@ describe('Proxy workflow edges', () => {
     });
     const ref = { namespace: cp.namespace, name: 'orphan-run', uid: created.metadata.uid! };
     await waitFor('orphan-run', 'Running', provisioned);
-    const mine = async () =>
-      (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-        (i) => i.uid === ref.uid,
-      );
+    const mine = () => cp.instancesOf(ref.uid);
     expect(await mine()).toHaveLength(1);
     await cp.client.workflow.getHandle(proxyWorkflowId(ref)).terminate('test: an operator ends the run');
     // The deletion event starts a new run that never saw the instance's ID.
@@ -495,9 +464,7 @@ describe('Proxy workflow edges', () => {
     expect(running.instanceSpecHash).toBe(desired.specHash);
     await handle.signal(deletionRequestedSignal, { skipCleanup: false });
     await completed(proxyWorkflowId(ref));
-    const left = (await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000))).filter(
-      (i) => i.uid === ref.uid,
-    );
+    const left = await cp.instancesOf(ref.uid);
     expect(left).toHaveLength(0);
     await remove2(namespace, 'gap');
   });
