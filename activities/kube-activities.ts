@@ -17,8 +17,6 @@ import { createProxyReader, httpCode, isProxyNotFound, type ProxyReader } from '
 import { nonRetryable } from './failures.js';
 import type { KubeActivities } from './types.js';
 
-export { createProxyReader, httpCode, type ProxyReader };
-
 /**
  * Resolves cloud-init text inside the activity, so it never enters workflow
  * history. Problems are CloudInitError failures that name the Secret and

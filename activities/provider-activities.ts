@@ -15,7 +15,8 @@ import { cloudInitContentHash, specHash } from '../providers/spec-hash.js';
 import type { Provider } from '../providers/types.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
-import { createProxyReader, resolveCloudInit } from './kube-activities.js';
+import { createProxyReader } from '../kube/proxy-reader.js';
+import { resolveCloudInit } from './kube-activities.js';
 import type { ProviderActivities } from './types.js';
 
 export interface ProviderActivityDeps {

@@ -43,7 +43,7 @@ import {
 } from '../workflows/provider-checks/status.js';
 import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
 import { nonRetryable } from './failures.js';
-import { httpCode } from './kube-activities.js';
+import { httpCode } from '../kube/proxy-reader.js';
 
 /** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
 export const ProviderCheckFailure = {

@@ -275,7 +275,8 @@ export function createBridge(opts: BridgeOptions): Bridge {
    * Each is told to delete; the run cleans up its instance and ends. A Proxy
    * missing from this bridge's cache is confirmed by a direct read first,
    * because another bridge may have started its workflow before this cache
-   * saw it.
+   * saw it. Runs at start, after a watch outage and periodically, one
+   * sweep at a time (endOrphanedRuns).
    */
   async function sweepOrphanedRuns(): Promise<void> {
     const scope = opts.namespace ? ` AND ${ProxyNamespaceKey.name} = '${opts.namespace}'` : '';
@@ -309,16 +310,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     if (failures > 0) log.warn({ failures }, 'orphaned-run sweep finished with failures');
   }
 
-  /**
-   * Proxy workflows still running for a Proxy that no longer exists: it was
-   * deleted while no bridge was watching (an External one, or a Managed one
-   * whose finalizer was removed by hand), so no delete event will ever come.
-   * Each is told to delete; the run cleans up its instance and ends. A Proxy
-   * missing from this bridge's cache is confirmed by a direct read first,
-   * because another bridge may have started its workflow before this cache
-   * saw it. Runs at start, after a watch outage and periodically; one sweep
-   * at a time.
-   */
+  // One sweep at a time: a reconnect during the start-up sweep joins it.
   let sweeping: Promise<void> | undefined;
   let sweepTimer: NodeJS.Timeout | undefined;
   let running = false;

@@ -70,15 +70,15 @@ export function createResilientInformer<T extends object>(
   const initialBackoffMs = options.initialBackoffMs ?? 500;
   const maxBackoffMs = options.maxBackoffMs ?? 30_000;
 
-  let listedThisAttempt = false;
-  // Once a listing has loaded, a start after stop() resumes the watch from
-  // its resourceVersion without listing again: the cache is still good.
+  // Whether a listing has ever loaded. Until then nothing counts as synced
+  // (client-node's start() resolves even when the list failed); after it, a
+  // start after stop() resumes the watch from its resourceVersion without
+  // listing again, and the cache is still good.
   let everListed = false;
   const listOnce = async (): Promise<KubernetesListObject<KubernetesObject>> => {
     // client-node does not look at its own stop flag between list and watch.
     if (stopped) throw new Error(`informer ${options.path} stopped`);
     const list = (await options.list()) as KubernetesListObject<KubernetesObject>;
-    listedThisAttempt = true;
     everListed = true;
     return list;
   };
@@ -136,7 +136,6 @@ export function createResilientInformer<T extends object>(
 
   async function attempt(): Promise<void> {
     if (stopped) return;
-    listedThisAttempt = false;
     lastStartAt = Date.now();
     const errorsBefore = errors;
     const running = informer.start();
@@ -159,9 +158,9 @@ export function createResilientInformer<T extends object>(
     // reports that through `error`, and a restart is already scheduled).
     if (errors !== errorsBefore) return;
     if (!synced) {
-      // Only a loaded listing counts (or one loaded before a stop/start). A
-      // relist after 410 happens inside the informer and keeps the flag.
-      if (listedThisAttempt || everListed) {
+      // Only a loaded listing counts. A relist after 410 happens inside the
+      // informer and keeps the flag.
+      if (everListed) {
         synced = true;
         logger.info({ objects: informer.list().length }, 'informer synced');
         onSynced?.();

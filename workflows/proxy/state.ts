@@ -283,7 +283,6 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
   }
   if (desired.cloudInitProblem && !state.instanceId)
     return c('False', 'CloudInitError', desired.cloudInitProblem);
-
   if (state.replacing) {
     return c(
       'False',
