@@ -77,10 +77,28 @@ export interface TargetStatus {
   details?: Record<string, string>;
 }
 
+/**
+ * What the control plane may assume about a provider's costs. Drift is found
+ * per provider by one sweep that calls listByTag every drift period: that is
+ * only sound when one listByTag costs a bounded number of backend calls
+ * whatever the fleet size (one paged list, one call per host).
+ */
+export interface ProviderCapabilities {
+  /**
+   * listByTag answers for the whole fleet in a bounded number of paged
+   * backend calls. When false, the drift sweep skips this provider and each
+   * Proxy workflow keeps polling its own instance with `get`, at the slower
+   * per-proxy drift rate.
+   */
+  readonly cheapListByTag: boolean;
+}
+
 export interface Provider {
   /** The configured name (what spec.provider refers to), not the type. */
   readonly name: string;
   readonly type: string;
+  /** Absent means nothing is assumed: `{ cheapListByTag: false }`. */
+  readonly capabilities?: ProviderCapabilities;
   /** Idempotent by req.name; adopts an existing instance only if its UID mark matches req.uid. */
   create(req: CreateRequest, signal: AbortSignal): Promise<string>;
   /** Throws a NotFound ProviderError when, and only when, the instance is gone. */

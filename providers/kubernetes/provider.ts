@@ -122,6 +122,8 @@ interface Client {
 
 class KubernetesProviderImpl implements KubernetesProvider {
   readonly type = KUBERNETES_PROVIDER_TYPE;
+  /** listByTag is one paged pod list. */
+  readonly capabilities = { cheapListByTag: true };
   private client: Client | undefined;
 
   constructor(

@@ -172,6 +172,8 @@ interface Listener {
 
 class LocalProviderImpl implements LocalProvider {
   readonly type = LOCAL_PROVIDER_TYPE;
+  /** listByTag is one read of the record directory. */
+  readonly capabilities = { cheapListByTag: true };
   private readonly mutex = new KeyedMutex();
   private readonly listeners = new Map<string, Listener>();
   /** Addresses held by records this process knows about: the allocator's index. */
