@@ -3,7 +3,6 @@
  * instances under a deadline of its own, list the live Proxy UIDs, and
  * delete one confirmed orphan (re-reading its marks first, logging loudly).
  */
-import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
@@ -12,6 +11,7 @@ import { classOf, isProviderError, safeCause } from '../providers/errors.js';
 import type { Instance, Provider } from '../providers/types.js';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
 import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
+import { activityCancellation, withDeadline } from './deadline.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 
 /** Stable failure types of the GC activities (the workflow logs them; it never branches on messages). */
@@ -42,15 +42,6 @@ export interface GcActivityDeps {
   logger: Logger;
   /** Page size of the Proxy list. Default 500. */
   proxyPageSize?: number;
-}
-
-function cancellation(): AbortSignal {
-  try {
-    return Context.current().cancellationSignal;
-  } catch {
-    // Called outside an activity: never cancelled.
-    return new AbortController().signal;
-  }
 }
 
 /** Why a listed value is not an Instance we can vouch for, or undefined when it is one. */
@@ -112,21 +103,13 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
 
     async gcListInstances({ provider: name, timeoutMs }) {
       const provider = lookup(name);
-      const deadline = new AbortController();
-      const signal = AbortSignal.any([cancellation(), deadline.signal]);
-      let timer: NodeJS.Timeout | undefined;
-      // The race, not only the signal, bounds the call: a backend that
-      // ignores its signal stalls only its own (abandoned) promise.
-      const expired = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          deadline.abort();
-          reject(
-            nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
-          );
-        }, timeoutMs);
-      });
       try {
-        const listed = await Promise.race([provider.listByTag(signal), expired]);
+        const listed = await withDeadline(
+          timeoutMs,
+          (signal) => provider.listByTag(signal),
+          () =>
+            nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
+        );
         return toListedInstances(name, listed);
       } catch (error) {
         const failure = error instanceof ApplicationFailure ? error : toApplicationFailure(error);
@@ -135,8 +118,6 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
           'listing instances failed; skipping this provider for this sweep',
         );
         throw failure;
-      } finally {
-        clearTimeout(timer);
       }
     },
 
@@ -165,7 +146,7 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
 
     async gcDeleteOrphan({ provider: name, id, uid }) {
       const provider = lookup(name);
-      const signal = cancellation();
+      const signal = activityCancellation();
       let current: Instance;
       try {
         current = await provider.get(id, signal);

@@ -17,6 +17,7 @@ import { FailureType } from '../workflows/proxy/failure-types.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyReader } from '../kube/proxy-reader.js';
 import { resolveCloudInit } from './kube-activities.js';
+import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { ProviderActivities } from './types.js';
 
 export interface ProviderActivityDeps {
@@ -25,6 +26,8 @@ export interface ProviderActivityDeps {
   /** Written as the installation mark on every instance; GC deletes only its own. */
   installation: string;
   logger: Logger;
+  /** Shared by every activity of this worker; a fresh set of circuits when absent. */
+  circuits?: ProviderCircuits;
 }
 
 function abortSignal(): AbortSignal {
@@ -65,6 +68,12 @@ async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
 export function createProviderActivities(deps: ProviderActivityDeps): ProviderActivities {
   const reader = createProxyReader(deps.kubeConfig);
   const log = deps.logger.child({ component: 'provider-activities' });
+  const circuits =
+    deps.circuits ??
+    createProviderCircuits({
+      onChange: (provider, view) =>
+        log.warn({ provider, ...view }, view.open ? 'provider calls paused' : 'provider calls resumed'),
+    });
 
   const lookup = (name: string): Provider => {
     const provider = deps.registry.get(name);
@@ -90,18 +99,20 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
         });
         const name = instanceNameFromUid(input.ref.uid);
         try {
-          const id = await provider.create(
-            {
-              name,
-              uid: input.ref.uid,
-              namespace: input.ref.namespace,
-              proxyName: input.ref.name,
-              placement: input.placement,
-              cloudInit,
-              port: input.port,
-              installation: deps.installation,
-            },
-            abortSignal(),
+          const id = await circuits.run(provider.name, 'create', name, () =>
+            provider.create(
+              {
+                name,
+                uid: input.ref.uid,
+                namespace: input.ref.namespace,
+                proxyName: input.ref.name,
+                placement: input.placement,
+                cloudInit,
+                port: input.port,
+                installation: deps.installation,
+              },
+              abortSignal(),
+            ),
           );
           log.info(
             {
@@ -122,7 +133,9 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
       heartbeating(async () => {
         const provider = lookup(name);
         try {
-          const instance = await provider.get(id, abortSignal());
+          const instance = await circuits.run(provider.name, 'get', id, () =>
+            provider.get(id, abortSignal()),
+          );
           return { found: true, state: instance.state, ...(instance.ip ? { ip: instance.ip } : {}) };
         } catch (error) {
           if (classOf(error) === 'NotFound') return { found: false };
@@ -134,7 +147,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
       heartbeating(async () => {
         const provider = lookup(name);
         try {
-          await provider.delete(id, abortSignal());
+          await circuits.run(provider.name, 'delete', id, () => provider.delete(id, abortSignal()));
         } catch (error) {
           throw toApplicationFailure(error);
         }
@@ -146,7 +159,10 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
         try {
           // Lists every instance the provider manages: rare (a deletion by a
           // run that never recorded its instance), so the cost is acceptable.
-          const mine = (await provider.listByTag(abortSignal())).find((i) => i.uid === uid);
+          const listed = await circuits.run(provider.name, 'list', '', () =>
+            provider.listByTag(abortSignal()),
+          );
+          const mine = listed.find((i) => i.uid === uid);
           return mine ? { id: mine.id } : {};
         } catch (error) {
           throw toApplicationFailure(error);

@@ -4,7 +4,7 @@
  */
 import type { ProxyStatus } from '../resources/proxy-schema.js';
 import type { InstanceState, Placement } from '../providers/types.js';
-import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
+import type { CloudInitRef, ProxyRef, WorkerTiming } from '../workflows/proxy/types.js';
 
 export interface CreateInstanceInput {
   ref: ProxyRef;
@@ -40,4 +40,39 @@ export interface KubeActivities {
   writeProxyStatus(input: { ref: ProxyRef; status: ProxyStatus }): Promise<'written' | 'gone'>;
   /** Removes our finalizer from the Proxy with this UID. */
   removeProxyFinalizer(input: { ref: ProxyRef }): Promise<'removed' | 'absent' | 'gone'>;
+}
+
+export interface TimingActivities {
+  /** The worker's timing for a Proxy of this provider (run as a local activity at the start of every run). */
+  proxyTiming(input: { provider: string }): Promise<WorkerTiming>;
+}
+
+/** One provider's part of a drift sweep. */
+export interface ProviderDriftSweep {
+  provider: string;
+  /** Instances listByTag returned; undefined when the list failed. */
+  listed?: number;
+  /** Steady Proxies of this provider whose recorded instance was compared. */
+  compared: number;
+  /** Compared Proxies whose instance differed (gone, not running, another address). */
+  drifted: number;
+  /** Of those, workflows that took the signal (a stopped workflow does not). */
+  signalled: number;
+  /** Why the list failed (the provider's own message). */
+  error?: string;
+  /** listByTag's error class when it failed. */
+  errorClass?: string;
+}
+
+export interface DriftSweepReport {
+  providers: ProviderDriftSweep[];
+  /** Providers skipped because their listByTag is not cheap; their Proxies poll on their own. */
+  notSwept: string[];
+  /** Set when the Proxies could not be listed: nothing was compared. */
+  proxyListError?: string;
+}
+
+export interface DriftActivities {
+  /** Lists every swept provider's instances and the Proxies, and signals only the Proxies whose instance drifted. */
+  sweepDrift(input: { listTimeoutMs: number }): Promise<DriftSweepReport>;
 }

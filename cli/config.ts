@@ -7,6 +7,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { parseDuration } from '../api/config.js';
+import { DRIFT_SWEEP_DEFAULTS } from '../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
 
 export const commonConfigSchema = z.strictObject({
@@ -41,13 +42,17 @@ export const commonConfigSchema = z.strictObject({
    * size it to the Proxies a worker runs when memory allows.
    */
   maxCachedWorkflows: z.int().positive(),
+  /** The worker's timing for Proxy workflows, read by each run from its worker. */
   timing: z.strictObject({
     provisioningPollMs: z.int().positive(),
     deletionPollMs: z.int().positive(),
     driftPollMs: z.int().positive(),
+    safetyPollMs: z.int().positive(),
     quotaRetryMs: z.int().positive(),
     errorRetryMs: z.int().positive(),
   }),
+  /** The drift sweep Schedule's interval; 0 turns it off (every Proxy then polls at driftPollMs). */
+  driftSweepMs: z.int().min(0),
 });
 
 export type CommonConfig = z.infer<typeof commonConfigSchema>;
@@ -64,6 +69,8 @@ export interface CommonFlags {
   logLevel?: string;
   provisioningPoll?: string;
   driftPoll?: string;
+  driftSweep?: string;
+  safetyPoll?: string;
   gcInterval?: string;
   gcMinAge?: string;
   gcDryRun?: boolean;
@@ -115,6 +122,7 @@ export function readCommonConfig(
       DEFAULT_TIMING.provisioningPollMs,
     ),
     driftPollMs: durationMs(flags.driftPoll, '--drift-poll', DEFAULT_TIMING.driftPollMs),
+    safetyPollMs: durationMs(flags.safetyPoll, '--safety-poll', DEFAULT_TIMING.safetyPollMs),
   };
   timing.deletionPollMs = timing.provisioningPollMs;
   const candidate = {
@@ -139,6 +147,7 @@ export function readCommonConfig(
       DEFAULT_MAX_CACHED_WORKFLOWS,
     ),
     timing,
+    driftSweepMs: durationMs(flags.driftSweep, '--drift-sweep', DRIFT_SWEEP_DEFAULTS.intervalMs),
   };
   const parsed = commonConfigSchema.safeParse(candidate);
   if (!parsed.success) {

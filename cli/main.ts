@@ -29,9 +29,29 @@ function commonOptions(cmd: Command): Command {
     )
     .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'))
     .addOption(
-      new Option('--provisioning-poll <duration>', 'poll while provisioning or deleting (default 10s)'),
+      new Option(
+        '--provisioning-poll <duration>',
+        'worker: poll while provisioning or deleting (default 10s)',
+      ),
     )
-    .addOption(new Option('--drift-poll <duration>', 'poll when steady (default 2m)'))
+    .addOption(
+      new Option(
+        '--drift-sweep <duration>',
+        'worker: list each provider and signal only drifted Proxies this often, 0 disables (default 2m)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--safety-poll <duration>',
+        'worker: per-Proxy poll of a swept provider, in case a sweep is missed (default 6h)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--drift-poll <duration>',
+        'worker: per-Proxy poll of a provider the sweep does not cover (default 10m)',
+      ),
+    )
     .addOption(
       new Option('--gc-interval <duration>', 'orphan GC schedule interval, 0 disables (default 10m)'),
     )

@@ -65,6 +65,8 @@ export async function startWorker(
     logger,
     metrics,
     maxCachedWorkflows: config.maxCachedWorkflows,
+    timing: config.timing,
+    driftSweepOn: config.driftSweepMs > 0,
   });
   const done = worker.run();
   logger.info({ taskQueue: config.taskQueue, providers: registry.names(), installation }, 'worker started');
@@ -75,6 +77,7 @@ export async function startWorker(
     taskQueue: config.taskQueue,
     gc: { intervalMs: config.gc.intervalMs, minAgeMs: config.gc.minAgeMs, dryRun: config.gc.dryRun },
     providerChecks: { intervalMs: config.providerCheckIntervalMs },
+    driftSweep: { intervalMs: config.driftSweepMs },
   };
   const problems = validateSchedulesConfig(schedulesConfig);
   if (problems.length > 0) throw new Error(problems.join('; '));
@@ -95,7 +98,7 @@ export async function startWorker(
     name: 'worker',
     done,
     describe: () =>
-      `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}` +
+      `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}, drift sweep ${schedules.driftSweep ?? 'unchanged'}` +
       (metricsServer ? `; metrics ${metricsServer.url}` : ''),
     async stop() {
       if (worker.getState() === 'RUNNING') worker.shutdown();
@@ -115,7 +118,6 @@ export async function startBridge(config: CommonConfig, kc: KubeConfig, logger: 
     client,
     taskQueue: config.taskQueue,
     logger,
-    timing: config.timing,
   });
   await bridge.start();
   return {

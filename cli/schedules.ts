@@ -1,6 +1,7 @@
 /**
- * The Temporal Schedules that run orphan GC (every 10 min) and provider
- * checks (every 1 min), created or updated idempotently: the worker
+ * The Temporal Schedules that run orphan GC (every 10 min), provider checks
+ * (every 1 min) and the drift sweep (every 2 min), created or updated
+ * idempotently: the worker
  * (`startWorker` in cli/processes.ts; `dev` runs one) calls `ensureSchedules`
  * at every start, and a second call with the same config changes nothing.
  * There is no separate setup command. An interval of 0 turns a schedule off
@@ -23,6 +24,7 @@ import {
   type Workflow,
 } from '@temporalio/client';
 import type { Logger } from 'pino';
+import { DRIFT_SWEEP_DEFAULTS, type DriftSweepInput } from '../workflows/drift-sweep/types.js';
 import { GC_DEFAULTS, type OrphanGcInput } from '../workflows/gc/types.js';
 import { CHECK_DEFAULTS, type ProviderChecksInput } from '../workflows/provider-checks/types.js';
 
@@ -49,6 +51,12 @@ export interface SchedulesConfig {
     /** The round's budget; default 15 s, or the interval when shorter. */
     timeoutMs?: number;
   };
+  /** Absent: left as it is (callers that predate it). */
+  driftSweep?: {
+    /** 0 turns the drift sweep off. */
+    intervalMs: number;
+    listTimeoutMs?: number;
+  };
   catchupWindowMs?: number;
 }
 
@@ -58,13 +66,18 @@ export function scheduleIds(prefix = 'egress-proxies'): {
   gc: string;
   providerChecks: string;
   checksCleanup: string;
+  driftSweep: string;
 } {
   return {
     gc: `${prefix}-orphan-gc`,
     providerChecks: `${prefix}-provider-checks`,
     checksCleanup: `${prefix}-provider-checks-cleanup`,
+    driftSweep: `${prefix}-drift-sweep`,
   };
 }
+
+/** The sweep's floor for users: below it the sweep's own actions outweigh what it saves. */
+export const MIN_DRIFT_SWEEP_INTERVAL_MS = 10_000;
 
 /**
  * User-facing validation (flags, config file), one line per problem; the CLI
@@ -90,6 +103,10 @@ export function validateSchedulesConfig(cfg: SchedulesConfig): string[] {
   const timeout = cfg.providerChecks.timeoutMs;
   if (timeout !== undefined && every > 0 && !(timeout > 0 && timeout <= every))
     problems.push(`provider check timeout must be positive and at most the interval (${every} ms)`);
+  const sweep = cfg.driftSweep?.intervalMs;
+  nonNegative('drift sweep interval', sweep);
+  if (sweep !== undefined && sweep > 0 && sweep < MIN_DRIFT_SWEEP_INTERVAL_MS)
+    problems.push('drift sweep interval must be 0 (off) or at least 10s');
   return problems;
 }
 
@@ -165,7 +182,7 @@ export async function ensureSchedules(
   client: Client,
   cfg: SchedulesConfig,
   logger?: Logger,
-): Promise<{ gc: ScheduleOutcome; providerChecks: ScheduleOutcome }> {
+): Promise<{ gc: ScheduleOutcome; providerChecks: ScheduleOutcome; driftSweep?: ScheduleOutcome }> {
   for (const [what, v] of [
     ['gc.intervalMs', cfg.gc.intervalMs],
     ['providerChecks.intervalMs', cfg.providerChecks.intervalMs],
@@ -225,6 +242,22 @@ export async function ensureSchedules(
       catchup,
     );
   }
-  logger?.info({ gc, providerChecks, ids }, 'schedules ensured');
-  return { gc, providerChecks };
+  let driftSweep: ScheduleOutcome | undefined;
+  if (cfg.driftSweep && cfg.driftSweep.intervalMs === 0) {
+    driftSweep = await remove(client, ids.driftSweep);
+  } else if (cfg.driftSweep) {
+    const input: DriftSweepInput = {
+      listTimeoutMs: cfg.driftSweep.listTimeoutMs ?? DRIFT_SWEEP_DEFAULTS.listTimeoutMs,
+    };
+    const runTimeout = Math.max(cfg.driftSweep.intervalMs, input.listTimeoutMs + 3 * 60_000);
+    driftSweep = await upsert(
+      client,
+      ids.driftSweep,
+      cfg.driftSweep.intervalMs,
+      startWorkflowAction('driftSweepWorkflow', [input], cfg.taskQueue, ids.driftSweep, runTimeout),
+      catchup,
+    );
+  }
+  logger?.info({ gc, providerChecks, driftSweep, ids }, 'schedules ensured');
+  return { gc, providerChecks, ...(driftSweep ? { driftSweep } : {}) };
 }

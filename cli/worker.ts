@@ -17,11 +17,14 @@ import {
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
+import { createDriftActivities, createTimingActivities } from '../activities/drift-activities.js';
 import { createGcActivities } from '../activities/gc-activities.js';
+import { createProviderCircuits } from '../activities/provider-circuit.js';
 import { createKubeActivities } from '../activities/kube-activities.js';
 import { createProviderCheckActivities } from '../activities/provider-check-activities.js';
 import { createProviderActivities } from '../activities/provider-activities.js';
 import type { ProviderRegistry } from '../providers/config.js';
+import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
 
 const SDK_LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = {
   TRACE: 'trace',
@@ -80,15 +83,38 @@ export interface WorkerDeps {
   maxCachedWorkflows?: number;
   /** Where the provider-check gauges go (the process serving /metrics); a private registry when absent. */
   metrics?: Registry;
+  /** Timing every Proxy workflow run on this worker reads at its start. Default DEFAULT_TIMING. */
+  timing?: ProxyTiming;
+  /** Whether the drift sweep Schedule runs (Proxies of swept providers then poll only at the safety poll). Default false. */
+  driftSweepOn?: boolean;
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
+  const circuitLog = deps.logger.child({ component: 'provider-circuit' });
+  // One circuit per provider for the whole worker: every workflow's calls
+  // and the drift sweep's lists see the same backend health.
+  const circuits = createProviderCircuits({
+    onChange: (provider, view) =>
+      circuitLog.warn({ provider, ...view }, view.open ? 'provider calls paused' : 'provider calls resumed'),
+  });
   const activities = {
     ...createProviderActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
       logger: deps.logger,
+      circuits,
+    }),
+    ...createDriftActivities({
+      registry: deps.registry,
+      kubeConfig: deps.kubeConfig,
+      logger: deps.logger,
+      circuits,
+    }),
+    ...createTimingActivities({
+      registry: deps.registry,
+      timing: deps.timing ?? DEFAULT_TIMING,
+      sweepOn: deps.driftSweepOn ?? false,
     }),
     ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger }),
     ...createGcActivities({

@@ -33,7 +33,7 @@ import {
   ProxyPhaseKey,
   ProxyProviderKey,
 } from '../workflows/proxy/search-attributes.js';
-import type { ProxyRef, ProxyTiming, ProxyWorkflowInput } from '../workflows/proxy/types.js';
+import type { ProxyRef, ProxyWorkflowInput } from '../workflows/proxy/types.js';
 import { desiredSpecOf, refOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
@@ -44,7 +44,6 @@ export interface BridgeOptions {
   client: Client;
   taskQueue: string;
   logger: Logger;
-  timing?: Partial<ProxyTiming>;
   maxHistoryEvents?: number;
   /** Keys reconciled at once. */
   concurrency?: number;
@@ -240,7 +239,6 @@ export function createBridge(opts: BridgeOptions): Bridge {
       return;
     }
     const input: ProxyWorkflowInput = { ref, desired };
-    if (opts.timing) input.timing = opts.timing;
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
     try {
       await opts.client.workflow.signalWithStart('proxyWorkflow', {

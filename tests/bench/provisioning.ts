@@ -8,9 +8,9 @@
  *  - time from creating N Proxy objects to all of them Provisioned (Running
  *    with an IP, status written), against N trivial workflows started and
  *    completed on the same server in the same run (the ratio is the figure);
- *  - history events and billable actions per steady proxy per drift poll,
- *    scaled to an hour at the default 2-minute drift poll;
- *  - history length when a run continued as new (the default budget).
+ *
+ * Steady-state cost (billable actions per Ready proxy-hour) is
+ * `npm run bench:cost`'s.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,7 +28,6 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
-import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
 
 const sizes = process.argv
@@ -36,7 +35,6 @@ const sizes = process.argv
   .map(Number)
   .filter((n) => n > 0);
 const SIZES = sizes.length > 0 ? sizes : [25, 100];
-const BENCH_DRIFT_MS = 2_000;
 
 Runtime.install({ logger: new DefaultLogger('ERROR') });
 const logger = pino({ level: 'silent' });
@@ -72,6 +70,7 @@ const worker = await createProxyWorker({
   logger,
   workflowBundle: bundle,
   maxCachedWorkflows: 2_000,
+  timing: { ...DEFAULT_TIMING, provisioningPollMs: 1_000, deletionPollMs: 1_000 },
 });
 const noopWorker = await Worker.create({
   connection: native,
@@ -84,12 +83,6 @@ const bridge = createBridge({
   client,
   taskQueue: 'bench',
   logger,
-  timing: {
-    ...DEFAULT_TIMING,
-    provisioningPollMs: 1_000,
-    deletionPollMs: 1_000,
-    driftPollMs: BENCH_DRIFT_MS,
-  },
 });
 await bridge.start();
 
@@ -142,63 +135,16 @@ async function provision(n: number, ns: string): Promise<{ ms: number; proxies: 
   }
 }
 
-const BILLABLE = new Set([
-  'timerStartedEventAttributes',
-  'activityTaskScheduledEventAttributes',
-  'workflowExecutionSignaledEventAttributes',
-  'upsertWorkflowSearchAttributesEventAttributes',
-  'workflowExecutionStartedEventAttributes',
-]);
-
 console.log(`# provisioning benchmark (local provider, ${process.version}, 2 cores)`);
 for (const n of SIZES) {
   const base = await baseline(n);
-  const { ms, proxies } = await provision(n, `bench-${n}`);
+  const { ms } = await provision(n, `bench-${n}`);
   const rssMiB = process.memoryUsage().rss / 2 ** 20;
   console.log(
     `N=${String(n).padStart(4)}  process RSS ${rssMiB.toFixed(0)} MiB (worker + bridge + local provider in one process)`,
   );
   console.log(
     `N=${String(n).padStart(4)}  apply→all Provisioned ${(ms / 1000).toFixed(2)} s   ${n} trivial workflows ${(base / 1000).toFixed(2)} s   ratio ${(ms / base).toFixed(1)}x   per proxy ${(ms / n).toFixed(0)} ms`,
-  );
-  // Steady state: count events over a window of drift polls on a sample.
-  const sample = proxies.slice(0, Math.min(10, proxies.length));
-  const before = await Promise.all(
-    sample.map((p) =>
-      client.workflow
-        .getHandle(
-          proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! }),
-        )
-        .fetchHistory(),
-    ),
-  );
-  const windowMs = BENCH_DRIFT_MS * 5;
-  await new Promise((r) => setTimeout(r, windowMs));
-  const after = await Promise.all(
-    sample.map((p) =>
-      client.workflow
-        .getHandle(
-          proxyWorkflowId({ namespace: p.metadata.namespace!, name: p.metadata.name, uid: p.metadata.uid! }),
-        )
-        .fetchHistory(),
-    ),
-  );
-  let events = 0;
-  let actions = 0;
-  let polls = 0;
-  after.forEach((h, i) => {
-    const newer = (h.events ?? []).slice((before[i]!.events ?? []).length);
-    events += newer.length;
-    actions += newer.filter((e) =>
-      Object.keys(e).some((k) => BILLABLE.has(k) && (e as Record<string, unknown>)[k]),
-    ).length;
-    // A drift poll is one fired timer; count them rather than assume the schedule held.
-    polls += newer.filter((e) => (e as Record<string, unknown>).timerFiredEventAttributes).length;
-  });
-  polls = Math.max(polls, 1);
-  const pollsPerHour = 3_600_000 / DEFAULT_TIMING.driftPollMs;
-  console.log(
-    `        steady: ${(events / polls).toFixed(1)} history events and ${(actions / polls).toFixed(1)} billable actions per drift poll → at the default ${DEFAULT_TIMING.driftPollMs / 1000} s drift poll: ${((events / polls) * pollsPerHour).toFixed(0)} events and ${((actions / polls) * pollsPerHour).toFixed(0)} actions per proxy-hour; continue-as-new after ~${Math.round(4000 / (events / polls) / pollsPerHour)} h`,
   );
   await core.deleteNamespace({ name: `bench-${n}` }).catch(() => undefined);
 }

@@ -24,6 +24,7 @@ export const FAST_TIMING: ProxyTiming = {
   provisioningPollMs: 200,
   deletionPollMs: 200,
   driftPollMs: 1_000,
+  safetyPollMs: 60_000,
   quotaRetryMs: 1_000,
   errorRetryMs: 500,
 };
@@ -75,7 +76,10 @@ function quietTemporalRuntime(): void {
 export async function startControlPlane(opts: {
   prefix: string;
   providersYaml?: (stateRoot: string, range: string) => string;
+  /** The worker's timing (FAST_TIMING by default). */
   timing?: Partial<ProxyTiming>;
+  /** Whether the worker counts the drift sweep as on (default false: every Proxy polls at driftPollMs). */
+  driftSweepOn?: boolean;
   maxHistoryEvents?: number;
   installation?: string;
   /**
@@ -124,6 +128,8 @@ export async function startControlPlane(opts: {
       installation: opts.installation ?? 'test-installation',
       logger,
       workflowBundle: workflowBundle(),
+      timing,
+      driftSweepOn: opts.driftSweepOn ?? false,
     });
     running = worker.run();
   };
@@ -138,7 +144,6 @@ export async function startControlPlane(opts: {
     client,
     taskQueue,
     logger,
-    timing,
     namespace,
     ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
   };

@@ -13,6 +13,7 @@
 import { NativeConnection } from '@temporalio/worker';
 import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
+import type { ProxyTiming } from '../../workflows/proxy/types.js';
 import { createProxyWorker, installTemporalRuntime } from '../../cli/worker.js';
 import type { ProviderRegistry } from '../../providers/config.js';
 import { localConfigSchema } from '../../providers/local/config.js';
@@ -30,6 +31,8 @@ export interface CrashWorkerArgs {
   stateDir: string;
   addressRange: string;
   installation: string;
+  /** The worker's Proxy timing (the test's fast polls). */
+  timing?: ProxyTiming;
 }
 
 async function main(args: CrashWorkerArgs): Promise<void> {
@@ -71,6 +74,7 @@ async function main(args: CrashWorkerArgs): Promise<void> {
     installation: args.installation,
     logger,
     workflowBundle: { codePath: args.workflowBundlePath },
+    ...(args.timing ? { timing: args.timing } : {}),
   });
   process.stdout.write('WORKER-RUNNING\n');
   await worker.run();

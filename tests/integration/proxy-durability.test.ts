@@ -16,7 +16,12 @@ import { MARK_UID, type Provider } from '../../providers/types.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, deleteProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
-import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import {
+  FAST_TIMING,
+  privateLoopbackRange,
+  startControlPlane,
+  type ControlPlane,
+} from '../helpers/control-plane.js';
 import type { CrashWorkerArgs } from '../helpers/crash-worker.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -118,6 +123,7 @@ describe('Proxy workflow durability', () => {
       stateDir,
       addressRange: range,
       installation: 'test-installation',
+      timing: FAST_TIMING,
     };
     const child = spawn(
       process.execPath,

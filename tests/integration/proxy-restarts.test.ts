@@ -105,9 +105,10 @@ describe('restarts of the apiserver and the Temporal server', () => {
       installation: 'restarts',
       logger,
       workflowBundle: workflowBundle(),
+      timing: FAST_TIMING,
     });
     running = worker.run();
-    bridge = createBridge({ kubeConfig: kc, client, taskQueue, logger, timing: FAST_TIMING, namespace: ns });
+    bridge = createBridge({ kubeConfig: kc, client, taskQueue, logger, namespace: ns });
     await bridge.start();
     target = await startTarget('restart ok');
   });

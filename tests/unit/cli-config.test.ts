@@ -13,7 +13,9 @@ describe('common CLI configuration', () => {
       gc: { intervalMs: 600_000, minAgeMs: 600_000, dryRun: false },
       providerCheckIntervalMs: 60_000,
     });
-    expect(config.timing.driftPollMs).toBe(120_000);
+    expect(config.timing.driftPollMs).toBe(600_000);
+    expect(config.timing.safetyPollMs).toBe(6 * 3_600_000);
+    expect(config.driftSweepMs).toBe(120_000);
     expect(config.timing.deletionPollMs).toBe(config.timing.provisioningPollMs);
   });
 
@@ -28,11 +30,14 @@ describe('common CLI configuration', () => {
         temporalAddress: '127.0.0.3:7233',
         maxCachedWorkflows: '2500',
         driftPoll: '30s',
+        safetyPoll: '2h',
+        driftSweep: '0',
       }),
     ).toMatchObject({
       temporalAddress: '127.0.0.3:7233',
       maxCachedWorkflows: 2500,
-      timing: { driftPollMs: 30_000 },
+      timing: { driftPollMs: 30_000, safetyPollMs: 7_200_000 },
+      driftSweepMs: 0,
     });
   });
 
@@ -41,6 +46,8 @@ describe('common CLI configuration', () => {
     [{ maxCachedWorkflows: '12x' }, '--max-cached-workflows'],
     [{ maxCachedWorkflows: '-5' }, '--max-cached-workflows'],
     [{ driftPoll: 'soon' }, '--drift-poll'],
+    [{ safetyPoll: '0' }, 'timing.safetyPollMs'],
+    [{ driftSweep: 'often' }, '--drift-sweep'],
     [{ logLevel: 'loud' }, 'logLevel'],
     [{ installation: 'Not_A_Label' }, 'installation'],
   ])('rejects %o naming %s', (flags, named) => {

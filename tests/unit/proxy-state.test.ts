@@ -126,7 +126,11 @@ describe('nextStep', () => {
   it('replays the rule recorded before keepInstanceOnCloudInitProblem: the hash change replaced', () => {
     const s = running(state());
     applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));
-    const before = { keepInstanceOnCloudInitProblem: false, retryLatchedCloudInitError: false };
+    const before = {
+      keepInstanceOnCloudInitProblem: false,
+      retryLatchedCloudInitError: false,
+      lookOnlyWhenDue: false,
+    };
     expect(nextStep(s, before)).toEqual({ kind: 'delete' });
     expect(buildStatus(s, T0, before).conditions?.some((c) => c.type === 'CloudInitError')).toBe(false);
   });
@@ -138,7 +142,11 @@ describe('nextStep', () => {
     expect(nextStep(s, undefined, at(59_999))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
     expect(nextStep(s, undefined, at(60_000))).toEqual({ kind: 'create' });
     // Histories recorded before the rule keep waiting for a signal that changes something.
-    const before = { keepInstanceOnCloudInitProblem: true, retryLatchedCloudInitError: false };
+    const before = {
+      keepInstanceOnCloudInitProblem: true,
+      retryLatchedCloudInitError: false,
+      lookOnlyWhenDue: false,
+    };
     expect(nextStep(s, before, at(3_600_000))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
     // Still no create while the bridge says the Secret cannot be read.
     applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));

@@ -1,5 +1,5 @@
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { DesiredSpec, HealthReport, ProxyStateView } from './types.js';
+import type { DesiredSpec, DriftReport, HealthReport, ProxyStateView } from './types.js';
 
 /** The bridge saw a new generation, a changed Secret hash or a changed annotation. */
 export const specChangedSignal = defineSignal<[DesiredSpec]>('specChanged');
@@ -7,5 +7,8 @@ export const specChangedSignal = defineSignal<[DesiredSpec]>('specChanged');
 export const deletionRequestedSignal = defineSignal<[{ skipCleanup: boolean }]>('deletionRequested');
 /** The prober's verdict changed (transitions only, never one per probe). */
 export const healthChangedSignal = defineSignal<[HealthReport]>('healthChanged');
+
+/** The drift sweep found this Proxy's instance different from what its status records. */
+export const driftDetectedSignal = defineSignal<[DriftReport]>('driftDetected');
 
 export const stateQuery = defineQuery<ProxyStateView>('state');

@@ -8,7 +8,16 @@
 import type { Condition, ProxyPhase, ProxyStatus } from '../../resources/proxy-schema.js';
 import type { InstanceState } from '../../providers/types.js';
 import { FailureType } from './failure-types.js';
-import type { DesiredSpec, HealthReport, ProxyState, ProxyStateView, ProxyWorkflowInput } from './types.js';
+import type {
+  DesiredSpec,
+  DriftReport,
+  HealthReport,
+  ProxyState,
+  ProxyStateView,
+  ProxyTiming,
+  ProxyWorkflowInput,
+  WorkerTiming,
+} from './types.js';
 
 /**
  * Behaviour that changed after the workflow was first released. The workflow
@@ -32,11 +41,21 @@ export interface Rules {
    * back with the content the spec was last sent with.
    */
   retryLatchedCloudInitError: boolean;
+  /**
+   * The provider is asked about the instance only when a look is due: at
+   * the poll the last answer called for (the long safety poll when steady),
+   * or when the drift sweep reports a difference. A wake-up that only
+   * changes health publishes status and goes back to the same timer; timing
+   * comes from the worker, not the input. Before: every wake-up asked the
+   * provider and restarted a driftPollMs timer.
+   */
+  lookOnlyWhenDue: boolean;
 }
 
 export const CURRENT_RULES: Rules = {
   keepInstanceOnCloudInitProblem: true,
   retryLatchedCloudInitError: true,
+  lookOnlyWhenDue: true,
 };
 
 /** Workflow time, for rules that depend on how old a latched failure is. */
@@ -115,6 +134,19 @@ export function applyHealth(state: ProxyState, report: HealthReport): boolean {
   return true;
 }
 
+/**
+ * Applies a drift sweep report: a look at the instance is due now. Only the
+ * report's instance counts (the sweep read an older status while this run
+ * replaced it), and a replacement or deletion polls on its own already.
+ */
+export function applyDrift(state: ProxyState, report: DriftReport): boolean {
+  if (report.instanceId !== state.instanceId) return false;
+  if (state.replacing || state.desired.deletionRequested) return false;
+  if (state.nextLookAtMs === undefined) return false;
+  state.nextLookAtMs = undefined;
+  return true;
+}
+
 /** A new instance (or none) starts with an unknown verdict. */
 function resetHealth(state: ProxyState): void {
   state.health = { verdict: 'Unknown' };
@@ -137,7 +169,9 @@ export type Step =
   /** Nothing to do until a signal (a latched failure, or an External proxy). */
   | { kind: 'wait-for-signal' }
   /** Wait for a signal or this long, then look again. */
-  | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' };
+  | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' }
+  /** Nothing is due until this workflow time (ms); a signal may change that (lookOnlyWhenDue). */
+  | { kind: 'wait-until'; atMs: number };
 
 /** The next step of a Managed proxy that is not being deleted. */
 export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?: StepClock): Step {
@@ -165,14 +199,109 @@ export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?
     if (desired.cloudInitProblem) return { kind: 'wait', ms: 'errorRetryMs' };
     return { kind: 'create' };
   }
-  if (state.replacing) return { kind: 'delete' };
+  // A look (get, or the repeated delete of a replacement) waits until it is
+  // due; starting a replacement does not.
+  const notDue =
+    rules.lookOnlyWhenDue &&
+    clock !== undefined &&
+    state.nextLookAtMs !== undefined &&
+    clock.nowMs < state.nextLookAtMs;
+  const look = (kind: 'get' | 'delete'): Step =>
+    notDue ? { kind: 'wait-until', atMs: state.nextLookAtMs! } : { kind };
+  if (state.replacing) return look('delete');
   // The hash of a spec whose cloud-init cannot be read says nothing about the
   // instance: keep it, and neither replace nor adopt that hash.
-  if (desired.cloudInitProblem && rules.keepInstanceOnCloudInitProblem) return { kind: 'get' };
+  if (desired.cloudInitProblem && rules.keepInstanceOnCloudInitProblem) return look('get');
   if (!specMatchesInstance(state)) return { kind: 'delete' };
   // Only the hash algorithm changed: adopt the new hash, keep the instance.
   if (state.instanceSpecHash !== desired.specHash) state.instanceSpecHash = desired.specHash;
-  return { kind: 'get' };
+  return look('get');
+}
+
+/** How long a steady proxy waits between its own looks at the instance. */
+export function steadyPollMs(timing: WorkerTiming): number {
+  return timing.swept ? timing.safetyPollMs : Math.min(timing.driftPollMs, timing.safetyPollMs);
+}
+
+/** The wait an observe() answer or a failure calls for, in ms. */
+export function waitMs(
+  wait: 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' | 'errorRetryMs' | 'quotaRetryMs',
+  timing: WorkerTiming,
+): number {
+  return wait === 'driftPollMs' ? steadyPollMs(timing) : timing[wait];
+}
+
+/** Records when the next look at the instance is due (lookOnlyWhenDue); 'now' makes it due at once. */
+export function scheduleLook(
+  state: ProxyState,
+  wait: 'now' | 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' | 'errorRetryMs' | 'quotaRetryMs',
+  nowMs: number,
+  timing: WorkerTiming,
+): void {
+  state.nextLookAtMs = wait === 'now' ? undefined : nowMs + waitMs(wait, timing);
+}
+
+/**
+ * What a failed provider call of a non-deleting proxy waits for. Permanent
+ * waits for a signal (a spec edit); the rest retry after a delay. A steady
+ * proxy whose look failed transiently waits errorRetryMs, not the
+ * provisioning poll: in a provider outage the instance most likely still
+ * runs, and a fleet of them polling every few seconds is what makes an
+ * outage loud.
+ */
+export function failureWait(
+  state: ProxyState,
+  type: string,
+  rules: Rules = CURRENT_RULES,
+): 'forever' | 'quotaRetryMs' | 'errorRetryMs' | 'provisioningPollMs' {
+  switch (type) {
+    case FailureType.Permanent:
+      return 'forever';
+    case FailureType.QuotaExceeded:
+      return 'quotaRetryMs';
+    case FailureType.ProviderNotConfigured:
+    case FailureType.CloudInitError:
+    case FailureType.ProxyGone:
+      return 'errorRetryMs';
+    default:
+      return rules.lookOnlyWhenDue && state.instanceState === 'Running' && !state.replacing
+        ? 'errorRetryMs'
+        : 'provisioningPollMs';
+  }
+}
+
+/** Provider calls are made for a deletion only for a Managed proxy whose cleanup is not skipped. */
+export function deletionCleansUp(state: ProxyState): boolean {
+  return state.desired.mode === 'Managed' && !state.desired.skipCleanup;
+}
+
+/** Deletion's next step: find a never-recorded instance, look at (and delete) the instance, or release. */
+export function deletionStep(state: ProxyState): 'find-by-uid' | 'look' | 'release' {
+  if (!deletionCleansUp(state)) return 'release';
+  return state.instanceId ? 'look' : 'find-by-uid';
+}
+
+/**
+ * A deletion's answer to a failed Get. Permanent (a malformed ID, a location
+ * that is gone) and an unconfigured provider: Delete anyway and release if
+ * that works (the seed's rule; deletion never latches Failed). Otherwise
+ * wait and look again.
+ */
+export function deletionFailureAction(
+  type: string,
+): 'delete-then-release' | 'quotaRetryMs' | 'deletionPollMs' {
+  if (type === FailureType.Permanent || type === FailureType.ProviderNotConfigured) {
+    return 'delete-then-release';
+  }
+  return type === FailureType.QuotaExceeded ? 'quotaRetryMs' : 'deletionPollMs';
+}
+
+/** The timing a run uses when it predates lookOnlyWhenDue: the input's, over the old defaults. */
+export function legacyTiming(
+  input: { timing?: Partial<ProxyTiming> },
+  defaults: Omit<ProxyTiming, 'safetyPollMs'>,
+): WorkerTiming {
+  return { safetyPollMs: Number.MAX_SAFE_INTEGER, ...defaults, ...input.timing, swept: false };
 }
 
 /** Marks the start of a replacement (delete, wait for NotFound, create under the same name). */

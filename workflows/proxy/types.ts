@@ -53,7 +53,16 @@ export interface HealthReport {
 export interface ProxyTiming {
   provisioningPollMs: number;
   deletionPollMs: number;
+  /**
+   * Per-proxy steady poll for a provider the drift sweep does not cover (its
+   * listByTag is not cheap, or the sweep is off).
+   */
   driftPollMs: number;
+  /**
+   * Per-proxy steady poll for a provider the drift sweep covers: the safety
+   * net for a missed sweep. Also an upper bound on every steady wait.
+   */
+  safetyPollMs: number;
   quotaRetryMs: number;
   /** Slow retry after a transient failure exhausted its activity retries, or an unconfigured provider. */
   errorRetryMs: number;
@@ -62,10 +71,37 @@ export interface ProxyTiming {
 export const DEFAULT_TIMING: ProxyTiming = {
   provisioningPollMs: 10_000,
   deletionPollMs: 10_000,
+  driftPollMs: 10 * 60_000,
+  safetyPollMs: 6 * 3_600_000,
+  quotaRetryMs: 300_000,
+  errorRetryMs: 60_000,
+};
+
+/** The timing before it moved to the worker (still what a run started by an old bridge falls back to). */
+export const LEGACY_DEFAULT_TIMING: Omit<ProxyTiming, 'safetyPollMs'> = {
+  provisioningPollMs: 10_000,
+  deletionPollMs: 10_000,
   driftPollMs: 120_000,
   quotaRetryMs: 300_000,
   errorRetryMs: 60_000,
 };
+
+/** What the worker running this workflow says about its timing, read at the start of every run. */
+export interface WorkerTiming extends ProxyTiming {
+  /** The drift sweep lists this Proxy's provider: the steady wait is the safety poll. */
+  swept: boolean;
+}
+
+/**
+ * What the drift sweep saw for an instance whose recorded state it
+ * contradicts. The workflow looks for itself before acting on it.
+ */
+export interface DriftReport {
+  /** The providerID the Proxy's status recorded; a report about another instance is stale and ignored. */
+  instanceId: string;
+  /** Gone, or its listed state and address. */
+  observed: { found: false } | { found: true; state: InstanceState; ip?: string };
+}
 
 /** A failure the workflow holds on to until something changes. */
 export interface LatchedFailure {
@@ -104,11 +140,21 @@ export interface ProxyState {
   indexedPhase?: ProxyPhase;
   /** RFC 3339 of the next scheduled poll, for the query. */
   nextPollAt?: string;
+  /**
+   * Workflow time (ms) before which the provider need not be asked about the
+   * instance again; undefined means a look is due now. Used from the
+   * drift-by-sweep rule on: wake-ups that only change health leave it alone.
+   */
+  nextLookAtMs?: number;
 }
 
 export interface ProxyWorkflowInput {
   ref: ProxyRef;
   desired: DesiredSpec;
+  /**
+   * Frozen timing from bridges before timing moved to the worker. Read only
+   * by runs recorded before that; later runs ask their worker.
+   */
   timing?: Partial<ProxyTiming>;
   /** Continue-as-new once history has this many events (the server's suggestion also counts). */
   maxHistoryEvents?: number;

@@ -10,6 +10,7 @@ import {
   ActivityFailure,
   ApplicationFailure,
   allHandlersFinished,
+  CancellationScope,
   condition,
   continueAsNew,
   log,
@@ -17,27 +18,46 @@ import {
   proxyActivities,
   proxyLocalActivities,
   setHandler,
+  sleep,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { KubeActivities, ProviderActivities } from '../../activities/types.js';
+import type { KubeActivities, ProviderActivities, TimingActivities } from '../../activities/types.js';
 import { FailureType, NON_RETRYABLE_FAILURES } from './failure-types.js';
-import { deletionRequestedSignal, healthChangedSignal, specChangedSignal, stateQuery } from './messages.js';
+import {
+  deletionRequestedSignal,
+  driftDetectedSignal,
+  healthChangedSignal,
+  specChangedSignal,
+  stateQuery,
+} from './messages.js';
 import { ProxyPhaseKey } from './search-attributes.js';
 import {
   applyDeletion,
+  applyDrift,
   applyHealth,
   applySpec,
   beginReplacement,
   buildStatus,
+  deletionFailureAction,
+  deletionStep,
+  failureWait,
   initialState,
   latch,
+  legacyTiming,
   nextStep,
   observe,
+  scheduleLook,
   view,
+  waitMs,
   type Rules,
 } from './state.js';
-import { DEFAULT_TIMING, type ProxyState, type ProxyTiming, type ProxyWorkflowInput } from './types.js';
+import {
+  LEGACY_DEFAULT_TIMING,
+  type ProxyState,
+  type ProxyWorkflowInput,
+  type WorkerTiming,
+} from './types.js';
 
 // Provider calls: Transient failures retry here with capped exponential
 // backoff; after a few attempts the workflow itself takes over (records the
@@ -94,6 +114,16 @@ const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
 const RETRY_LATCHED_CLOUD_INIT_ERROR = 'retry-latched-cloud-init-error';
 /** A deletion by a run that never recorded its instance ID looks the instance up by UID first. */
 const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
+/** Rules.lookOnlyWhenDue (and timing read from the worker). */
+const LOOK_ONLY_WHEN_DUE = 'look-only-when-due';
+
+// The worker's timing, once per run: a local activity runs in the worker
+// that runs this workflow task, so a changed --drift-sweep or --safety-poll
+// reaches every Proxy at its next run without a bridge in the way.
+const workerConfig = proxyLocalActivities<TimingActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' },
+});
 
 // Finalizer removal must eventually happen or the Proxy stays Terminating:
 // retry without limit.
@@ -101,6 +131,13 @@ const finalizer = proxyActivities<KubeActivities>({
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
+
+/** One pending steady-state timer, kept across wake-ups that do not move its deadline. */
+interface SteadyTimer {
+  atMs: number;
+  fired: boolean;
+  scope: CancellationScope;
+}
 
 const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
 
@@ -114,7 +151,6 @@ function failureOf(error: unknown): { type: string; message: string } {
 }
 
 export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
-  const timing: ProxyTiming = { ...DEFAULT_TIMING, ...input.timing };
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: ProxyState = input.carried ?? initialState(input);
   // Read once per run, before the first command: a run recorded before a
@@ -122,6 +158,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const rules: Rules = {
     keepInstanceOnCloudInitProblem: patched(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM),
     retryLatchedCloudInitError: patched(RETRY_LATCHED_CLOUD_INIT_ERROR),
+    lookOnlyWhenDue: patched(LOOK_ONLY_WHEN_DUE),
   };
   const proxyGoneIsDeletion = patched(PROXY_GONE_IS_DELETION);
   let woken = false;
@@ -145,7 +182,14 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   setHandler(healthChangedSignal, (report) => {
     if (applyHealth(state, report)) woken = true;
   });
+  setHandler(driftDetectedSignal, (report) => {
+    if (applyDrift(state, report)) woken = true;
+  });
   setHandler(stateQuery, () => view(state));
+
+  const timing: WorkerTiming = rules.lookOnlyWhenDue
+    ? await workerConfig.proxyTiming({ provider: state.desired.provider ?? '' })
+    : legacyTiming(input, LEGACY_DEFAULT_TIMING);
 
   const publish = async (): Promise<void> => {
     const status = buildStatus(state, new Date(), rules);
@@ -180,14 +224,62 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     state.nextPollAt = undefined;
   };
 
-  /** One provider Get, the state moved by its answer, then the wait that answer calls for. */
+  // Steady waits share one timer across wake-ups: a health signal that only
+  // needs a status write leaves the timer running instead of cancelling it
+  // and starting another (each started timer is a billed action).
+  let steadyTimer: SteadyTimer | undefined;
+  /** Publishes, then waits for a signal or until workflow time `atMs`. */
+  const waitUntil = async (atMs: number): Promise<void> => {
+    state.nextPollAt = new Date(atMs).toISOString();
+    await publish();
+    if (woken) {
+      woken = false;
+      return;
+    }
+    if (steadyTimer?.atMs !== atMs) {
+      steadyTimer?.scope.cancel();
+      const timer: SteadyTimer = { atMs, fired: false, scope: new CancellationScope() };
+      // Cancelled when a later wait moves the deadline; nothing to do then.
+      timer.scope
+        .run(() => sleep(Math.max(atMs - Date.now(), 1)))
+        .then(
+          () => (timer.fired = true),
+          () => undefined,
+        );
+      steadyTimer = timer;
+    }
+    const timer = steadyTimer;
+    await condition(() => woken || timer.fired);
+    woken = false;
+    if (timer.fired) {
+      steadyTimer = undefined;
+      // The task that sees the timer fire may run a hair before atMs in
+      // workflow time: the look is due now, whatever the clocks say.
+      if (state.nextLookAtMs === atMs) state.nextLookAtMs = undefined;
+    }
+  };
+
+  /** One provider Get and the state moved by its answer, then (old rule) the wait it calls for. */
   const lookThenWait = async (): Promise<void> => {
     const seen = await provider.getInstance({
       provider: state.desired.provider ?? '',
       id: state.instanceId!,
     });
     const next = observe(state, seen);
-    if (next !== 'now') await pause(timing[next]);
+    if (rules.lookOnlyWhenDue) scheduleLook(state, next, Date.now(), timing);
+    else if (next !== 'now') await pause(waitMs(next, timing));
+  };
+
+  const onFailure = async (error: unknown): Promise<void> => {
+    const failure = failureOf(error);
+    latch(state, failure.type, failure.message, new Date());
+    const wait = failureWait(state, failure.type, rules);
+    if (failure.type === FailureType.Permanent) {
+      log.warn('permanent provider error; latched until the spec changes', { message: failure.message });
+    }
+    if (wait === 'forever') await pause();
+    else if (rules.lookOnlyWhenDue && state.instanceId) scheduleLook(state, wait, Date.now(), timing);
+    else await pause(timing[wait]);
   };
 
   const maybeContinueAsNew = async (): Promise<void> => {
@@ -196,7 +288,11 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     // Handlers only mutate state, but wait for any in flight so nothing is lost.
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
-    await continueAsNew<typeof proxyWorkflow>({ ...input, desired: state.desired, carried: state });
+    // A run on the current rules reads timing from its worker: drop any
+    // frozen timing so the next run does too.
+    const { timing: frozen, ...rest } = input;
+    const next = rules.lookOnlyWhenDue ? rest : { ...rest, ...(frozen ? { timing: frozen } : {}) };
+    await continueAsNew<typeof proxyWorkflow>({ ...next, desired: state.desired, carried: state });
   };
 
   for (;;) {
@@ -214,6 +310,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       case 'wait':
         await pause(timing[step.ms]);
         break;
+      case 'wait-until':
+        await waitUntil(step.atMs);
+        break;
       case 'create': {
         await publish();
         try {
@@ -227,10 +326,11 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
           state.instanceId = created.id;
           state.instanceSpecHash = created.specHash;
           state.instanceState = 'Provisioning';
+          state.nextLookAtMs = undefined;
           if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
         } catch (error) {
           if (failureOf(error).type === FailureType.ProxyGone) onProxyGone();
-          await handleFailure(state, timing, error, pause);
+          await onFailure(error);
         }
         break;
       }
@@ -241,7 +341,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
           await provider.deleteInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
           await lookThenWait();
         } catch (error) {
-          await handleFailure(state, timing, error, pause);
+          await onFailure(error);
         }
         break;
       }
@@ -249,7 +349,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         try {
           await lookThenWait();
         } catch (error) {
-          await handleFailure(state, timing, error, pause);
+          await onFailure(error);
         }
         break;
       }
@@ -257,52 +357,21 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   }
 }
 
-async function handleFailure(
-  state: ProxyState,
-  timing: ProxyTiming,
-  error: unknown,
-  pause: (ms?: number) => Promise<void>,
-): Promise<void> {
-  const failure = failureOf(error);
-  latch(state, failure.type, failure.message, new Date());
-  switch (failure.type) {
-    case FailureType.Permanent:
-      log.warn('permanent provider error; latched until the spec changes', { message: failure.message });
-      await pause();
-      return;
-    case FailureType.QuotaExceeded:
-      await pause(timing.quotaRetryMs);
-      return;
-    case FailureType.ProviderNotConfigured:
-    case FailureType.CloudInitError:
-    case FailureType.ProxyGone:
-      await pause(timing.errorRetryMs);
-      return;
-    default:
-      await pause(timing.provisioningPollMs);
-  }
-}
-
 /**
  * Deletion: delete, poll until the provider says NotFound, remove the
  * finalizer, complete. Never latches a permanent failure; skip-cleanup
  * (which may arrive while this loop runs) releases the Proxy without
- * provider calls.
+ * provider calls. The decisions are state.ts's; this only runs them.
  */
 async function runDeletion(
   state: ProxyState,
-  timing: ProxyTiming,
+  timing: WorkerTiming,
   publish: () => Promise<void>,
   pause: (ms?: number) => Promise<void>,
   maybeContinueAsNew: () => Promise<void>,
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
-  if (
-    state.desired.mode === 'Managed' &&
-    !state.desired.skipCleanup &&
-    !state.instanceId &&
-    patched(FIND_INSTANCE_BEFORE_RELEASE)
-  ) {
+  if (deletionStep(state) === 'find-by-uid' && patched(FIND_INSTANCE_BEFORE_RELEASE)) {
     // A run started after an operator terminated the one that created the
     // instance (or a create that succeeded at the provider but was never
     // recorded): without this the finalizer would go and the instance stay
@@ -319,10 +388,10 @@ async function runDeletion(
       });
     }
   }
-  while (state.desired.mode === 'Managed' && !state.desired.skipCleanup && state.instanceId) {
+  while (deletionStep(state) === 'look') {
     await maybeContinueAsNew();
     await publish();
-    const id = state.instanceId;
+    const id = state.instanceId!;
     try {
       const seen = await provider.getInstance({ provider: providerName, id });
       if (!seen.found) break;
@@ -330,25 +399,21 @@ async function runDeletion(
       await pause(timing.deletionPollMs);
     } catch (error) {
       const failure = failureOf(error);
-      if (failure.type === FailureType.Permanent || failure.type === FailureType.ProviderNotConfigured) {
-        // A permanent Get (malformed id, location gone): try Delete anyway
-        // and release the finalizer if that works (the seed's rule).
+      const action = deletionFailureAction(failure.type);
+      if (action === 'delete-then-release') {
         try {
           await provider.deleteInstance({ provider: providerName, id });
           log.warn('released a Proxy whose instance cannot be read', { id, message: failure.message });
           break;
         } catch (deleteError) {
-          state.failure = {
-            ...failureOf(deleteError),
-            generation: state.desired.generation,
-            at: new Date().toISOString(),
-          };
+          const again = failureOf(deleteError);
+          latch(state, again.type, again.message, new Date());
           await pause(timing.errorRetryMs);
           continue;
         }
       }
-      state.failure = { ...failure, generation: state.desired.generation, at: new Date().toISOString() };
-      await pause(failure.type === FailureType.QuotaExceeded ? timing.quotaRetryMs : timing.deletionPollMs);
+      latch(state, failure.type, failure.message, new Date());
+      await pause(timing[action]);
     }
   }
   if (state.desired.skipCleanup && state.instanceId) {

@@ -1,0 +1,202 @@
+/**
+ * The drift sweep's activity and the worker's timing for Proxy workflows.
+ *
+ * One sweep lists every swept provider's instances (one listByTag each,
+ * under its own deadline) and every Proxy (one paged list), compares what
+ * each steady Proxy's status records with what its provider lists, and
+ * signals only the Proxy workflows whose instance differs. A steady fleet
+ * therefore costs this one activity per sweep, whatever its size.
+ */
+import { Context } from '@temporalio/activity';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { ProviderRegistry } from '../providers/config.js';
+import { classOf, isProviderError } from '../providers/errors.js';
+import type { Instance } from '../providers/types.js';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import { findDrift, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
+import { proxyWorkflowId } from '../workflows/proxy/ids.js';
+import { driftDetectedSignal } from '../workflows/proxy/messages.js';
+import type { DriftReport, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
+import { withDeadline } from './deadline.js';
+import type { ProviderCircuits } from './provider-circuit.js';
+import type { DriftActivities, ProviderDriftSweep, TimingActivities } from './types.js';
+
+/** Signals sent at once by one sweep: a mass drift (a provider wiped) must not flood the frontend. */
+const SIGNAL_CONCURRENCY = 16;
+
+export type DriftSignaller = (
+  workflowId: string,
+  report: DriftReport,
+) => Promise<'signalled' | 'not-running'>;
+
+export interface DriftActivityDeps {
+  registry: ProviderRegistry;
+  kubeConfig: KubeConfig;
+  logger: Logger;
+  circuits: ProviderCircuits;
+  /** Delivers the signal; default: the running activity's Temporal client. */
+  signal?: DriftSignaller;
+  /** Page size of the Proxy list. Default 500. */
+  proxyPageSize?: number;
+}
+
+/** Whether the drift sweep covers a provider: it is on, and the provider's listByTag is cheap. */
+export function isSwept(registry: ProviderRegistry, provider: string, sweepOn: boolean): boolean {
+  return sweepOn && registry.get(provider)?.capabilities?.cheapListByTag === true;
+}
+
+const contextSignaller: DriftSignaller = async (workflowId, report) => {
+  try {
+    await Context.current().client.workflow.getHandle(workflowId).signal(driftDetectedSignal, report);
+    return 'signalled';
+  } catch (error) {
+    // A stopped workflow: the bridge restarts it, and the new run looks for itself.
+    if (error instanceof WorkflowNotFoundError) return 'not-running';
+    throw error;
+  }
+};
+
+function recordedOf(proxy: Proxy): RecordedProxy {
+  const provisioned = proxy.status?.conditions?.find((c) => c.type === 'Provisioned');
+  return {
+    ref: {
+      namespace: proxy.metadata.namespace ?? 'default',
+      name: proxy.metadata.name,
+      uid: proxy.metadata.uid ?? '',
+    },
+    mode: proxy.spec?.mode,
+    provider: proxy.spec?.provider,
+    deleting: Boolean(proxy.metadata.deletionTimestamp),
+    providerID: proxy.status?.providerID,
+    ip: proxy.status?.ip,
+    ...(provisioned ? { provisioned: { status: provisioned.status, reason: provisioned.reason } } : {}),
+  };
+}
+
+async function mapLimit<T>(
+  items: readonly T[],
+  limit: number,
+  each: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) await each(items[next++]!);
+  });
+  await Promise.all(lanes);
+}
+
+export function createDriftActivities(deps: DriftActivityDeps): DriftActivities {
+  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const log = deps.logger.child({ component: 'drift-sweep' });
+  const pageSize = deps.proxyPageSize ?? 500;
+  const signal = deps.signal ?? contextSignaller;
+
+  const listProxies = async (): Promise<RecordedProxy[]> => {
+    const out: RecordedProxy[] = [];
+    let next: string | undefined;
+    do {
+      const page = (await api.listClusterCustomObject({
+        group: GROUP,
+        version: VERSION,
+        plural: PROXY_PLURAL,
+        limit: pageSize,
+        ...(next === undefined ? {} : { _continue: next }),
+      })) as { items: Proxy[]; metadata?: { continue?: string } };
+      for (const proxy of page.items) out.push(recordedOf(proxy));
+      next = page.metadata?.continue || undefined;
+    } while (next !== undefined);
+    return out;
+  };
+
+  return {
+    async sweepDrift({ listTimeoutMs }) {
+      const names = deps.registry.names();
+      const swept = names.filter((n) => isSwept(deps.registry, n, true));
+      const notSwept = names.filter((n) => !swept.includes(n));
+      const listings = await Promise.all(
+        swept.map(async (name) => {
+          try {
+            const instances = await withDeadline<Instance[]>(
+              listTimeoutMs,
+              (abort) => deps.registry.get(name)!.listByTag(abort),
+              () => new Error(`listByTag did not answer within ${listTimeoutMs} ms`),
+            );
+            if (!Array.isArray(instances)) throw new Error('listByTag returned a non-array');
+            deps.circuits.record(name, 'ok');
+            return { name, instances, error: undefined, errorClass: undefined };
+          } catch (error) {
+            deps.circuits.record(name, error);
+            const message = isProviderError(error) ? error.message : (error as Error).message;
+            log.warn({ provider: name, error: message }, 'drift sweep: listing failed; provider skipped');
+            return { name, instances: undefined, error: message, errorClass: classOf(error) };
+          }
+        }),
+      );
+      const results: ProviderDriftSweep[] = listings.map((l) => ({
+        provider: l.name,
+        compared: 0,
+        drifted: 0,
+        signalled: 0,
+        ...(l.instances ? { listed: l.instances.length } : { error: l.error, errorClass: l.errorClass }),
+      }));
+      if (!listings.some((l) => l.instances)) return { providers: results, notSwept };
+
+      let proxies: RecordedProxy[];
+      try {
+        proxies = await listProxies();
+      } catch (error) {
+        const message = (error as Error).message;
+        log.warn({ error: message }, 'drift sweep: listing Proxies failed; nothing compared');
+        return { providers: results, notSwept, proxyListError: message };
+      }
+      for (const [i, listing] of listings.entries()) {
+        if (!listing.instances) continue;
+        const result = results[i]!;
+        const { compared, drifted } = findDrift(
+          listing.name,
+          proxies,
+          listing.instances.map((x) => ({ id: x.id, state: x.state, ...(x.ip ? { ip: x.ip } : {}) })),
+        );
+        result.compared = compared;
+        result.drifted = drifted.length;
+        await mapLimit(drifted, SIGNAL_CONCURRENCY, async (d) => {
+          const proxy = `${d.ref.namespace}/${d.ref.name}`;
+          try {
+            const outcome = await signal(proxyWorkflowId(d.ref), d.report);
+            if (outcome === 'signalled') result.signalled += 1;
+            log.info(
+              { provider: listing.name, proxy, instance: d.report.instanceId, why: d.why, outcome },
+              'drift sweep: instance differs from its recorded state',
+            );
+          } catch (error) {
+            log.warn(
+              { provider: listing.name, proxy, error: (error as Error).message },
+              'drift signal failed',
+            );
+          }
+        });
+      }
+      log.debug({ providers: results, notSwept }, 'drift sweep done');
+      return { providers: results, notSwept };
+    },
+  };
+}
+
+export interface TimingActivityDeps {
+  registry: ProviderRegistry;
+  timing: ProxyTiming;
+  /** Whether the drift sweep runs (its interval is not 0). */
+  sweepOn: boolean;
+}
+
+export function createTimingActivities(deps: TimingActivityDeps): TimingActivities {
+  return {
+    // eslint-disable-next-line @typescript-eslint/require-await
+    async proxyTiming({ provider }) {
+      const timing: WorkerTiming = { ...deps.timing, swept: isSwept(deps.registry, provider, deps.sweepOn) };
+      return timing;
+    },
+  };
+}
