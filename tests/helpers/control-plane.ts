@@ -49,8 +49,8 @@ export interface ControlPlane {
   worker: Worker;
   /** The instances a provider lists (listByTag) carrying this Proxy UID's mark. */
   instancesOf(uid: string, provider?: string): Promise<Instance[]>;
-  /** Stops the running worker (as a crash would, with no grace) and starts a fresh one. */
-  restartWorker(): Promise<void>;
+  /** Stops the running worker (as a crash would, with no grace) and starts a fresh one, with other timing if given. */
+  restartWorker(timing?: Partial<ProxyTiming>): Promise<void>;
   stopWorker(): Promise<void>;
   startWorker(): Promise<void>;
   close(): Promise<void>;
@@ -114,7 +114,7 @@ export async function startControlPlane(opts: {
   const { client, connection }: { client: Client; connection: Connection } = await temporalClient();
   const taskQueue = uniqueTaskQueue(opts.prefix);
   let nativeConnection: NativeConnection = await workerConnection();
-  const timing = { ...FAST_TIMING, ...opts.timing };
+  let timing = { ...FAST_TIMING, ...opts.timing };
 
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
@@ -171,7 +171,8 @@ export async function startControlPlane(opts: {
     },
     stopWorker,
     startWorker,
-    async restartWorker() {
+    async restartWorker(changed) {
+      if (changed) timing = { ...timing, ...changed };
       await stopWorker();
       await nativeConnection.close();
       nativeConnection = await workerConnection();

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { findDrift, isSteady, type RecordedProxy } from '../../workflows/drift-sweep/compare.js';
+
+function proxy(name: string, over: Partial<RecordedProxy> = {}): RecordedProxy {
+  return {
+    ref: { namespace: 'ns', name, uid: `uid-${name}` },
+    mode: 'Managed',
+    provider: 'local',
+    deleting: false,
+    providerID: `local/${name}`,
+    ip: '127.0.0.5',
+    provisioned: { status: 'True', reason: 'Running' },
+    ...over,
+  };
+}
+
+describe('drift sweep rule', () => {
+  it('compares only steady Managed Proxies of this provider', () => {
+    expect(isSteady(proxy('a'), 'local')).toBe(true);
+    expect(isSteady(proxy('a'), 'other')).toBe(false);
+    expect(isSteady(proxy('a', { mode: 'External' }), 'local')).toBe(false);
+    expect(isSteady(proxy('a', { deleting: true }), 'local')).toBe(false);
+    expect(isSteady(proxy('a', { provisioned: { status: 'False', reason: 'Provisioning' } }), 'local')).toBe(
+      false,
+    );
+    expect(isSteady(proxy('a', { provisioned: { status: 'False', reason: 'Replacing' } }), 'local')).toBe(
+      false,
+    );
+    expect(isSteady(proxy('a', { ip: undefined }), 'local')).toBe(false);
+    expect(isSteady(proxy('a', { providerID: undefined }), 'local')).toBe(false);
+  });
+
+  it('reports only the instances that differ: gone, not running, another address', () => {
+    const proxies = [proxy('same'), proxy('gone'), proxy('stopped'), proxy('moved'), proxy('noip')];
+    const { compared, drifted } = findDrift('local', proxies, [
+      { id: 'local/same', state: 'Running', ip: '127.0.0.5' },
+      { id: 'local/stopped', state: 'Stopped' },
+      { id: 'local/moved', state: 'Running', ip: '127.0.0.9' },
+      { id: 'local/noip', state: 'Running' },
+      { id: 'local/unrelated', state: 'Running', ip: '127.0.0.1' },
+    ]);
+    expect(compared).toBe(5);
+    expect(drifted.map((d) => [d.ref.name, d.why])).toEqual([
+      ['gone', 'gone'],
+      ['stopped', 'not-running'],
+      ['moved', 'address-changed'],
+      ['noip', 'not-running'],
+    ]);
+    expect(drifted[0]!.report).toEqual({ instanceId: 'local/gone', observed: { found: false } });
+    expect(drifted[2]!.report).toEqual({
+      instanceId: 'local/moved',
+      observed: { found: true, state: 'Running', ip: '127.0.0.9' },
+    });
+  });
+
+  it('an unchanged fleet produces no report at all', () => {
+    const proxies = Array.from({ length: 1_000 }, (_, i) => proxy(`p${i}`));
+    const listed = proxies.map((p) => ({ id: p.providerID!, state: 'Running' as const, ip: '127.0.0.5' }));
+    expect(findDrift('local', proxies, listed)).toEqual({ compared: 1_000, drifted: [] });
+  });
+});

@@ -1,0 +1,203 @@
+/**
+ * The Proxy lifecycle rules added with drift-by-sweep (state.ts): when a look
+ * at the instance is due, what a wake-up does, the wait after each failure,
+ * and deletion's steps. Pure functions, no Temporal.
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  applyDeletion,
+  applyDrift,
+  applyHealth,
+  applySpec,
+  CURRENT_RULES,
+  deletionFailureAction,
+  deletionStep,
+  failureWait,
+  initialState,
+  legacyTiming,
+  nextStep,
+  observe,
+  scheduleLook,
+  steadyPollMs,
+  waitMs,
+  type Rules,
+} from '../../workflows/proxy/state.js';
+import { FailureType } from '../../workflows/proxy/failure-types.js';
+import {
+  DEFAULT_TIMING,
+  LEGACY_DEFAULT_TIMING,
+  type DesiredSpec,
+  type ProxyState,
+  type WorkerTiming,
+} from '../../workflows/proxy/types.js';
+
+const NOW = Date.parse('2026-12-01T10:00:00Z');
+const SWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: true };
+const UNSWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: false };
+const BEFORE: Rules = { ...CURRENT_RULES, lookOnlyWhenDue: false };
+const at = (ms: number) => ({ nowMs: NOW + ms, errorRetryMs: DEFAULT_TIMING.errorRetryMs });
+
+function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
+  return {
+    generation: 1,
+    mode: 'Managed',
+    provider: 'local',
+    placement: {},
+    port: 3128,
+    specHash: 'v2:aaaa',
+    legacySpecHashes: [],
+    skipCleanup: false,
+    deletionRequested: false,
+    ...over,
+  };
+}
+
+/** A steady proxy: Running at 127.0.0.5, its next look scheduled by the answer that said so. */
+function steady(timing: WorkerTiming = SWEPT): ProxyState {
+  const s = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired() });
+  s.instanceId = 'local/proxy-x';
+  s.instanceSpecHash = s.desired.specHash;
+  scheduleLook(s, observe(s, { found: true, state: 'Running', ip: '127.0.0.5' }), NOW, timing);
+  return s;
+}
+
+describe('steady waits', () => {
+  it('a swept provider waits the safety poll; an unswept one its drift poll; the safety poll bounds both', () => {
+    expect(steadyPollMs(SWEPT)).toBe(6 * 3_600_000);
+    expect(steadyPollMs(UNSWEPT)).toBe(10 * 60_000);
+    expect(steadyPollMs({ ...UNSWEPT, safetyPollMs: 5_000 })).toBe(5_000);
+    expect(waitMs('driftPollMs', SWEPT)).toBe(steadyPollMs(SWEPT));
+    expect(waitMs('provisioningPollMs', SWEPT)).toBe(DEFAULT_TIMING.provisioningPollMs);
+  });
+
+  it('a Running answer schedules the next look one steady poll later; nothing is asked before it', () => {
+    const s = steady();
+    expect(s.nextLookAtMs).toBe(NOW + steadyPollMs(SWEPT));
+    expect(nextStep(s, CURRENT_RULES, at(1_000))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+    expect(nextStep(s, CURRENT_RULES, at(steadyPollMs(SWEPT)))).toEqual({ kind: 'get' });
+  });
+
+  it('a provisioning answer schedules the next look at the provisioning poll', () => {
+    const s = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired() });
+    s.instanceId = 'local/proxy-x';
+    scheduleLook(s, observe(s, { found: true, state: 'Provisioning' }), NOW, SWEPT);
+    expect(s.nextLookAtMs).toBe(NOW + DEFAULT_TIMING.provisioningPollMs);
+  });
+
+  it('NotFound makes the next step due at once (recreate)', () => {
+    const s = steady();
+    scheduleLook(s, observe(s, { found: false }), NOW, SWEPT);
+    expect(s.nextLookAtMs).toBeUndefined();
+    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'create' });
+  });
+
+  it('runs recorded before the rule look at every wake-up', () => {
+    const s = steady();
+    expect(nextStep(s, BEFORE, at(1_000))).toEqual({ kind: 'get' });
+  });
+});
+
+describe('wake-ups', () => {
+  it('a health or latency signal changes status only: the same deadline, no look', () => {
+    const s = steady();
+    const deadline = s.nextLookAtMs;
+    expect(applyHealth(s, { ip: '127.0.0.5', healthy: true, latencyMillis: 40, checkedAt: 'x' })).toBe(true);
+    expect(nextStep(s, CURRENT_RULES, at(2_000))).toEqual({ kind: 'wait-until', atMs: deadline });
+    expect(applyHealth(s, { ip: '127.0.0.5', healthy: true, latencyMillis: 90, checkedAt: 'y' })).toBe(true);
+    expect(nextStep(s, CURRENT_RULES, at(3_000))).toEqual({ kind: 'wait-until', atMs: deadline });
+  });
+
+  it('a drift report about the current instance makes a look due now', () => {
+    const s = steady();
+    expect(applyDrift(s, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(true);
+    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'get' });
+    // Already due: a second report changes nothing.
+    expect(applyDrift(s, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(false);
+  });
+
+  it('ignores a drift report about another instance, or while replacing or deleting', () => {
+    const other = steady();
+    expect(applyDrift(other, { instanceId: 'local/proxy-old', observed: { found: false } })).toBe(false);
+    const replacing = steady();
+    applySpec(replacing, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    replacing.replacing = 'spec-changed';
+    expect(applyDrift(replacing, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(false);
+    const deleting = steady();
+    applyDeletion(deleting, { skipCleanup: false });
+    expect(applyDrift(deleting, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(false);
+  });
+
+  it('a spec change that replaces acts at once, before the deadline', () => {
+    const s = steady();
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'delete' });
+  });
+
+  it('a spec change that keeps the instance does not look early', () => {
+    const s = steady();
+    applySpec(s, desired({ generation: 2 }));
+    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+  });
+
+  it('a replacement repeats its delete only at its own poll', () => {
+    const s = steady();
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    s.replacing = 'spec-changed';
+    scheduleLook(s, observe(s, { found: true, state: 'Running', ip: '127.0.0.5' }), NOW, SWEPT);
+    expect(s.nextLookAtMs).toBe(NOW + DEFAULT_TIMING.deletionPollMs);
+    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+    expect(nextStep(s, CURRENT_RULES, at(DEFAULT_TIMING.deletionPollMs))).toEqual({ kind: 'delete' });
+  });
+});
+
+describe('failure waits', () => {
+  it('Permanent waits for a signal; Quota, unconfigured provider, cloud-init and a gone Proxy retry slowly', () => {
+    const s = steady();
+    expect(failureWait(s, FailureType.Permanent)).toBe('forever');
+    expect(failureWait(s, FailureType.QuotaExceeded)).toBe('quotaRetryMs');
+    expect(failureWait(s, FailureType.ProviderNotConfigured)).toBe('errorRetryMs');
+    expect(failureWait(s, FailureType.CloudInitError)).toBe('errorRetryMs');
+    expect(failureWait(s, FailureType.ProxyGone)).toBe('errorRetryMs');
+  });
+
+  it('a transient failure of a steady look waits errorRetryMs; while provisioning, the provisioning poll', () => {
+    expect(failureWait(steady(), FailureType.Transient)).toBe('errorRetryMs');
+    const creating = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired() });
+    expect(failureWait(creating, FailureType.Transient)).toBe('provisioningPollMs');
+    // Runs recorded before the rule: the provisioning poll for every transient failure.
+    expect(failureWait(steady(), FailureType.Transient, BEFORE)).toBe('provisioningPollMs');
+  });
+});
+
+describe('deletion', () => {
+  it('looks for a never-recorded instance by UID, looks at a known one, releases without cleanup', () => {
+    const s = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired() });
+    applyDeletion(s, { skipCleanup: false });
+    expect(deletionStep(s)).toBe('find-by-uid');
+    s.instanceId = 'local/proxy-x';
+    expect(deletionStep(s)).toBe('look');
+    applyDeletion(s, { skipCleanup: true });
+    expect(deletionStep(s)).toBe('release');
+    const external = initialState({
+      ref: { namespace: 'ns', name: 'e', uid: 'u2' },
+      desired: desired({ mode: 'External', endpoint: { host: 'h', port: 1 } }),
+    });
+    expect(deletionStep(external)).toBe('release');
+  });
+
+  it('a Get that can never succeed is answered with Delete-then-release; the rest wait and look again', () => {
+    expect(deletionFailureAction(FailureType.Permanent)).toBe('delete-then-release');
+    expect(deletionFailureAction(FailureType.ProviderNotConfigured)).toBe('delete-then-release');
+    expect(deletionFailureAction(FailureType.QuotaExceeded)).toBe('quotaRetryMs');
+    expect(deletionFailureAction(FailureType.Transient)).toBe('deletionPollMs');
+  });
+});
+
+describe('legacy timing', () => {
+  it('a run from before the worker owned timing uses its input over the old defaults, never swept', () => {
+    const t = legacyTiming({ timing: { driftPollMs: 1_000 } }, LEGACY_DEFAULT_TIMING);
+    expect(t).toMatchObject({ driftPollMs: 1_000, provisioningPollMs: 10_000, swept: false });
+    expect(steadyPollMs(t)).toBe(1_000);
+    expect(steadyPollMs(legacyTiming({}, LEGACY_DEFAULT_TIMING))).toBe(120_000);
+  });
+});
