@@ -38,8 +38,8 @@ export const commonConfigSchema = z.strictObject({
   metricsAddr: z.string().optional(),
   /**
    * Workflows a worker keeps in memory (about 0.3-1 MiB each). One evicted
-   * from the cache replays its history on its next task (a drift poll), so
-   * size it to the Proxies a worker runs when memory allows.
+   * from the cache replays its history on its next task, which for a steady
+   * Proxy comes every few hours or on a signal.
    */
   maxCachedWorkflows: z.int().positive(),
   /** The worker's timing for Proxy workflows, read by each run from its worker. */
@@ -83,8 +83,12 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-/** Enough for a fleet of a thousand Proxies per worker at about 1 MiB each. */
-export const DEFAULT_MAX_CACHED_WORKFLOWS = 1_000;
+/**
+ * Workflows that wake at once: provisioning, replacing, deleting, and the few
+ * steady ones a signal wakes. A steady Proxy wakes every few hours, so an
+ * evicted one rarely replays (docs/architecture.md, Decisions).
+ */
+export const DEFAULT_MAX_CACHED_WORKFLOWS = 250;
 
 function positiveInt(text: string | undefined, flag: string, fallback: number): number {
   if (text === undefined) return fallback;

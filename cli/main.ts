@@ -68,7 +68,7 @@ function commonOptions(cmd: Command): Command {
     .addOption(
       new Option(
         '--max-cached-workflows <n>',
-        'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 1000)',
+        'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 250)',
       ),
     );
 }

@@ -119,7 +119,7 @@ describe('prober with the control plane', () => {
     );
     await prober.stop();
     await signallerIdle();
-    // Exactly the three transitions: a latency update (rate-limited to one a minute from the last
+    // Exactly the three transitions: a latency update (rate-limited to one per ten minutes from the last
     // report) or a resync (5 min of disagreement) would be a bug in a run this short.
     expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0 });
     expect(signaller.stats()).toMatchObject({ delivered: 3, dropped: 0 });

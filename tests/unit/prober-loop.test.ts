@@ -159,26 +159,26 @@ describe('prober loop', () => {
     expect(logs.filter((l) => l.msg === 'onProbe threw; ignored')).toHaveLength(4);
   });
 
-  it('a latency change sends one latency signal; a second change within a minute is held back until the minute is up', async () => {
+  it('a latency change sends one latency signal; a second change within the report interval is held back until it is up', async () => {
     let latency = 10;
     const { signals, prober, runUntil } = await start({
       // Seeded Healthy at 10 ms, as after a restart: the latency rule is rate-limited from the seed.
       target: target({ condition: 'Healthy', latencyMillis: 10 }),
       probe: () => Promise.resolve({ ok: true, status: 204, durationMs: latency }),
     });
-    // Probes at 5 s, 15 s, ... 65 s, all at the seeded latency: nothing to say.
-    await runUntil(66_000);
+    // Probes at 5 s, 15 s, ... 605 s, all at the seeded latency: nothing to say.
+    await runUntil(606_000);
     expect(signals).toEqual([]);
 
     latency = 100;
-    await runUntil(76_000); // the 75 s probe: +90 ms, more than a minute after the seed
+    await runUntil(616_000); // the 615 s probe: +90 ms, more than ten minutes after the seed
     expect(signals).toEqual([expect.objectContaining({ healthy: true, latencyMillis: 100 })]);
 
     latency = 300;
-    await runUntil(134_000); // probes at 85 ... 125 s: within a minute of the 75 s report
+    await runUntil(1_214_000); // probes at 625 ... 1205 s: within ten minutes of the 615 s report
     expect(signals).toHaveLength(1);
 
-    await runUntil(136_000); // the 135 s probe: a minute after the last report
+    await runUntil(1_216_000); // the 1215 s probe: ten minutes after the last report
     expect(signals).toHaveLength(2);
     expect(signals[1]).toMatchObject({ healthy: true, latencyMillis: 300 });
     expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0 });

@@ -1,0 +1,427 @@
+/**
+ * Steady-state Temporal cost benchmark (issue 10, DESIGN.md §6).
+ *
+ *   npm run bench:cost -- [--n 200] [--window 5m] [--outage 10m] [--cases steady,jitter,outage]
+ *
+ * Starts its own Temporal dev server and kube-apiserver, runs the real
+ * worker (with the drift sweep, provider-check and orphan-GC Schedules at
+ * their defaults), bridge and api process (lease API and prober) in this
+ * process, brings N `local` Proxies to Ready, then counts billable actions
+ * from the real workflow histories over each window:
+ *
+ *   steady  the fleet as it is;
+ *   jitter  the probe target answers after a random 5-400 ms, so the prober
+ *           sends latency reports;
+ *   outage  every call to the provider fails (Transient) for --outage; prints
+ *           provider calls per second and the time to recover.
+ *
+ * Billable actions, counted per history event inside the window: workflow
+ * start and continue-as-new (1; a schedule-started run 3, the note's figure
+ * for a schedule fire), each activity attempt (scheduled + retries), timer
+ * started, signal, search-attribute upsert, child workflow, external signal,
+ * and local activities as one action per workflow task that ran any
+ * (a local-activity batch). Heartbeats are not in histories: the local
+ * provider's calls finish long before the first heartbeat (3 s) is due.
+ *
+ * The per-proxy safety poll is compressed (default: half the window) so its
+ * cost is measured, not assumed; "at the defaults" scales the Proxy
+ * workflows' timer-driven part to the 6 h default. Schedules run at their
+ * real defaults, so their cost is measured as shipped.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { Client, Connection } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { parseDuration, readApiConfig } from '../../api/config.js';
+import { startApi } from '../../cli/processes.js';
+import { ensureSchedules } from '../../cli/schedules.js';
+import { bundleWorkflows, createProxyWorker } from '../../cli/worker.js';
+import { installCrds } from '../../cli/local-servers/install-crds.js';
+import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
+import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
+import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { createBridge } from '../../k8s-bridge/bridge.js';
+import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
+import { providerError } from '../../providers/errors.js';
+import type { Provider } from '../../providers/types.js';
+import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
+import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
+
+const { values: args } = parseArgs({
+  options: {
+    n: { type: 'string', default: '200' },
+    window: { type: 'string', default: '5m' },
+    outage: { type: 'string', default: '10m' },
+    cases: { type: 'string', default: 'steady,jitter,outage' },
+    'safety-poll': { type: 'string' },
+  },
+});
+const N = Number(args.n);
+const WINDOW_MS = parseDuration(args.window);
+const OUTAGE_MS = parseDuration(args.outage);
+const CASES = new Set(args.cases.split(','));
+const SWEEP_MS = DRIFT_SWEEP_DEFAULTS.intervalMs;
+const SAFETY_MS = args['safety-poll'] ? parseDuration(args['safety-poll']) : Math.round(WINDOW_MS / 2);
+if (!(N > 0) || WINDOW_MS < 2 * SWEEP_MS) {
+  throw new Error(
+    `--n must be positive and --window at least two sweep periods (${(2 * SWEEP_MS) / 1000} s)`,
+  );
+}
+
+Runtime.install({ logger: new DefaultLogger('ERROR') });
+const logger = pino({ level: process.env.EP_BENCH_LOG_LEVEL ?? 'silent' });
+const dir = mkdtempSync(join(tmpdir(), 'ep-bench-cost-'));
+const [cli, binDir] = await Promise.all([ensureTemporalCli(), ensureKubeBinaries()]);
+const [temporalServer, kube] = await Promise.all([
+  startTemporalDevServer({ cli, dataDir: join(dir, 'temporal'), headless: true }),
+  startLocalKubeApiServer({ binDir, dataDir: join(dir, 'kube') }),
+]);
+const kc = new KubeConfig();
+kc.loadFromFile(kube.kubeconfigPath);
+await installCrds(kc);
+const objects = kc.makeApiClient(CustomObjectsApi);
+const core = kc.makeApiClient(CoreV1Api);
+const connection = await Connection.connect({ address: temporalServer.address });
+const client = new Client({ connection });
+const native = await NativeConnection.connect({ address: temporalServer.address });
+
+// The provider as the worker sees it: the real local provider behind a
+// switch that makes every call fail (the outage) and a call counter.
+const base = buildProviders(
+  parseProvidersConfig(
+    `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.93.0.0/16 }\n`,
+    'bench',
+  ),
+  { logger, stateRoot: dir },
+);
+const inner = base.get('local')!;
+let outage = false;
+let providerCalls = 0;
+const guard = <T>(operation: 'create' | 'get' | 'delete' | 'list', call: () => Promise<T>): Promise<T> => {
+  providerCalls += 1;
+  if (outage) {
+    return Promise.reject(
+      providerError({
+        errorClass: 'Transient',
+        operation,
+        provider: 'local',
+        instance: '',
+        message: 'outage',
+      }),
+    );
+  }
+  return call();
+};
+const local: Provider = {
+  name: inner.name,
+  type: inner.type,
+  ...(inner.capabilities ? { capabilities: inner.capabilities } : {}),
+  create: (req, signal) => guard('create', () => inner.create(req, signal)),
+  get: (id, signal) => guard('get', () => inner.get(id, signal)),
+  delete: (id, signal) => guard('delete', () => inner.delete(id, signal)),
+  listByTag: (signal) => guard('list', () => inner.listByTag(signal)),
+  close: () => inner.close?.() ?? Promise.resolve(),
+};
+const registry: ProviderRegistry = {
+  get: (n) => (n === 'local' ? local : undefined),
+  names: () => ['local'],
+  close: () => base.close(),
+};
+
+// The probe target: 204 after a delay the jitter case makes random.
+let jitter = false;
+const target: Server = createServer((_req, res) => {
+  const delay = jitter ? 5 + Math.floor(Math.random() * 395) : 0;
+  setTimeout(() => res.writeHead(204).end(), delay);
+});
+await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
+const targetPort = (target.address() as { port: number }).port;
+
+const taskQueue = 'bench-cost';
+const worker = await createProxyWorker({
+  connection: native,
+  namespace: 'default',
+  taskQueue,
+  kubeConfig: kc,
+  registry,
+  installation: 'bench',
+  logger,
+  workflowBundle: await bundleWorkflows(),
+  maxCachedWorkflows: 2 * N,
+  timing: { ...DEFAULT_TIMING, provisioningPollMs: 1_000, deletionPollMs: 1_000, safetyPollMs: SAFETY_MS },
+  driftSweepOn: true,
+});
+const running = worker.run();
+const schedules = await ensureSchedules(
+  client,
+  {
+    taskQueue,
+    gc: { intervalMs: 10 * 60_000 },
+    providerChecks: { intervalMs: 60_000 },
+    driftSweep: { intervalMs: SWEEP_MS },
+  },
+  logger,
+);
+const bridge = createBridge({ kubeConfig: kc, client, taskQueue, logger });
+await bridge.start();
+const api = await startApi(
+  readApiConfig({}, { discoveryAddr: '127.0.0.1:0' }),
+  { temporalAddress: temporalServer.address, temporalNamespace: 'default' },
+  kc,
+  logger,
+);
+
+const NS = 'bench-cost';
+async function listProxies(): Promise<Proxy[]> {
+  const out: Proxy[] = [];
+  let next: string | undefined;
+  do {
+    const page = (await objects.listNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: NS,
+      plural: PROXY_PLURAL,
+      limit: 500,
+      ...(next ? { _continue: next } : {}),
+    })) as { items: Proxy[]; metadata?: { continue?: string } };
+    out.push(...page.items);
+    next = page.metadata?.continue || undefined;
+  } while (next);
+  return out;
+}
+const readyCount = async (test: (p: Proxy) => boolean = (p) => p.status?.phase === 'Ready') =>
+  (await listProxies()).filter(test).length;
+async function waitUntil(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<number> {
+  const t0 = Date.now();
+  while (!(await test())) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  return Date.now() - t0;
+}
+const sleepMs = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Event = temporal.api.history.v1.IHistoryEvent;
+const SCHEDULED_TYPES = new Set(['driftSweepWorkflow', 'providerChecksWorkflow', 'orphanGcWorkflow']);
+type Source =
+  'proxy:timer-driven' | 'proxy:signals' | 'proxy:other' | 'drift sweep' | 'provider checks' | 'orphan gc';
+const SOURCE_OF: Record<string, Source> = {
+  driftSweepWorkflow: 'drift sweep',
+  providerChecksWorkflow: 'provider checks',
+  orphanGcWorkflow: 'orphan gc',
+};
+
+const millis = (e: Event) =>
+  Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
+
+/**
+ * Billable actions of one history inside [from, to), by kind. A Proxy
+ * workflow's actions are split by what woke it: a fired timer (the safety
+ * poll), a signal (health, drift, spec), or other (start, continue-as-new).
+ */
+function countActions(type: string, events: Event[], from: number, to: number): Map<Source, number> {
+  const out = new Map<Source, number>();
+  const attempts = new Map<string, number>();
+  for (const e of events) {
+    const started = e.activityTaskStartedEventAttributes;
+    if (started) attempts.set(String(started.scheduledEventId), started.attempt ?? 1);
+  }
+  let wokenBy: Source = 'proxy:other';
+  let batchedTask: string | undefined;
+  const add = (n: number) => {
+    const source = type === 'proxyWorkflow' ? wokenBy : (SOURCE_OF[type] ?? 'proxy:other');
+    out.set(source, (out.get(source) ?? 0) + n);
+  };
+  let lastTaskCompleted = '';
+  for (const e of events) {
+    if (e.timerFiredEventAttributes) wokenBy = 'proxy:timer-driven';
+    if (e.workflowExecutionSignaledEventAttributes) wokenBy = 'proxy:signals';
+    if (e.workflowExecutionStartedEventAttributes) wokenBy = 'proxy:other';
+    if (e.workflowTaskCompletedEventAttributes) lastTaskCompleted = String(e.eventId);
+    const t = millis(e);
+    if (t < from || t >= to) continue;
+    if (e.workflowExecutionStartedEventAttributes) add(SCHEDULED_TYPES.has(type) ? 3 : 1);
+    else if (e.activityTaskScheduledEventAttributes) add(attempts.get(String(e.eventId)) ?? 1);
+    else if (
+      e.timerStartedEventAttributes ||
+      e.workflowExecutionSignaledEventAttributes ||
+      e.upsertWorkflowSearchAttributesEventAttributes ||
+      e.startChildWorkflowExecutionInitiatedEventAttributes ||
+      e.signalExternalWorkflowExecutionInitiatedEventAttributes
+    )
+      add(1);
+    else if (e.markerRecordedEventAttributes?.markerName === 'core_local_activity') {
+      if (batchedTask !== lastTaskCompleted) add(1);
+      batchedTask = lastTaskCompleted;
+    }
+  }
+  return out;
+}
+
+interface WindowCount {
+  bySource: Map<Source, number>;
+  timersFired: number;
+  proxies: number;
+}
+
+async function countWindow(from: number, to: number): Promise<WindowCount> {
+  const bySource = new Map<Source, number>();
+  let timersFired = 0;
+  const executions: Array<{ workflowId: string; runId: string; type: string }> = [];
+  for await (const w of client.workflow.list()) {
+    executions.push({ workflowId: w.workflowId, runId: w.runId, type: w.type });
+  }
+  for (let i = 0; i < executions.length; i += 32) {
+    await Promise.all(
+      executions.slice(i, i + 32).map(async ({ workflowId, runId, type }) => {
+        const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+        const events = history.events ?? [];
+        for (const [source, n] of countActions(type, events, from, to)) {
+          bySource.set(source, (bySource.get(source) ?? 0) + n);
+        }
+        if (type === 'proxyWorkflow') {
+          timersFired += events.filter(
+            (e) => e.timerFiredEventAttributes && millis(e) >= from && millis(e) < to,
+          ).length;
+        }
+      }),
+    );
+  }
+  return { bySource, timersFired, proxies: N };
+}
+
+function report(label: string, c: WindowCount, windowMs: number): number {
+  const hours = windowMs / 3_600_000;
+  const per = (n: number) => n / c.proxies / hours;
+  const total = [...c.bySource.values()].reduce((a, b) => a + b, 0);
+  console.log(`\n## ${label}: ${c.proxies} Ready proxies, window ${(windowMs / 1000).toFixed(0)} s`);
+  const order: Source[] = [
+    'proxy:timer-driven',
+    'proxy:signals',
+    'proxy:other',
+    'drift sweep',
+    'provider checks',
+    'orphan gc',
+  ];
+  for (const s of order) {
+    const n = c.bySource.get(s) ?? 0;
+    console.log(
+      `  ${s.padEnd(20)} ${String(n).padStart(6)} actions  ${per(n).toFixed(2).padStart(7)} per proxy-hour`,
+    );
+  }
+  console.log(
+    `  ${'all sources'.padEnd(20)} ${String(total).padStart(6)} actions  ${per(total).toFixed(2).padStart(7)} per proxy-hour (safety poll ${SAFETY_MS / 1000} s)`,
+  );
+  // The safety poll's part scaled from the compressed poll to the 6 h default.
+  const timerDriven = c.bySource.get('proxy:timer-driven') ?? 0;
+  const scaled = total - timerDriven + timerDriven * (SAFETY_MS / DEFAULT_TIMING.safetyPollMs);
+  console.log(
+    `  at the defaults (safety poll ${DEFAULT_TIMING.safetyPollMs / 3_600_000} h, sweep ${SWEEP_MS / 1000} s): ${per(scaled).toFixed(2)} actions per Ready proxy-hour` +
+      (c.timersFired > 0 ? `; ${(timerDriven / c.timersFired).toFixed(2)} actions per safety poll` : ''),
+  );
+  return per(scaled);
+}
+
+console.log(
+  `# cost benchmark: N=${N}, ${process.version}, 2 cores; sweep ${SWEEP_MS / 1000} s, provider checks 60 s, orphan GC 600 s, safety poll ${SAFETY_MS / 1000} s (compressed), schedules ${JSON.stringify(schedules)}`,
+);
+await core.createNamespace({ body: { metadata: { name: NS } } });
+const t0 = Date.now();
+for (let i = 0; i < N; i += 50) {
+  await Promise.all(
+    Array.from({ length: Math.min(50, N - i) }, (_, j) =>
+      objects.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: NS,
+        plural: PROXY_PLURAL,
+        body: {
+          apiVersion: `${GROUP}/${VERSION}`,
+          kind: 'Proxy',
+          metadata: { name: `p${i + j}` },
+          spec: {
+            mode: 'Managed',
+            provider: 'local',
+            port: 20000 + i + j,
+            healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
+          },
+        },
+      }),
+    ),
+  );
+}
+await waitUntil(`${N} Proxies Ready`, async () => (await readyCount()) === N, 30 * 60_000);
+console.log(`all ${N} Ready in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+// Let provisioning's tail (its last status writes, the first sweeps) pass before counting.
+await sleepMs(SWEEP_MS);
+
+const figures: Record<string, string> = {};
+if (CASES.has('steady')) {
+  const from = Date.now();
+  await sleepMs(WINDOW_MS);
+  const to = Date.now();
+  figures.steady = report('steady fleet', await countWindow(from, to), to - from).toFixed(2);
+}
+if (CASES.has('jitter')) {
+  jitter = true;
+  const from = Date.now();
+  await sleepMs(WINDOW_MS);
+  const to = Date.now();
+  jitter = false;
+  figures.jitter = report(
+    'latency jitter (probe target answers after 5-400 ms)',
+    await countWindow(from, to),
+    to - from,
+  ).toFixed(2);
+}
+if (CASES.has('outage')) {
+  const callsBefore = providerCalls;
+  outage = true;
+  const from = Date.now();
+  const perSecond: number[] = [];
+  let last = providerCalls;
+  while (Date.now() - from < OUTAGE_MS) {
+    await sleepMs(1_000);
+    perSecond.push(providerCalls - last);
+    last = providerCalls;
+  }
+  outage = false;
+  const to = Date.now();
+  const calls = providerCalls - callsBefore;
+  const sorted = [...perSecond].sort((a, b) => a - b);
+  report(`provider outage (${OUTAGE_MS / 1000} s, every call fails)`, await countWindow(from, to), to - from);
+  console.log(
+    `  provider calls during the outage: ${calls} in ${((to - from) / 1000).toFixed(0)} s = ${(calls / ((to - from) / 1000)).toFixed(2)}/s mean, p99 of 1 s buckets ${sorted[Math.floor(sorted.length * 0.99)] ?? 0}, max ${sorted.at(-1) ?? 0}`,
+  );
+  const notReady = N - (await readyCount());
+  const settledMs = await waitUntil(
+    'every Proxy Ready with no error in status',
+    async () => (await readyCount((p) => p.status?.phase === 'Ready' && !p.status.message)) === N,
+    10 * SWEEP_MS,
+  );
+  console.log(
+    `  at recovery ${notReady} Proxies were not Ready; every Proxy Ready with no error in status ${(settledMs / 1000).toFixed(1)} s after recovery (sweep period ${SWEEP_MS / 1000} s)`,
+  );
+  figures.outageCallsPerSecond = (calls / ((to - from) / 1000)).toFixed(2);
+  figures.recoverySeconds = (settledMs / 1000).toFixed(1);
+}
+console.log(`\nsummary: ${JSON.stringify(figures)}`);
+
+await api.stop();
+await bridge.stop();
+worker.shutdown();
+await running;
+await registry.close();
+await native.close();
+await connection.close();
+target.close();
+await temporalServer.stop();
+await kube.stop();
+rmSync(dir, { recursive: true, force: true });
