@@ -13,9 +13,9 @@
  * project's CLI (`node --import tsx cli/entry.ts <command> ...`: what
  * `npx tsx cli/entry.ts` runs, without the npx and tsx wrapper processes in
  * between, so the PID sampled is the process doing the work). Every process
- * uses the shipped defaults (log level info, drift poll 2 min, GC and
- * provider checks on their schedules, maxCachedWorkflows 500), only its
- * addresses and directories are set.
+ * uses the shipped defaults (log level info, drift sweep every 2 min and a
+ * 6 h safety poll per Proxy, GC and provider checks on their schedules,
+ * maxCachedWorkflows 250), only its addresses and directories are set.
  *
  * Then: an idle baseline (RSS of each process with no Proxies), N Managed
  * Proxies on the `local` provider applied, waited for until all are
