@@ -95,6 +95,7 @@ function targets(): string[] {
     out.add(`/x/..${route}`);
     out.add(`/x/../..${route}`);
     out.add(`${route}?`);
+    out.add(`/${route}?`);
     out.add(`/${route}?healthy=true&attr.geo=a%20b`);
     out.add(`/.${route}?q=1/../x`);
     if (tail) {
