@@ -9,6 +9,7 @@ import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { z } from 'zod';
+import { cleanPathLocation, requestTarget, rewrittenByWhatwg, temporaryRedirect } from './clean-path.js';
 import { DEFAULT_LEASE_TTL_SECONDS, DEFAULT_MAX_LEASE_TTL_SECONDS } from './config.js';
 import { REPORT_RESULTS, type LeaseStore, type ReportResult } from './lease-store.js';
 import { metricsHandler, registerApiMetrics, registerProcessMetrics } from './metrics.js';
@@ -86,8 +87,17 @@ export function createApi(options: CreateApiOptions): Hono {
   app.use(requestLog(logger, options.traceHook));
 
   app.use(async (c, next) => {
-    if (checkToken && !AUTH_EXEMPT.has(c.req.path) && !checkToken(c.req.header('Authorization'))) {
+    const target = requestTarget(c);
+    const location = cleanPathLocation(target);
+    // As the seed's router sat behind its token check, which looked at the
+    // path as sent: "//healthz" needs the token before it is redirected.
+    const exempt = location === undefined && AUTH_EXEMPT.has(c.req.path);
+    if (checkToken && !exempt && !checkToken(c.req.header('Authorization'))) {
       return fail(c, 401, 'unauthorized', 'missing or invalid bearer token');
+    }
+    if (location !== undefined) return temporaryRedirect(c, location);
+    if (rewrittenByWhatwg(target)) {
+      return fail(c, 404, 'not_found', `no route for ${c.req.method} ${c.req.path}`);
     }
     await next();
   });

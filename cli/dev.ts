@@ -9,30 +9,23 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import { readApiConfig } from '../api/index.js';
-import type { CommonConfig } from './config.js';
 import { loadKubeConfig } from './kube.js';
 import { installCrds } from './local-servers/install-crds.js';
 import { startLocalKubeApiServer } from './local-servers/kube.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
-import { cacheRoot, ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
+import { ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
+import type { CommandPlan } from './plan.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
 
-export interface DevFlags {
-  /** Use this cluster instead of starting a local apiserver. */
-  kubeconfig?: string;
-  /** Use this Temporal server instead of starting a dev server. */
-  temporalAddress?: string;
-  apiAddr: string;
-}
-
-export async function runDev(
-  config: CommonConfig,
-  flags: DevFlags,
-  logger: Logger,
-  env: NodeJS.ProcessEnv,
-): Promise<void> {
-  const root = join(cacheRoot(env), 'dev');
+/**
+ * Runs what `planCommand('dev', ...)` planned: every part gets its own
+ * config from the plan, with only the servers dev started (Temporal, the
+ * apiserver) filled in.
+ */
+export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.ProcessEnv): Promise<void> {
+  const { dev, worker: workerConfig, bridge: bridgeConfig, api: apiConfig } = plan;
+  if (!dev || !workerConfig || !bridgeConfig || !apiConfig) throw new Error('not a dev plan');
+  const root = dev.root;
   mkdirSync(root, { recursive: true });
   const stops: Array<() => Promise<void>> = [];
   const stopAll = async () => {
@@ -41,9 +34,9 @@ export async function runDev(
   };
 
   try {
-    let temporalAddress = flags.temporalAddress;
+    let temporalAddress = dev.temporalAddress;
     let uiUrl: string | undefined;
-    let kubeconfigPath = flags.kubeconfig;
+    let kubeconfigPath = dev.kubeconfig;
     let kubectlHint = 'kubectl';
 
     const [temporalCli, kubeBinDir] = await Promise.all([
@@ -76,29 +69,19 @@ export async function runDev(
     const kc = loadKubeConfig(kubeconfigPath);
     await installCrds(kc);
 
-    const devConfig: CommonConfig = {
-      ...config,
-      temporalAddress,
-      kubeconfig: kubeconfigPath,
-      stateDir: join(root, 'state'),
-    };
+    // Where the servers dev started are; everything else is as planned.
+    const servers = { temporalAddress, kubeconfig: kubeconfigPath };
     const parts: Running[] = [];
     // One registry for the whole process: the lease API's /metrics serves
     // the worker's provider-check gauges too.
     const metrics = new Registry();
-    const worker = await startWorker(devConfig, kc, logger, { dev: true, metrics });
+    const worker = await startWorker({ ...workerConfig, ...servers }, kc, logger, { dev: true, metrics });
     stops.push(() => worker.stop());
     parts.push(worker);
-    const bridge = await startBridge(devConfig, kc, logger);
+    const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger);
     stops.push(() => bridge.stop());
     parts.push(bridge);
-    const api = await startApi(
-      readApiConfig(env, { discoveryAddr: flags.apiAddr }),
-      devConfig,
-      kc,
-      logger,
-      metrics,
-    );
+    const api = await startApi(apiConfig.options, { ...apiConfig, ...servers }, kc, logger, metrics);
     stops.push(() => api.stop());
     parts.push(api);
 

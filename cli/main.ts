@@ -3,53 +3,43 @@
  * The one executable: `egress-proxies <command>`.
  */
 import { Command, Option } from 'commander';
-import { readApiConfig, type ApiFlags } from '../api/index.js';
-import { readCommonConfig, type CommonFlags } from './config.js';
 import { runDev } from './dev.js';
 import { loadKubeConfig } from './kube.js';
 import { createLogger } from './logger.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
+import { COMMANDS, planCommand, type CommandFlags, type CommandName, type CommandPlan } from './plan.js';
 import { packageVersion } from './version.js';
 
-function commonOptions(cmd: Command): Command {
+/**
+ * Options by the part that reads them. A command offers the options of the
+ * parts it runs and no others; tests/unit/cli-options.test.ts proves each
+ * one changes the configuration of a part its command runs.
+ */
+
+/** Read by every part: where Temporal and the cluster are, and the logger. */
+function connectionOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--temporal-address <host:port>', 'Temporal frontend (env TEMPORAL_ADDRESS)'))
     .addOption(new Option('--temporal-namespace <ns>', 'Temporal namespace (env TEMPORAL_NAMESPACE)'))
-    .addOption(
-      new Option('--task-queue <name>', 'task queue of the Proxy workflows').default('egress-proxies'),
-    )
     .addOption(new Option('--kubeconfig <path>', 'kubeconfig (env KUBECONFIG; in-cluster config when unset)'))
+    .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'));
+}
+
+/** Read by the worker and the bridge (the prober signals workflows by ID). */
+function taskQueueOption(cmd: Command): Command {
+  return cmd.addOption(
+    new Option('--task-queue <name>', 'task queue of the Proxy workflows').default('egress-proxies'),
+  );
+}
+
+function workerOptions(cmd: Command): Command {
+  return cmd
     .addOption(new Option('--providers-config <path>', 'providers config YAML (env PROVIDERS_CONFIG)'))
     .addOption(new Option('--state-dir <path>', 'state of providers that keep it on disk'))
     .addOption(
       new Option(
         '--installation <id>',
         'installation identity mark (env INSTALLATION_ID; derived from the cluster)',
-      ),
-    )
-    .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'))
-    .addOption(
-      new Option(
-        '--provisioning-poll <duration>',
-        'worker: poll while provisioning or deleting (default 10s)',
-      ),
-    )
-    .addOption(
-      new Option(
-        '--drift-sweep <duration>',
-        'worker: list each provider and signal only drifted Proxies this often, 0 disables (default 2m)',
-      ),
-    )
-    .addOption(
-      new Option(
-        '--safety-poll <duration>',
-        'worker: per-Proxy poll of a swept provider, in case a sweep is missed (default 6h)',
-      ),
-    )
-    .addOption(
-      new Option(
-        '--drift-poll <duration>',
-        'worker: per-Proxy poll of a provider the sweep does not cover (default 10m)',
       ),
     )
     .addOption(
@@ -70,9 +60,36 @@ function commonOptions(cmd: Command): Command {
         '--max-cached-workflows <n>',
         'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 250)',
       ),
+    )
+    .addOption(
+      new Option('--provisioning-poll <duration>', 'poll while provisioning or deleting (default 10s)'),
+    )
+    .addOption(
+      new Option(
+        '--drift-sweep <duration>',
+        'list each provider and signal only drifted Proxies this often, 0 disables (default 2m)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--safety-poll <duration>',
+        "each Proxy's own look when its provider is swept, in case a sweep is missed (default 6h)",
+      ),
+    )
+    .addOption(
+      new Option(
+        '--drift-poll <duration>',
+        "each Proxy's own look when its provider is not swept (default 10m)",
+      ),
     );
 }
 
+/** The bridge reads only the connection and task-queue options. */
+function bridgeOptions(cmd: Command): Command {
+  return cmd;
+}
+
+/** The lease API and the health prober. */
 function apiOptions(cmd: Command): Command {
   return cmd
     .addOption(
@@ -94,7 +111,42 @@ async function runUntilSignal(parts: Running[]): Promise<void> {
   for (const p of parts.reverse()) await p.stop();
 }
 
-export function buildCli(env: NodeJS.ProcessEnv): Command {
+/** Starts what a plan says and runs until a signal or a part stops by itself. */
+export async function runPlan(
+  command: CommandName,
+  plan: CommandPlan,
+  env: NodeJS.ProcessEnv,
+): Promise<void> {
+  const logger = createLogger(plan.logger.level);
+  if (command === 'dev') {
+    await runDev(plan, logger, env);
+    return;
+  }
+  const parts: Running[] = [];
+  try {
+    if (plan.worker) {
+      parts.push(await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger));
+    }
+    if (plan.bridge) {
+      parts.push(await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger));
+    }
+    if (plan.api) {
+      parts.push(await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger));
+    }
+  } catch (error) {
+    for (const p of parts.reverse()) await p.stop();
+    throw error;
+  }
+  await runUntilSignal(parts);
+}
+
+export interface CliDeps {
+  /** What an action does with its plan; tests capture the plan instead of starting anything. */
+  run?: (command: CommandName, plan: CommandPlan) => Promise<void>;
+}
+
+export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
+  const run = deps.run ?? ((command, plan) => runPlan(command, plan, env));
   const program = new Command('egress-proxies')
     .description('Control plane for a fleet of HTTP egress proxies, on Temporal and Kubernetes')
     .version(packageVersion(), '-v, --version');
@@ -106,54 +158,32 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
       process.stdout.write(`egress-proxies ${packageVersion()} (node ${process.version})\n`);
     });
 
-  apiOptions(commonOptions(program.command('dev')))
-    .description(
-      'run the whole control plane locally: Temporal dev server, kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
-    )
-    .action(async (flags: CommonFlags & { discoveryAddr?: string }) => {
-      const config = readCommonConfig(env, flags);
-      const logger = createLogger(config.logLevel);
-      await runDev(
-        config,
-        {
-          apiAddr: flags.discoveryAddr ?? '127.0.0.1:8090',
-          ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
-          ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
-        },
-        logger,
-        env,
-      );
+  const commands: Record<CommandName, { description: string; options: Array<(c: Command) => Command> }> = {
+    dev: {
+      description:
+        'run the whole control plane locally: Temporal dev server (unless --temporal-address), kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
+      options: [connectionOptions, taskQueueOption, workerOptions, bridgeOptions, apiOptions],
+    },
+    worker: {
+      description: 'run the Temporal worker: Proxy workflows and provider activities',
+      options: [connectionOptions, taskQueueOption, workerOptions],
+    },
+    bridge: {
+      description: 'run the Kubernetes bridge: Proxy and Secret events to workflow signals',
+      options: [connectionOptions, taskQueueOption, bridgeOptions],
+    },
+    api: {
+      description: 'run the lease API and health prober',
+      options: [connectionOptions, apiOptions],
+    },
+  };
+  for (const name of COMMANDS) {
+    const cmd = program.command(name).description(commands[name].description);
+    for (const add of commands[name].options) add(cmd);
+    cmd.action(async (flags: CommandFlags) => {
+      await run(name, planCommand(name, flags, env));
     });
-
-  commonOptions(program.command('worker'))
-    .description('run the Temporal worker: Proxy workflows and provider activities')
-    .action(async (flags: CommonFlags) => {
-      const config = readCommonConfig(env, flags);
-      const logger = createLogger(config.logLevel);
-      await runUntilSignal([await startWorker(config, loadKubeConfig(config.kubeconfig), logger)]);
-    });
-
-  commonOptions(program.command('bridge'))
-    .description('run the Kubernetes bridge: Proxy and Secret events to workflow signals')
-    .action(async (flags: CommonFlags) => {
-      const config = readCommonConfig(env, flags);
-      const logger = createLogger(config.logLevel);
-      await runUntilSignal([await startBridge(config, loadKubeConfig(config.kubeconfig), logger)]);
-    });
-
-  apiOptions(commonOptions(program.command('api')))
-    .description('run the lease API and health prober')
-    .action(async (flags: CommonFlags & ApiFlags) => {
-      const config = readCommonConfig(env, flags);
-      const logger = createLogger(config.logLevel);
-      const api = await startApi(
-        readApiConfig(env, flags),
-        config,
-        loadKubeConfig(config.kubeconfig),
-        logger,
-      );
-      await runUntilSignal([api]);
-    });
+  }
 
   return program;
 }

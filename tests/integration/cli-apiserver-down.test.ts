@@ -64,8 +64,8 @@ describe('bridge and api started while the apiserver is unreachable', () => {
           inject('temporalAddress'),
           '--temporal-namespace',
           inject('temporalNamespace'),
-          '--task-queue',
-          `down-${process.pid}`,
+          // The api runs no workflows: it does not offer --task-queue.
+          ...(name === 'api' ? [] : ['--task-queue', `down-${process.pid}`]),
         ],
         { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: 't' }, stdio: 'pipe' },
       );

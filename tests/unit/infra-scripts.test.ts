@@ -33,7 +33,7 @@ describe('infra/scripts/check-prereqs.sh', () => {
   it('names each missing tool on its own line with how to get it, and fails', () => {
     const result = spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {
       encoding: 'utf8',
-      env: { PATH: pathWith(['node', 'npm', 'python3', 'flock']) },
+      env: { PATH: pathWith(['node', 'npm', 'python3', 'flock', 'curl']) },
     });
     expect(result.status).toBe(1);
     const lines = result.stderr.trim().split('\n');
@@ -44,7 +44,7 @@ describe('infra/scripts/check-prereqs.sh', () => {
   it('names a missing flock (the kube build takes a lock)', () => {
     const result = spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {
       encoding: 'utf8',
-      env: { PATH: pathWith(['node', 'npm', 'python3', 'go']) },
+      env: { PATH: pathWith(['node', 'npm', 'python3', 'go', 'curl']) },
     });
     expect(result.status).toBe(1);
     expect(result.stderr.trim().split('\n')).toEqual([
@@ -55,7 +55,7 @@ describe('infra/scripts/check-prereqs.sh', () => {
   it("rejects a Go older than the pinned Kubernetes' go directive (build-kube.sh's GO_MIN)", () => {
     const pin = /^GO_MIN=([0-9.]+)$/m.exec(readFileSync(join(SCRIPTS, 'build-kube.sh'), 'utf8'))?.[1];
     expect(pin).toBeDefined();
-    const path = pathWith(['node', 'npm', 'python3', 'flock']);
+    const path = pathWith(['node', 'npm', 'python3', 'flock', 'curl']);
     const goSays = (version: string) => {
       writeFileSync(join(path, 'go'), `#!/bin/sh\necho ${version}\n`, { mode: 0o755 });
       return spawnSync('bash', [join(SCRIPTS, 'check-prereqs.sh')], {

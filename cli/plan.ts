@@ -1,0 +1,130 @@
+/**
+ * What a command runs, and each part's configuration, from parsed flags and
+ * the environment: a pure function of its inputs (the token file is the one
+ * read), so a test can parse any command line and look at what every part
+ * would get without starting anything.
+ *
+ * Each part gets only the settings it reads (its config type is a Pick of
+ * the validated common config), so a flag that reaches no part of a command
+ * shows up in tests/unit/cli-options.test.ts as a flag that changes nothing.
+ */
+import { join } from 'node:path';
+import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
+import { readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
+import { cacheRoot } from './local-servers/tools.js';
+
+export const COMMANDS = ['dev', 'worker', 'bridge', 'api'] as const;
+export type CommandName = (typeof COMMANDS)[number];
+
+/** The Temporal worker: Proxy workflows and their timing, provider activities, the GC, provider-check and drift-sweep schedules. */
+export type WorkerConfig = Pick<
+  CommonConfig,
+  | 'temporalAddress'
+  | 'temporalNamespace'
+  | 'taskQueue'
+  | 'kubeconfig'
+  | 'providersConfig'
+  | 'stateDir'
+  | 'installation'
+  | 'gc'
+  | 'providerCheckIntervalMs'
+  | 'metricsAddr'
+  | 'maxCachedWorkflows'
+  | 'timing'
+  | 'driftSweepMs'
+>;
+const WORKER_KEYS = [
+  'temporalAddress',
+  'temporalNamespace',
+  'taskQueue',
+  'kubeconfig',
+  'providersConfig',
+  'stateDir',
+  'installation',
+  'gc',
+  'providerCheckIntervalMs',
+  'metricsAddr',
+  'maxCachedWorkflows',
+  'timing',
+  'driftSweepMs',
+] as const satisfies ReadonlyArray<keyof WorkerConfig>;
+
+/** The Kubernetes bridge: Proxy events to workflow starts and signals (timing is the worker's). */
+export type BridgeConfig = Pick<
+  CommonConfig,
+  'temporalAddress' | 'temporalNamespace' | 'taskQueue' | 'kubeconfig'
+>;
+const BRIDGE_KEYS = [
+  'temporalAddress',
+  'temporalNamespace',
+  'kubeconfig',
+  'taskQueue',
+] as const satisfies ReadonlyArray<keyof BridgeConfig>;
+
+/** The lease API and the health prober (which signals workflows by ID: no task queue). */
+export type ApiPartConfig = Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace' | 'kubeconfig'> & {
+  options: ApiOptions;
+};
+
+/** `dev` itself: the servers it starts unless told where existing ones are, and where it keeps state. */
+export interface DevServersConfig {
+  /** Use this Temporal server instead of starting a dev server. */
+  temporalAddress?: string;
+  /** Use this cluster instead of starting a local apiserver. */
+  kubeconfig?: string;
+  /** Where the servers it starts keep their data (and, by default, the local provider its state). */
+  root: string;
+}
+
+export interface CommandPlan {
+  logger: { level: CommonConfig['logLevel'] };
+  worker?: WorkerConfig;
+  bridge?: BridgeConfig;
+  api?: ApiPartConfig;
+  dev?: DevServersConfig;
+}
+
+export type CommandFlags = CommonFlags & ApiFlags;
+
+/** `dev` listens on loopback only; `api` on every interface, as the seed's default `:8090`. */
+export const DEV_DISCOVERY_ADDR = '127.0.0.1:8090';
+
+function pick<T extends object, K extends keyof T>(from: T, keys: readonly K[]): Pick<T, K> {
+  const out = {} as Pick<T, K>;
+  for (const key of keys) if (from[key] !== undefined) out[key] = from[key];
+  return out;
+}
+
+/** Throws ConfigError / ApiConfigError naming the bad flag. */
+export function planCommand(
+  command: CommandName,
+  flags: CommandFlags,
+  env: Readonly<Record<string, string | undefined>>,
+): CommandPlan {
+  const devRoot = join(cacheRoot(env), 'dev');
+  const common = readCommonConfig(env, {
+    ...flags,
+    // dev keeps the local provider's records next to its servers' data.
+    ...(command === 'dev' ? { stateDir: flags.stateDir ?? join(devRoot, 'state') } : {}),
+  });
+  const plan: CommandPlan = { logger: { level: common.logLevel } };
+  if (command === 'dev' || command === 'worker') plan.worker = pick(common, WORKER_KEYS);
+  if (command === 'dev' || command === 'bridge') plan.bridge = pick(common, BRIDGE_KEYS);
+  if (command === 'dev' || command === 'api') {
+    plan.api = {
+      ...pick(common, ['temporalAddress', 'temporalNamespace', 'kubeconfig'] as const),
+      options: readApiConfig(
+        env,
+        command === 'dev' ? { ...flags, discoveryAddr: flags.discoveryAddr ?? DEV_DISCOVERY_ADDR } : flags,
+      ),
+    };
+  }
+  if (command === 'dev') {
+    plan.dev = {
+      root: devRoot,
+      ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
+      ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
+    };
+  }
+  return plan;
+}

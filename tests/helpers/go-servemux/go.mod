@@ -1,0 +1,3 @@
+module egress-proxies/tests/go-servemux
+
+go 1.22

@@ -1,0 +1,217 @@
+/**
+ * Every option a command offers reaches the configuration of a part that
+ * command runs. The options are read from the commander definition itself
+ * (no list kept here): each gets a non-default value made from its
+ * placeholder (`<duration>`, `<path>`, ...), the command line is parsed, and
+ * the plan the action would start is compared with the plan of the bare
+ * command. An option that changes nothing is offered but unused; a new
+ * option is covered as soon as it exists, and one with a placeholder this
+ * file cannot fill fails until it can.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Option, type Command } from 'commander';
+import { afterAll, describe, expect, it } from 'vitest';
+import { buildCli } from '../../cli/main.js';
+import { COMMANDS, type CommandName, type CommandPlan } from '../../cli/plan.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'ep-cli-options-'));
+const tokenFile = join(dir, 'token');
+writeFileSync(tokenFile, 'cli-options-token\n');
+/** No setting comes from the environment: every value is the code's default or the flag's. */
+const ENV: NodeJS.ProcessEnv = { HOME: dir, EGRESS_PROXIES_CACHE: join(dir, 'cache') };
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+type Build = (deps: { run: (command: CommandName, plan: CommandPlan) => Promise<void> }) => Command;
+const realCli: Build = (deps) => buildCli(ENV, deps);
+
+async function planOf(build: Build, args: string[]): Promise<CommandPlan> {
+  let plan: CommandPlan | undefined;
+  const program = build({
+    run: (_command, p) => {
+      plan = p;
+      return Promise.resolve();
+    },
+  });
+  for (const cmd of [program, ...program.commands]) {
+    cmd.exitOverride();
+    cmd.configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
+  }
+  await program.parseAsync(['node', 'egress-proxies', ...args]);
+  if (!plan) throw new Error(`${args.join(' ')}: the action ran nothing`);
+  return plan;
+}
+
+/** Leaf path -> JSON value, so two plans compare setting by setting. */
+function flatten(value: unknown, prefix = '', out = new Map<string, string>()): Map<string, string> {
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
+  } else {
+    out.set(prefix, JSON.stringify(value));
+  }
+  return out;
+}
+
+/** The settings that differ, with their new values. */
+function changes(base: CommandPlan, next: CommandPlan): Map<string, string> {
+  const a = flatten(base);
+  const b = flatten(next);
+  const out = new Map<string, string>();
+  for (const key of new Set([...a.keys(), ...b.keys()])) {
+    if (a.get(key) !== b.get(key)) out.set(key, b.get(key) ?? 'undefined');
+  }
+  return out;
+}
+
+/** Non-default values to try, by the option's placeholder. */
+function candidates(opt: Option): string[][] {
+  if (opt.isBoolean()) return [[opt.long!]];
+  if (opt.argChoices) {
+    return opt.argChoices.filter((c) => c !== opt.defaultValue).map((c) => [opt.long!, c]);
+  }
+  const placeholder = /<([^>]+)>|\[([^\]]+)\]/.exec(opt.flags);
+  const kind = placeholder?.[1] ?? placeholder?.[2];
+  const values: Record<string, string[]> = {
+    duration: ['47m', '3h7m'],
+    'host:port': ['127.0.0.9:19999'],
+    addr: ['127.0.0.9:19999'],
+    path: [tokenFile],
+    n: ['17', '1001'],
+    ns: ['xq7-test'],
+    name: ['xq7-test'],
+    id: ['xq7-test'],
+    level: ['debug', 'error'],
+  };
+  const found = kind === undefined ? undefined : values[kind];
+  if (!found) throw new Error(`${opt.flags}: no test value for the placeholder <${kind}>; add one here`);
+  return found.map((v) => [opt.long!, v]);
+}
+
+interface Reached {
+  command: string;
+  flag: string;
+  args: string[];
+  changed: Map<string, string>;
+}
+
+/** For every option of every command: the settings a non-default value changes, or why none. */
+async function walkOptions(build: Build): Promise<{ reached: Reached[]; problems: string[] }> {
+  const program = build({ run: () => Promise.resolve() });
+  const reached: Reached[] = [];
+  const problems: string[] = [];
+  for (const cmd of program.commands) {
+    const options = cmd.options.filter((o) => o.long !== '--help' && o.long !== '--version');
+    if (options.length === 0) continue;
+    const base = await planOf(build, [cmd.name()]);
+    for (const opt of options) {
+      const errors: string[] = [];
+      let hit: Reached | undefined;
+      for (const args of candidates(opt)) {
+        try {
+          const changed = changes(base, await planOf(build, [cmd.name(), ...args]));
+          if (changed.size > 0) {
+            hit = { command: cmd.name(), flag: opt.long!, args, changed };
+            break;
+          }
+        } catch (error) {
+          errors.push(`${args.join(' ')}: ${(error as Error).message}`);
+        }
+      }
+      if (hit) reached.push(hit);
+      else
+        problems.push(
+          `${cmd.name()} ${opt.long}: no value reached any part's configuration${errors.length ? ` (${errors.join('; ')})` : ''}`,
+        );
+    }
+  }
+  return { reached, problems };
+}
+
+describe('every CLI option reaches the part that uses it', () => {
+  it('covers dev, worker, bridge and api, and every option of each reaches a part of its command', async () => {
+    const { reached, problems } = await walkOptions(realCli);
+    expect(problems).toEqual([]);
+    const commands = new Set(reached.map((r) => r.command));
+    for (const name of COMMANDS) expect(commands).toContain(name);
+    // Each change lands in a part the command runs (the plan holds no other).
+    const elsewhere: string[] = [];
+    for (const r of reached) {
+      const parts =
+        r.command === 'dev' ? ['logger', 'worker', 'bridge', 'api', 'dev'] : ['logger', r.command];
+      for (const path of r.changed.keys()) {
+        if (!parts.includes(path.split('.')[0]!)) elsewhere.push(`${r.command} ${r.flag} -> ${path}`);
+      }
+    }
+    expect(elsewhere).toEqual([]);
+  });
+
+  it('dev offers every option of worker, bridge and api, and each changes that part exactly as there', async () => {
+    const { reached } = await walkOptions(realCli);
+    const inDev = new Map(reached.filter((r) => r.command === 'dev').map((r) => [r.flag, r]));
+    let compared = 0;
+    for (const r of reached.filter((x) => x.command !== 'dev')) {
+      const dev = inDev.get(r.flag);
+      expect(dev, `dev ${r.flag}`).toBeDefined();
+      const devPlan = await planOf(realCli, ['dev', ...r.args]);
+      const basePlan = await planOf(realCli, ['dev']);
+      const devChanges = changes(basePlan, devPlan);
+      const own = (m: Map<string, string>) =>
+        Object.fromEntries(
+          [...m].filter(([path]) => path.startsWith(`${r.command}.`) || path.startsWith('logger.')),
+        );
+      expect(own(devChanges), `dev ${r.args.join(' ')} vs ${r.command}`).toEqual(own(r.changed));
+      compared++;
+    }
+    expect(compared).toBeGreaterThan(20);
+  });
+
+  it('dev --lease-cooldown 10s --max-lease-ttl 10m --discovery-token-file F gives the lease API what api gives it', async () => {
+    const args = [
+      '--lease-cooldown',
+      '10s',
+      '--max-lease-ttl',
+      '10m',
+      '--discovery-token-file',
+      tokenFile,
+      '--discovery-addr',
+      '127.0.0.1:0',
+    ];
+    const dev = await planOf(realCli, ['dev', ...args]);
+    const api = await planOf(realCli, ['api', ...args]);
+    expect(dev.api!.options).toEqual(api.api!.options);
+    expect(api.api!.options).toMatchObject({
+      leaseCooldownMs: 10_000,
+      maxLeaseTtlSeconds: 600,
+      token: 'cli-options-token',
+    });
+  });
+
+  it('does not offer a flag no part of the command uses', async () => {
+    const api = await planOf(realCli, ['api']);
+    expect(Object.keys(api).sort()).toEqual(['api', 'logger']);
+    await expect(planOf(realCli, ['api', '--task-queue', 'q'])).rejects.toThrow(/unknown option/);
+    await expect(planOf(realCli, ['bridge', '--gc-interval', '1m'])).rejects.toThrow(/unknown option/);
+    await expect(planOf(realCli, ['worker', '--lease-cooldown', '1m'])).rejects.toThrow(/unknown option/);
+  });
+
+  it('finds an option that reaches nothing, and one whose placeholder it cannot fill', async () => {
+    const withUnused: Build = (deps) => {
+      const program = buildCli(ENV, deps);
+      program.commands
+        .find((c) => c.name() === 'bridge')!
+        .addOption(new Option('--unused-poll <duration>', 'read by nothing'));
+      return program;
+    };
+    const { problems } = await walkOptions(withUnused);
+    expect(problems).toEqual(["bridge --unused-poll: no value reached any part's configuration"]);
+
+    const withOddPlaceholder: Build = (deps) => {
+      const program = buildCli(ENV, deps);
+      program.commands.find((c) => c.name() === 'api')!.addOption(new Option('--colour <hue>', 'new'));
+      return program;
+    };
+    await expect(walkOptions(withOddPlaceholder)).rejects.toThrow('no test value for the placeholder <hue>');
+  });
+});
