@@ -41,7 +41,13 @@ import {
   type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
-import { checkReason, classify, classifyOperationError, httpStatus } from './classify.js';
+import {
+  checkReason,
+  classify,
+  classifyOperationError,
+  httpStatus,
+  type Classification,
+} from './classify.js';
 import type { GcpConfig } from './config.js';
 import {
   buildInsertBody,
@@ -163,13 +169,18 @@ class GcpProviderImpl implements GcpProvider {
   private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
     if (err instanceof ProviderError) return err;
     if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
+    const c = this.logApiError(operation, instance, err);
+    return this.fail(c.errorClass, operation, instance, c.summary, err);
+  }
+
+  /** The raw status and reasons at debug, because the class collapses them (never the body). */
+  private logApiError(operation: ProviderOperation, instance: string, err: unknown): Classification {
     const c = classify(err);
-    // The raw status and reasons, which the class collapses (never the body).
     this.log.debug(
       { operation, instance, httpStatus: c.status, reasons: c.reasons },
       'Compute API call failed',
     );
-    return this.fail(c.errorClass, operation, instance, c.summary, err);
+    return c;
   }
 
   /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
@@ -299,6 +310,7 @@ class GcpProviderImpl implements GcpProvider {
         operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
       } catch (err) {
         if (httpStatus(err) !== 409) throw err;
+        this.logApiError('create', id, err);
         return this.adopt(req, zone, id, signal);
       }
       this.log.info(
@@ -449,6 +461,7 @@ class GcpProviderImpl implements GcpProvider {
         return out;
       } catch (err) {
         if (httpStatus(err) !== 404) throw err;
+        this.logApiError('get', id, err);
       }
       // Gone, unless an insert is still being processed: then the name is
       // taken and a NotFound would make the control plane create again.
@@ -494,6 +507,7 @@ class GcpProviderImpl implements GcpProvider {
         this.log.info({ instance: id, operation: op.name }, 'delete submitted');
       } catch (err) {
         if (httpStatus(err) === 404) {
+          this.logApiError('delete', id, err);
           this.log.debug({ instance: id }, 'delete: already gone');
           return;
         }
@@ -506,7 +520,8 @@ class GcpProviderImpl implements GcpProvider {
     return this.op('list', '', signal, async () => {
       const { instances } = this.api();
       const out: Instance[] = [];
-      const unreachable: string[] = [];
+      // Every page repeats the warning for an unreachable zone: a set.
+      const unreachable = new Set<string>();
       let stop = false;
       const walk = async () => {
         const pages = instances.aggregatedListAsync(
@@ -520,7 +535,7 @@ class GcpProviderImpl implements GcpProvider {
         );
         for await (const [scope, scoped] of pages) {
           if (stop) return;
-          if (scoped.warning?.code === 'UNREACHABLE') unreachable.push(scope);
+          if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
           for (const inst of scoped.instances ?? []) {
             // The filter already guarantees the label; checked again so a
             // filter mistake can never hand GC a VM we do not own.
@@ -535,9 +550,9 @@ class GcpProviderImpl implements GcpProvider {
       } finally {
         stop = true;
       }
-      if (unreachable.length > 0) {
+      if (unreachable.size > 0) {
         this.log.warn(
-          { unreachable, listed: out.length },
+          { unreachable: [...unreachable].sort(), listed: out.length },
           'list: zones left out (unreachable); their VMs are not listed',
         );
       }

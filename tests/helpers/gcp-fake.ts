@@ -37,6 +37,8 @@ export interface RecordedRequest {
   body: unknown;
   /** The body exactly as sent. */
   rawBody: string;
+  /** The HTTP status answered (set once the answer is sent). */
+  status?: number;
 }
 
 export interface FakeInstance {
@@ -95,6 +97,9 @@ export class FakeCompute {
 
   private constructor(readonly project: string) {
     this.server = createServer((req, res) => void this.handle(req, res));
+    // Never close an idle keep-alive connection first: a client reusing it
+    // at that moment gets ECONNRESET (the real API keeps them far longer).
+    this.server.keepAliveTimeout = 120_000;
   }
 
   static async start(project: string): Promise<FakeCompute> {
@@ -174,6 +179,13 @@ export class FakeCompute {
   instance(zone: string, name: string): FakeInstance | undefined {
     this.settle();
     return this.instances.get(`${zone}/${name}`);
+  }
+
+  /** Every operation still running finishes now. */
+  finishOperations(): void {
+    const now = Date.now();
+    for (const op of this.operations) if (op.doneAtMs > now) op.doneAtMs = now;
+    this.settle();
   }
 
   /** Starts a delete operation on a VM that runs for `ms`. */
@@ -351,6 +363,7 @@ export class FakeCompute {
       rawBody,
     };
     this.requests.push(rec);
+    res.on('finish', () => (rec.status = res.statusCode));
     for (const s of [...this.stalls]) if (s.match(rec)) await s.released;
     if (rec.authorization !== `Bearer ${this.token}`) {
       this.error(res, 401, 'required', 'Request is missing required authentication credential.');

@@ -66,7 +66,7 @@ describe('parseProvidersConfig: every bad input names its field', () => {
     ],
     [
       'a block for another type',
-      entry('    gcp: {}\n'),
+      entry('    gcp:\n      project: my-project\n'),
       'providers[0].gcp: block does not match type "local"',
     ],
     [
