@@ -531,7 +531,8 @@ class GcpProviderImpl implements GcpProvider {
             returnPartialSuccess: true,
             maxResults: this.pageSize,
           },
-          this.callOptions,
+          // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
+          { ...this.callOptions, autoPaginate: false },
         );
         for await (const [scope, scoped] of pages) {
           if (stop) return;
@@ -578,7 +579,7 @@ class GcpProviderImpl implements GcpProvider {
       await this.call(signal, async () => {
         const pages = instances.aggregatedListAsync(
           { project: this.config.project, filter: MANAGED_FILTER, maxResults: 1, returnPartialSuccess: true },
-          this.callOptions,
+          { ...this.callOptions, autoPaginate: false },
         );
         // The first entry comes from the first page; stop there (the iterator would fetch every page).
         for await (const entry of pages) {

@@ -9,7 +9,7 @@
  * config entry, and Proxies going through the real worker and bridge.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
@@ -641,6 +641,17 @@ function seedGcpEntry(): string {
 }
 
 describe("the seed's gcp-eu providers-config entry", () => {
+  it('the fixture is the seed file byte for byte (where the seeds are present)', (ctx) => {
+    const seed = '/work/shared/seeds/files/config/samples/providers-config.yaml';
+    if (!existsSync(seed)) {
+      ctx.skip('the seed documents are not on this machine');
+      return;
+    }
+    expect(readFileSync(join(ROOT, 'tests/fixtures/seed-providers-config.yaml'), 'utf8')).toBe(
+      readFileSync(seed, 'utf8'),
+    );
+  });
+
   it('loads unchanged, with the seed defaults, and builds a provider without calling anything', async () => {
     const config = parseProvidersConfig(seedGcpEntry(), 'seed providers-config.yaml');
     expect(config.providers).toEqual([
