@@ -25,6 +25,8 @@ import { localConfigSchema, type LocalConfig } from './local/config.js';
 import { createLocalProvider } from './local/provider.js';
 import { kubernetesConfigSchema, type KubernetesConfig } from './kubernetes/config.js';
 import { createKubernetesProvider } from './kubernetes/provider.js';
+import { gcpConfigSchema, type GcpConfig } from './gcp/config.js';
+import { createGcpProvider } from './gcp/provider.js';
 import type { Provider } from './types.js';
 
 /** What a provider factory may use; passed in by the composition root. */
@@ -76,7 +78,11 @@ export const PROVIDER_TYPES = {
     build: (name: string, config: KubernetesConfig, deps: ProviderDeps) =>
       createKubernetesProvider({ name, config, logger: deps.logger }),
   }),
-  gcp: notImplemented('gcp'),
+  gcp: defineType({
+    configSchema: gcpConfigSchema,
+    build: (name: string, config: GcpConfig, deps: ProviderDeps) =>
+      createGcpProvider({ name, config, logger: deps.logger }),
+  }),
   kvm: notImplemented('kvm'),
 } as const;
 

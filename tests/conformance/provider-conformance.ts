@@ -13,7 +13,13 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { classOf, ProviderError } from '../../providers/errors.js';
 import { instanceNameFromUid } from '../../providers/names.js';
-import type { CreateRequest, Instance, Provider, ProviderOperation } from '../../providers/types.js';
+import type {
+  CreateRequest,
+  Instance,
+  Placement,
+  Provider,
+  ProviderOperation,
+} from '../../providers/types.js';
 
 export interface ConformanceHooks {
   /** Make the backend report a state this provider has never heard of, for instance `id`. */
@@ -41,6 +47,8 @@ export interface ConformanceSubject {
   malformedIds?: string[];
   /** Port for created instances. */
   port?: number;
+  /** Placement for created instances (default none; VM providers require some fields). */
+  placement?: Placement;
   /** Upper bound for an instance to become Running. Default 30 s. */
   runningWithinMs?: number;
   cleanup(): Promise<void>;
@@ -91,7 +99,7 @@ export function describeProviderConformance(name: string, factory: () => Promise
         uid,
         namespace: 'conformance',
         proxyName: `p-${uid.slice(0, 8)}`,
-        placement: {},
+        placement: { ...subject.placement },
         cloudInit: `#cloud-config\n# ${sentinel}\n`,
         port: subject.port ?? 3128,
         installation: 'conformance',

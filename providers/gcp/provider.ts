@@ -1,0 +1,616 @@
+/**
+ * The `gcp` provider: every instance is one Compute Engine VM with an
+ * ephemeral external IP, made through `@google-cloud/compute`'s
+ * InstancesClient (REST transport).
+ *
+ * Profile (contract §4): readiness provisioning-window (minutes of boot);
+ * create-return submit with a bounded look at the insert operation (see
+ * create); delete-return returns-early (`get` shows the VM until the delete
+ * operation removes it); ip-source assigned-at-create (the external NAT IP
+ * of the first NIC); gc-mark native-labels (instance labels, in the insert);
+ * created-at backend-timestamp (`creationTimestamp`); list-partial
+ * omit-unreachable (one aggregated list with `returnPartialSuccess`, zones
+ * left out are logged); quota detected (429, 403 quotaExceeded /
+ * rateLimitExceeded, and quota codes of a failed operation); not-found
+ * status-404; primary-key name-is-key (`zones/<zone>/instances/<name>`);
+ * provisioning-state native (PROVISIONING, STAGING, REPAIRING); async-ops
+ * task-handle (operations are read: the insert's in create, unfinished ones
+ * on the instance in get and delete); secondary-resources cascade (boot disk
+ * auto-delete); credentials environment (Application Default Credentials
+ * only); client-kind vendor-sdk; timeouts per-call (each request bounded
+ * by callTimeoutMs and the caller's signal).
+ *
+ * Calls used: instances insert, get, delete, aggregatedList (the seed's
+ * four) and zoneOperations get and list (to close the seed's gaps: a
+ * failed insert reaches the Proxy's status, and a delete is not resubmitted
+ * while one runs).
+ *
+ * Construction does nothing (contract §7): the clients are built on the
+ * first call, and ADC is resolved by the SDK then.
+ */
+import { InstancesClient, ZoneOperationsClient, type protos } from '@google-cloud/compute';
+import type { AuthClient } from 'google-auth-library';
+import type { Logger } from 'pino';
+import { providerError, ProviderError } from '../errors.js';
+import {
+  MARK_MANAGED_VALUE,
+  type CreateRequest,
+  type ErrorClass,
+  type Instance,
+  type Provider,
+  type ProviderOperation,
+  type TargetStatus,
+} from '../types.js';
+import {
+  checkReason,
+  classify,
+  classifyOperationError,
+  httpStatus,
+  type Classification,
+} from './classify.js';
+import type { GcpConfig } from './config.js';
+import {
+  buildInsertBody,
+  formatProviderId,
+  IMAGE,
+  INSTANCE_NAME,
+  LABEL_MANAGED,
+  LABEL_UID,
+  LABEL_VALUE,
+  lastSegment,
+  MACHINE_TYPE,
+  MANAGED_FILTER,
+  parseProviderId,
+  toInstance,
+  ZONE,
+  type ComputeInstance,
+} from './instance.js';
+
+export const GCP_PROVIDER_TYPE = 'gcp';
+/** What check() reports as the address when no endpoint override is configured. */
+export const COMPUTE_ADDRESS = 'compute.googleapis.com';
+
+type Operation = protos.google.cloud.compute.v1.IOperation;
+
+export interface GcpProviderOptions {
+  /** The configured name. */
+  name: string;
+  config: GcpConfig;
+  logger: Logger;
+  /** An auth client to use instead of Application Default Credentials (tests: a fake token). */
+  authClient?: AuthClient;
+  /** Bound on each Compute request (default 30 s; the caller's signal can only shorten it). */
+  callTimeoutMs?: number;
+  /** How long create watches its insert operation before returning (default 45 s). */
+  insertWaitMs?: number;
+  /** Longest single zoneOperations.wait request while create watches (default 10 s). */
+  operationWaitMs?: number;
+  /** Instances per aggregatedList page in listByTag (default 500). */
+  listPageSize?: number;
+}
+
+export interface GcpProvider extends Provider {
+  readonly config: GcpConfig;
+  check(signal: AbortSignal): Promise<TargetStatus[]>;
+  close(): Promise<void>;
+}
+
+export function createGcpProvider(options: GcpProviderOptions): GcpProvider {
+  const log = options.logger.child({ provider: options.name, providerType: GCP_PROVIDER_TYPE });
+  return new GcpProviderImpl(options, log);
+}
+
+/** How a single request ended when it did not answer: our signal or its own timeout. */
+class CallEnded extends Error {
+  override readonly name = 'CallEnded';
+  constructor(
+    readonly by: 'caller' | 'timeout',
+    readonly timeoutMs: number,
+  ) {
+    super(by === 'caller' ? 'aborted by the caller' : `Compute API call timed out after ${timeoutMs} ms`);
+  }
+}
+
+interface Clients {
+  instances: InstancesClient;
+  operations: ZoneOperationsClient;
+}
+
+/** Reason codes of a finished operation's error, identifiers only. */
+function operationCodes(op: Operation): string[] {
+  return (op.error?.errors ?? []).map((e) => e.code ?? '').filter((c) => /^[A-Z][A-Z0-9_]{0,63}$/.test(c));
+}
+
+/** What a user can do about a failed insert, by code; the operation's own message is never copied. */
+function operationHint(codes: string[], errorClass: ErrorClass): string {
+  if (errorClass === 'QuotaExceeded') return 'no quota or capacity in the zone now; retried later';
+  if (codes.includes('RESOURCE_NOT_FOUND') || codes.includes('NOT_FOUND'))
+    return 'check placement.image, placement.machineType and the network';
+  if (errorClass === 'Permanent') return 'fix the placement or the provider config';
+  return 'retried';
+}
+
+class GcpProviderImpl implements GcpProvider {
+  readonly type = GCP_PROVIDER_TYPE;
+  /** listByTag is one filtered, paged aggregatedList. */
+  readonly capabilities = { cheapListByTag: true };
+  readonly name: string;
+  readonly config: GcpConfig;
+  private clients: Clients | undefined;
+  private readonly callTimeoutMs: number;
+  private readonly insertWaitMs: number;
+  private readonly operationWaitMs: number;
+  private readonly pageSize: number;
+
+  constructor(
+    private readonly options: GcpProviderOptions,
+    private readonly log: Logger,
+  ) {
+    this.name = options.name;
+    this.config = options.config;
+    this.callTimeoutMs = options.callTimeoutMs ?? 30_000;
+    this.insertWaitMs = options.insertWaitMs ?? 45_000;
+    this.operationWaitMs = options.operationWaitMs ?? 10_000;
+    this.pageSize = options.listPageSize ?? 500;
+  }
+
+  // -- plumbing -------------------------------------------------------------
+
+  private fail(
+    errorClass: ErrorClass,
+    operation: ProviderOperation,
+    instance: string,
+    message: string,
+    cause?: unknown,
+  ): ProviderError {
+    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
+  }
+
+  private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
+    if (err instanceof ProviderError) return err;
+    if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
+    const c = this.logApiError(operation, instance, err);
+    return this.fail(c.errorClass, operation, instance, c.summary, err);
+  }
+
+  /** The raw status and reasons at debug, because the class collapses them (never the body). */
+  private logApiError(operation: ProviderOperation, instance: string, err: unknown): Classification {
+    const c = classify(err);
+    this.log.debug(
+      { operation, instance, httpStatus: c.status, reasons: c.reasons },
+      'Compute API call failed',
+    );
+    return c;
+  }
+
+  /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
+  private async op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted by the caller');
+    try {
+      return await fn();
+    } catch (err) {
+      const wrapped = this.wrap(operation, instance, err);
+      const quiet = wrapped.errorClass === 'NotFound' || (err instanceof CallEnded && err.by === 'caller');
+      this.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
+      throw wrapped;
+    }
+  }
+
+  /**
+   * One Compute request (or one bounded sequence of page requests), bounded
+   * by the caller's signal and by `timeoutMs`. The SDK's REST transport
+   * ignores its own deadlines, so the bound is enforced here: the promise
+   * settles the moment either fires (the abandoned HTTP request is left to
+   * finish on its own).
+   */
+  private async call<T>(
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+    timeoutMs = this.callTimeoutMs,
+  ): Promise<T> {
+    const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+    const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs);
+    if (bounded.aborted) throw ended();
+    let onAbort!: () => void;
+    const abandoned = new Promise<never>((_resolve, reject) => {
+      onAbort = () => reject(ended());
+      bounded.addEventListener('abort', onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([fn(), abandoned]);
+    } catch (err) {
+      if (bounded.aborted) throw ended();
+      throw err;
+    } finally {
+      bounded.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Per-request options: no SDK retries (the activity retry policy owns retries) and our timeout. */
+  private get callOptions() {
+    return { timeout: this.callTimeoutMs, maxRetries: 0 };
+  }
+
+  private api(): Clients {
+    if (this.clients !== undefined) return this.clients;
+    const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
+    if (this.config.endpoint !== undefined) {
+      const url = new URL(this.config.endpoint);
+      const protocol = url.protocol.replace(':', '');
+      opts.apiEndpoint = url.hostname;
+      opts.port = url.port === '' ? (protocol === 'https' ? 443 : 80) : Number(url.port);
+      opts.protocol = protocol;
+    }
+    if (this.options.authClient !== undefined) opts.authClient = this.options.authClient;
+    this.clients = { instances: new InstancesClient(opts), operations: new ZoneOperationsClient(opts) };
+    this.log.info(
+      {
+        project: this.config.project,
+        endpoint: this.address(),
+        credentials: this.options.authClient ? 'injected' : 'adc',
+      },
+      'gcp provider ready',
+    );
+    return this.clients;
+  }
+
+  private address(): string {
+    return this.config.endpoint ?? COMPUTE_ADDRESS;
+  }
+
+  private parseId(operation: ProviderOperation, id: string): { zone: string; name: string } {
+    const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
+    if (parsed === undefined) {
+      throw this.fail(
+        'Permanent',
+        operation,
+        JSON.stringify(String(id).slice(0, 80)),
+        'malformed providerID (want zones/<zone>/instances/<name>)',
+      );
+    }
+    return parsed;
+  }
+
+  /**
+   * Unfinished operations on one instance. One zoneOperations.list filtered
+   * on status server-side; the target is matched here by its path suffix
+   * (the API's targetLink host is not ours to predict).
+   */
+  private async unfinishedOperations(zone: string, name: string, signal: AbortSignal): Promise<Operation[]> {
+    const { operations } = this.api();
+    const suffix = `/zones/${zone}/instances/${name}`;
+    const [ops] = await this.call(signal, () =>
+      operations.list(
+        { project: this.config.project, zone, filter: 'status != DONE', maxResults: 500 },
+        { ...this.callOptions, autoPaginate: true },
+      ),
+    );
+    return ops.filter((o) => (o.targetLink ?? '').endsWith(suffix) && o.status !== 'DONE');
+  }
+
+  // -- the contract ---------------------------------------------------------
+
+  create(req: CreateRequest, signal: AbortSignal): Promise<string> {
+    const instance = typeof req.name === 'string' ? req.name : '';
+    return this.op('create', instance, signal, async () => {
+      const zone = this.validate(req, instance);
+      const id = formatProviderId(zone, req.name);
+      const { instances } = this.api();
+      const body = buildInsertBody(req, this.config, zone);
+      let operation: Operation;
+      try {
+        const [lro] = await this.call(signal, () =>
+          instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
+        );
+        operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
+      } catch (err) {
+        if (httpStatus(err) !== 409) throw err;
+        this.logApiError('create', id, err);
+        return this.adopt(req, zone, id, signal);
+      }
+      this.log.info(
+        {
+          instance: req.name,
+          zone,
+          uid: req.uid,
+          machineType: req.placement.machineType,
+          image: req.placement.image,
+          network: this.config.network,
+          networkTag: this.config.networkTag,
+          diskSizeGb: this.config.diskSizeGb,
+          port: req.port,
+          operation: operation.name,
+          // Never the text: it may hold secrets.
+          cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+        },
+        'insert submitted',
+      );
+      if (operation.name) await this.watchInsert(zone, operation, id, signal);
+      return id;
+    });
+  }
+
+  /**
+   * Watches the insert operation for at most insertWaitMs: an insert the API
+   * accepted can still fail (no quota or capacity in the zone, an image
+   * that does not exist). Seen here, the failure is create's answer, with
+   * its class and codes, so it reaches the Proxy's status (Failed with the
+   * reason, or the QuotaExceeded condition and a later retry) instead of
+   * reading as NotFound on the next get. An operation still running at the
+   * bound is left to get, which reports the VM as it provisions.
+   */
+  private async watchInsert(zone: string, first: Operation, id: string, signal: AbortSignal): Promise<void> {
+    const { operations } = this.api();
+    const deadline = Date.now() + this.insertWaitMs;
+    let op = first;
+    while (op.status !== 'DONE') {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        this.log.info({ instance: id, operation: op.name }, 'insert still running; get reports its progress');
+        return;
+      }
+      const waitMs = Math.min(left, this.operationWaitMs);
+      [op] = await this.call(
+        signal,
+        () =>
+          operations.wait(
+            { project: this.config.project, zone, operation: first.name ?? '' },
+            this.callOptions,
+          ),
+        // The server holds a wait up to two minutes; our budget is the smaller.
+        waitMs + 1_000,
+      ).catch((err: unknown) => {
+        // Our own bound on one wait is not a failure: look again while time is left.
+        if (err instanceof CallEnded && err.by === 'timeout') return [op];
+        throw err;
+      });
+    }
+    const codes = operationCodes(op);
+    if (codes.length === 0 && !op.error) return;
+    const status = typeof op.httpErrorStatusCode === 'number' ? op.httpErrorStatusCode : undefined;
+    const errorClass = classifyOperationError(codes, status);
+    this.log.warn(
+      { instance: id, operation: op.name, codes, httpErrorStatusCode: status },
+      'insert operation failed',
+    );
+    throw this.fail(
+      errorClass,
+      'create',
+      id,
+      `insert operation ${op.name ?? ''} failed: ${codes.join(', ') || 'unknown error'}` +
+        `${status === undefined ? '' : ` (HTTP ${status})`}; ${operationHint(codes, errorClass)}` +
+        ` (gcloud compute operations describe ${op.name ?? ''} --zone ${zone} --project ${this.config.project})`,
+    );
+  }
+
+  /** Placement and marks checked before any API call; every message names the field. */
+  private validate(req: CreateRequest, instance: string): string {
+    const bad = (message: string) => this.fail('Permanent', 'create', instance, message);
+    if (typeof req.name !== 'string' || !INSTANCE_NAME.test(req.name)) {
+      throw bad('name is not a GCE instance name (RFC 1035 label)');
+    }
+    const p = req.placement ?? {};
+    const missing = (['zone', 'machineType', 'image'] as const).filter((f) => !p[f]);
+    if (missing.length > 0) {
+      throw bad(
+        `placement.${missing.join(', placement.')} ${missing.length > 1 ? 'are' : 'is'} required for gcp`,
+      );
+    }
+    const zone = p.zone!;
+    if (!ZONE.test(zone)) throw bad(`placement.zone "${zone.slice(0, 80)}" is not a GCE zone name`);
+    if (!MACHINE_TYPE.test(p.machineType!))
+      throw bad(`placement.machineType "${p.machineType!.slice(0, 80)}" is not a GCE machine type name`);
+    if (!IMAGE.test(p.image!))
+      throw bad(`placement.image "${p.image!.slice(0, 80)}" is not an image path or URL`);
+    if (p.region && !zone.startsWith(`${p.region}-`)) {
+      throw bad(`placement.zone "${zone}" is not in placement.region "${p.region.slice(0, 80)}"`);
+    }
+    if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
+      throw bad('uid is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)');
+    }
+    if (!LABEL_VALUE.test(req.installation)) {
+      throw bad(
+        `installation "${req.installation.slice(0, 80)}" is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)`,
+      );
+    }
+    return zone;
+  }
+
+  /** 409 on insert: a VM of this name exists. It is ours only if its UID label says so. */
+  private async adopt(req: CreateRequest, zone: string, id: string, signal: AbortSignal): Promise<string> {
+    const { instances } = this.api();
+    let existing: ComputeInstance;
+    try {
+      [existing] = await this.call(signal, () =>
+        instances.get({ project: this.config.project, zone, instance: req.name }, this.callOptions),
+      );
+    } catch (err) {
+      if (httpStatus(err) === 404) {
+        throw this.fail('Transient', 'create', req.name, 'the existing VM disappeared during create; retry');
+      }
+      throw err;
+    }
+    const owner = existing.labels?.[LABEL_UID] ?? '';
+    if (owner !== req.uid) {
+      throw this.fail(
+        'Permanent',
+        'create',
+        req.name,
+        `a VM with this name belongs to another owner (uid label "${owner.slice(0, 64)}", want "${req.uid}"); not adopting it`,
+      );
+    }
+    this.log.debug({ instance: req.name, zone }, 'create: adopted the existing VM');
+    return id;
+  }
+
+  get(id: string, signal: AbortSignal): Promise<Instance> {
+    return this.op('get', String(id), signal, async () => {
+      const { zone, name } = this.parseId('get', id);
+      const { instances } = this.api();
+      try {
+        const [inst] = await this.call(signal, () =>
+          instances.get({ project: this.config.project, zone, instance: name }, this.callOptions),
+        );
+        const out = toInstance(inst, zone);
+        this.log.debug({ instance: id, status: inst.status, state: out.state, ip: out.ip }, 'get');
+        return out;
+      } catch (err) {
+        if (httpStatus(err) !== 404) throw err;
+        this.logApiError('get', id, err);
+      }
+      // Gone, unless an insert is still being processed: then the name is
+      // taken and a NotFound would make the control plane create again.
+      const pending = (await this.unfinishedOperations(zone, name, signal)).find(
+        (o) => o.operationType === 'insert',
+      );
+      if (pending !== undefined) {
+        throw this.fail('Transient', 'get', id, `insert operation ${pending.name ?? ''} is still running`);
+      }
+      throw this.fail('NotFound', 'get', id, 'no such VM');
+    });
+  }
+
+  /**
+   * Submits a delete unless one is already running for this VM: the
+   * deletion poll calls delete every few seconds, and a second delete on a
+   * VM being deleted is refused by the API (400 resourceNotReady).
+   */
+  delete(id: string, signal: AbortSignal): Promise<void> {
+    return this.op('delete', String(id), signal, async () => {
+      const { zone, name } = this.parseId('delete', id);
+      const { instances } = this.api();
+      const running = await this.unfinishedOperations(zone, name, signal);
+      const deleting = running.find((o) => o.operationType === 'delete');
+      if (deleting !== undefined) {
+        this.log.debug({ instance: id, operation: deleting.name }, 'delete: already running');
+        return;
+      }
+      const inserting = running.find((o) => o.operationType === 'insert');
+      if (inserting !== undefined) {
+        throw this.fail(
+          'Transient',
+          'delete',
+          id,
+          `insert operation ${inserting.name ?? ''} is still running; delete once it ends`,
+        );
+      }
+      try {
+        const [lro] = await this.call(signal, () =>
+          instances.delete({ project: this.config.project, zone, instance: name }, this.callOptions),
+        );
+        const op = (lro as { latestResponse?: Operation }).latestResponse ?? {};
+        this.log.info({ instance: id, operation: op.name }, 'delete submitted');
+      } catch (err) {
+        if (httpStatus(err) === 404) {
+          this.logApiError('delete', id, err);
+          this.log.debug({ instance: id }, 'delete: already gone');
+          return;
+        }
+        throw err;
+      }
+    });
+  }
+
+  listByTag(signal: AbortSignal): Promise<Instance[]> {
+    return this.op('list', '', signal, async () => {
+      const { instances } = this.api();
+      const out: Instance[] = [];
+      // Every page repeats the warning for an unreachable zone: a set.
+      const unreachable = new Set<string>();
+      let stop = false;
+      const walk = async () => {
+        const pages = instances.aggregatedListAsync(
+          {
+            project: this.config.project,
+            filter: MANAGED_FILTER,
+            returnPartialSuccess: true,
+            maxResults: this.pageSize,
+          },
+          // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
+          { ...this.callOptions, autoPaginate: false },
+        );
+        for await (const [scope, scoped] of pages) {
+          if (stop) return;
+          if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
+          for (const inst of scoped.instances ?? []) {
+            // The filter already guarantees the label; checked again so a
+            // filter mistake can never hand GC a VM we do not own.
+            if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
+            out.push(toInstance(inst, lastSegment(inst.zone) || lastSegment(scope)));
+          }
+        }
+      };
+      try {
+        // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
+        await this.call(signal, walk, this.callTimeoutMs * 4);
+      } finally {
+        stop = true;
+      }
+      if (unreachable.size > 0) {
+        this.log.warn(
+          { unreachable: [...unreachable].sort(), listed: out.length },
+          'list: zones left out (unreachable); their VMs are not listed',
+        );
+      }
+      this.log.debug({ filter: MANAGED_FILTER, count: out.length }, 'list');
+      return out;
+    });
+  }
+
+  /**
+   * One target, the project: one aggregatedList page holding at most one
+   * managed VM. It proves the credentials, the Compute API being enabled
+   * and compute.instances.list (what listByTag and GC rely on) in a single
+   * request, whatever the project's size; not create or delete rights.
+   */
+  async check(signal: AbortSignal): Promise<TargetStatus[]> {
+    const started = Date.now();
+    const target = { name: this.config.project, address: this.address() };
+    if (signal.aborted) {
+      return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    }
+    try {
+      const { instances } = this.api();
+      await this.call(signal, async () => {
+        const pages = instances.aggregatedListAsync(
+          { project: this.config.project, filter: MANAGED_FILTER, maxResults: 1, returnPartialSuccess: true },
+          { ...this.callOptions, autoPaginate: false },
+        );
+        // The first entry comes from the first page; stop there (the iterator would fetch every page).
+        for await (const entry of pages) {
+          void entry;
+          break;
+        }
+      });
+      return [
+        {
+          ...target,
+          ready: true,
+          reason: 'Reachable',
+          latencyMillis: Date.now() - started,
+          details: { network: this.config.network, networkTag: this.config.networkTag },
+        },
+      ];
+    } catch (err) {
+      const ended = err instanceof CallEnded;
+      const reason = checkReason(err, ended || signal.aborted);
+      const message = ended
+        ? err.message
+        : `aggregated list (managed filter, maxResults 1): ${classify(err).summary}`;
+      this.log.debug({ reason, httpStatus: httpStatus(err) }, 'check failed');
+      return [{ ...target, ready: false, reason, message, latencyMillis: Date.now() - started }];
+    }
+  }
+
+  async close(): Promise<void> {
+    const clients = this.clients;
+    this.clients = undefined;
+    if (clients === undefined) return;
+    await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
+  }
+}

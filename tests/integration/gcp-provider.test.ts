@@ -1,0 +1,807 @@
+/**
+ * The `gcp` provider with the real `@google-cloud/compute` InstancesClient
+ * (REST transport) against a wire-level fake Compute API on the loopback
+ * (tests/helpers/gcp-fake.ts), authenticated by a fake OAuth2 token: the
+ * conformance suite, the insert request field by field, classification of
+ * real error bodies, failed insert operations, deletes that are not
+ * resubmitted, aggregated lists (paging, server-side filter, unreachable
+ * zones), check(), close(), the secret sentinels, the seed's `gcp-eu`
+ * config entry, and Proxies going through the real worker and bridge.
+ */
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
+import { OAuth2Client } from 'google-auth-library';
+import { pino } from 'pino';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
+import { ProviderError } from '../../providers/errors.js';
+import { gcpConfigSchema, type GcpConfig } from '../../providers/gcp/config.js';
+import {
+  LABEL_INSTALLATION,
+  LABEL_MANAGED,
+  LABEL_UID,
+  parseProviderId,
+} from '../../providers/gcp/instance.js';
+import {
+  createGcpProvider,
+  type GcpProvider,
+  type GcpProviderOptions,
+} from '../../providers/gcp/provider.js';
+import { instanceNameFromUid } from '../../providers/names.js';
+import type { CreateRequest } from '../../providers/types.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
+import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { FakeCompute } from '../helpers/gcp-fake.js';
+import { createProxy, getProxy, waitForProxy } from '../helpers/kube.js';
+import { eventually } from '../helpers/temporal.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const ZONE = 'europe-west1-b';
+const IMAGE = 'projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64';
+const PLACEMENT = { zone: ZONE, machineType: 'e2-micro', image: IMAGE };
+const live = () => new AbortController().signal;
+
+function capturedLogger(): { logger: pino.Logger; lines: string[] } {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      lines.push(
+        ...chunk
+          .toString('utf8')
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
+      cb();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, stream), lines };
+}
+
+/** An OAuth2 client holding the fake's token: the real auth path, minus Google's token endpoint. */
+function fakeAuth(fake: FakeCompute): OAuth2Client {
+  const auth = new OAuth2Client();
+  auth.setCredentials({ access_token: fake.token, expiry_date: Date.now() + 3_600_000 });
+  return auth;
+}
+
+function providerFor(
+  fake: FakeCompute,
+  logger: pino.Logger,
+  extra: Partial<Omit<GcpProviderOptions, 'config'>> & { config?: Partial<GcpConfig> } = {},
+): GcpProvider {
+  const { config, ...rest } = extra;
+  return createGcpProvider({
+    name: 'gcp-test',
+    config: gcpConfigSchema.parse({ project: fake.project, endpoint: fake.endpoint, ...config }),
+    logger,
+    authClient: fakeAuth(fake),
+    insertWaitMs: 5_000,
+    ...rest,
+  });
+}
+
+async function rejectionOf(p: Promise<unknown>): Promise<ProviderError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(ProviderError);
+    return err as ProviderError;
+  }
+  throw new Error('expected a rejection, got a value');
+}
+
+function request(overrides: Partial<CreateRequest> = {}): CreateRequest {
+  const uid = overrides.uid ?? randomUUID();
+  return {
+    name: instanceNameFromUid(uid),
+    uid,
+    namespace: 'ns-a',
+    proxyName: 'px-a',
+    placement: { ...PLACEMENT },
+    cloudInit: '#cloud-config\npackages: [squid]\n',
+    port: 3128,
+    installation: 'inst-a',
+    ...overrides,
+  };
+}
+
+// -- the conformance suite ---------------------------------------------------
+
+let conformanceFake: FakeCompute;
+describeProviderConformance('gcp', async () => {
+  conformanceFake = await FakeCompute.start('conformance-project');
+  const fake = conformanceFake;
+  const { logger, lines } = capturedLogger();
+  const provider = providerFor(fake, logger);
+  const where = (id: string) => {
+    const parsed = parseProviderId(id);
+    if (!parsed) throw new Error(`not a gcp id: ${id}`);
+    return parsed;
+  };
+  const vm = (id: string) => {
+    const { zone, name } = where(id);
+    const inst = fake.instance(zone, name);
+    if (!inst) throw new Error(`no VM for ${id}`);
+    return inst;
+  };
+  return {
+    provider,
+    logLines: () => lines,
+    placement: PLACEMENT,
+    malformedIds: [
+      'zones/europe-west1-b/instances/',
+      'zones//instances/proxy-a',
+      'zones/europe-west1-b/instance/proxy-a',
+      'europe-west1-b/proxy-a',
+      'zones/Europe/instances/proxy-a',
+      'zones/europe-west1-b/instances/proxy-a/extra',
+      'zones/europe-west1-b/instances/Proxy_A',
+    ],
+    // The hooks change the fake's state directly, as the cloud would behind the provider's back.
+    hooks: {
+      setUnknownState: (id) => {
+        vm(id).status = 'SOME_FUTURE_STATUS';
+        return Promise.resolve();
+      },
+      setRunningWithoutIp: (id) => {
+        const inst = vm(id);
+        inst.status = 'RUNNING';
+        inst.natIP = undefined;
+        return Promise.resolve();
+      },
+      createUnmarked: (name) => {
+        fake.putInstance(ZONE, name, {});
+        return Promise.resolve(`zones/${ZONE}/instances/${name}`);
+      },
+      createMarkedWithEmptyUid: (name) => {
+        fake.putInstance(ZONE, name, { [LABEL_MANAGED]: 'true', [LABEL_UID]: '' });
+        return Promise.resolve(`zones/${ZONE}/instances/${name}`);
+      },
+      rewriteMarks: (id, { uid, createdAt }) => {
+        const inst = vm(id);
+        inst.labels[LABEL_UID] = uid;
+        inst.creationTimestamp = createdAt.toISOString();
+        return Promise.resolve();
+      },
+      stall: (id) => {
+        const { name } = where(id);
+        const release = fake.stall((r) => r.method === 'GET' && r.path.endsWith(`/instances/${name}`));
+        return Promise.resolve(() => {
+          release();
+          return Promise.resolve();
+        });
+      },
+      startDeleteInProgress: (id) => {
+        const { zone, name } = where(id);
+        fake.beginDelete(zone, name, 60_000);
+        return Promise.resolve();
+      },
+    },
+    cleanup: async () => {
+      await provider.close();
+      await fake.stop();
+    },
+  };
+});
+
+// -- the provider against the fake, call by call ------------------------------
+
+describe('gcp provider against the fake Compute API', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  /** Every error provoked here, for the sentinel test at the end. */
+  const errors: unknown[] = [];
+  const sentinel = `cloud-init-sentinel-${randomUUID()}`;
+
+  beforeAll(async () => {
+    fake = await FakeCompute.start('test-project');
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger);
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    fake.timing.insertMs = 0;
+    fake.timing.deleteMs = 0;
+    fake.unreachableZones.clear();
+  });
+
+  it('sends the insert request the seed sends, field by field, with the token and nothing else', async () => {
+    const req = request({ cloudInit: `#cloud-config\n# ${sentinel}\nruncmd: [echo hi]\n` });
+    const before = fake.requests.length;
+    const id = await provider.create(req, live());
+    expect(id).toBe(`zones/${ZONE}/instances/${req.name}`);
+    const inserts = fake.requests
+      .slice(before)
+      .filter((r) => r.method === 'POST' && r.path.endsWith('/instances'));
+    expect(inserts).toHaveLength(1);
+    const insert = inserts[0]!;
+    expect(insert.path).toBe(`/compute/v1/projects/test-project/zones/${ZONE}/instances`);
+    expect(insert.authorization).toBe(`Bearer ${fake.token}`);
+    const body = insert.body as Record<string, unknown>;
+    expect(Object.keys(body).sort()).toEqual(
+      [
+        'description',
+        'disks',
+        'labels',
+        'machineType',
+        'metadata',
+        'name',
+        'networkInterfaces',
+        'tags',
+      ].sort(),
+    );
+    expect(body.name).toBe(req.name);
+    expect(body.description).toBe('egress proxy for Proxy ns-a/px-a');
+    expect(body.machineType).toBe(`zones/${ZONE}/machineTypes/e2-micro`);
+    expect(body.labels).toEqual({
+      [LABEL_MANAGED]: 'true',
+      [LABEL_UID]: req.uid,
+      [LABEL_INSTALLATION]: 'inst-a',
+    });
+    expect(LABEL_MANAGED).toBe('crawl-example-com-managed');
+    expect(body.tags).toEqual({ items: ['proxy-operator'] });
+    const disks = body.disks as Record<string, unknown>[];
+    expect(disks).toHaveLength(1);
+    expect(disks[0]!.boot).toBe(true);
+    expect(disks[0]!.autoDelete).toBe(true);
+    const init = disks[0]!.initializeParams as Record<string, unknown>;
+    // The client serialises unset map fields as {}: those carry nothing.
+    const set = Object.keys(init).filter((k) => JSON.stringify(init[k]) !== '{}');
+    expect(set.sort()).toEqual(['diskSizeGb', 'sourceImage']);
+    expect(init.sourceImage).toBe(IMAGE);
+    expect(String(init.diskSizeGb)).toBe('10');
+    expect(body.networkInterfaces).toEqual([
+      {
+        network: 'global/networks/default',
+        accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
+      },
+    ]);
+    // user-data byte for byte: the only place the text goes.
+    expect(body.metadata).toEqual({ items: [{ key: 'user-data', value: req.cloudInit }] });
+    expect(insert.rawBody).toContain(sentinel);
+    // create watched its operation: one wait (the fake's insert is done at once, so maybe none).
+    const got = await provider.get(id, live());
+    expect(got).toMatchObject({ id, state: 'Running', uid: req.uid, installation: 'inst-a' });
+    expect(got.ip).toMatch(/^127\.0\.1\.\d+$/);
+  });
+
+  it('uses the configured network, tag and disk size, and sends no metadata without cloud-init', async () => {
+    const custom = providerFor(fake, captured.logger, {
+      config: { network: 'projects/host-proj/global/networks/shared', networkTag: 'egress', diskSizeGb: 20 },
+    });
+    try {
+      const req = request({ cloudInit: '' });
+      const before = fake.requests.length;
+      await custom.create(req, live());
+      const body = fake.requests.slice(before).find((r) => r.method === 'POST')!.body as Record<
+        string,
+        unknown
+      >;
+      expect(body.metadata).toBeUndefined();
+      expect(body.tags).toEqual({ items: ['egress'] });
+      expect((body.networkInterfaces as { network: string }[])[0]!.network).toBe(
+        'projects/host-proj/global/networks/shared',
+      );
+      expect(
+        String(
+          ((body.disks as Record<string, unknown>[])[0]!.initializeParams as { diskSizeGb: unknown })
+            .diskSizeGb,
+        ),
+      ).toBe('20');
+    } finally {
+      await custom.close();
+    }
+  });
+
+  it.each([
+    [{ zone: undefined }, 'placement.zone is required for gcp'],
+    [{ machineType: undefined }, 'placement.machineType is required for gcp'],
+    [{ image: undefined }, 'placement.image is required for gcp'],
+    [{ zone: undefined, image: undefined }, 'placement.zone, placement.image are required for gcp'],
+    [{ zone: 'Europe West' }, 'placement.zone "Europe West" is not a GCE zone name'],
+    [{ machineType: 'e2 micro' }, 'placement.machineType "e2 micro" is not a GCE machine type name'],
+    [{ region: 'us-east1' }, 'placement.zone "europe-west1-b" is not in placement.region "us-east1"'],
+  ])(
+    'create refuses placement %j before any API call (Permanent, naming the field)',
+    async (change, message) => {
+      const before = fake.requests.length;
+      const err = await rejectionOf(
+        provider.create(request({ placement: { ...PLACEMENT, ...change } }), live()),
+      );
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.operation).toBe('create');
+      expect(err.message).toContain(message);
+      expect(fake.requests.length).toBe(before);
+    },
+  );
+
+  it('create refuses a uid or installation that is not a GCE label value', async () => {
+    const a = await rejectionOf(provider.create(request({ uid: 'UPPER-case' }), live()));
+    expect(a.errorClass).toBe('Permanent');
+    expect(a.message).toContain('uid is not a GCE label value');
+    const b = await rejectionOf(provider.create(request({ installation: 'Has.Dots' }), live()));
+    expect(b.errorClass).toBe('Permanent');
+    expect(b.message).toContain('installation "Has.Dots" is not a GCE label value');
+    errors.push(a, b);
+  });
+
+  it.each([
+    [404, 'notFound', 'NotFound'],
+    [429, 'rateLimitExceeded', 'QuotaExceeded'],
+    [403, 'quotaExceeded', 'QuotaExceeded'],
+    [403, 'rateLimitExceeded', 'QuotaExceeded'],
+    [403, 'forbidden', 'Permanent'],
+    [403, 'accessNotConfigured', 'Permanent'],
+    [401, 'authError', 'Permanent'],
+    [400, 'invalid', 'Permanent'],
+    [400, 'resourceNotReady', 'Transient'],
+    [500, 'backendError', 'Transient'],
+    [503, 'backendError', 'Transient'],
+  ])(
+    'an answer %i %s from get is %s, with the raw status and reason logged at debug',
+    async (status, reason, cls) => {
+      const id = await provider.create(request(), live());
+      const name = parseProviderId(id)!.name;
+      fake.failNext((r) => r.method === 'GET' && r.path.endsWith(`/instances/${name}`), {
+        status,
+        reason,
+        message: `canned ${reason} ${sentinel}`,
+      });
+      const err = await rejectionOf(provider.get(id, live()));
+      errors.push(err);
+      expect(err.errorClass).toBe(cls);
+      expect(err.operation).toBe('get');
+      expect(err.provider).toBe('gcp-test');
+      expect(err.instance).toBe(id);
+      // NotFound is a plain answer (after a look for an unfinished insert); the rest name the status.
+      expect(err.message).toContain(
+        cls === 'NotFound' ? 'no such VM' : `Compute API answered ${status} ${reason}`,
+      );
+      const debug = captured.lines
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((l) => l.msg === 'Compute API call failed' && l.instance === id);
+      expect(debug.at(-1)).toMatchObject({ httpStatus: status, reasons: [reason] });
+    },
+  );
+
+  it('an insert whose operation fails for capacity is QuotaExceeded from create, with the code', async () => {
+    fake.timing.insertMs = 100;
+    const stop = fake.failInsertOperations(() => true, ['ZONE_RESOURCE_POOL_EXHAUSTED'], 503);
+    try {
+      const req = request();
+      const err = await rejectionOf(provider.create(req, live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('QuotaExceeded');
+      expect(err.message).toMatch(
+        /insert operation operation-\S+ failed: ZONE_RESOURCE_POOL_EXHAUSTED \(HTTP 503\)/,
+      );
+      // The operation's own message is not copied (it is backend text).
+      expect(err.message).not.toContain('The operation failed');
+      // The VM never came to be: the next get is NotFound, and create may try again.
+      await eventually('the failed VM is gone', () => {
+        expect(fake.instance(ZONE, req.name)).toBeUndefined();
+        return Promise.resolve(true);
+      });
+    } finally {
+      stop();
+    }
+  });
+
+  it('an insert whose operation fails on a missing image is Permanent from create, never NotFound', async () => {
+    fake.timing.insertMs = 50;
+    const stop = fake.failInsertOperations(
+      (body) => JSON.stringify(body).includes('no-such-image'),
+      ['RESOURCE_NOT_FOUND'],
+      404,
+    );
+    try {
+      const err = await rejectionOf(
+        provider.create(
+          request({ placement: { ...PLACEMENT, image: 'projects/x/global/images/no-such-image' } }),
+          live(),
+        ),
+      );
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toContain('RESOURCE_NOT_FOUND (HTTP 404); check placement.image');
+    } finally {
+      stop();
+    }
+  });
+
+  it('create returns while a slow insert still runs; get reports Provisioning, then Running', async () => {
+    fake.timing.insertMs = 60_000;
+    const quick = providerFor(fake, captured.logger, { insertWaitMs: 200, operationWaitMs: 100 });
+    try {
+      const req = request();
+      const id = await quick.create(req, live());
+      // create gave up watching (its bound) while the operation still ran.
+      const op = fake.operations.find((o) => o.targetName === req.name && o.operationType === 'insert')!;
+      expect(op.doneAtMs).toBeGreaterThan(Date.now());
+      expect(fake.requestsTo('POST', `/operations/${op.name}/wait`).length).toBeGreaterThan(0);
+      expect((await quick.get(id, live())).state).toBe('Provisioning');
+      fake.finishOperations();
+      expect((await quick.get(id, live())).state).toBe('Running');
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it('get is Transient, not NotFound, while the insert of a VM it cannot see yet still runs', async () => {
+    fake.timing.insertMs = 60_000;
+    const quick = providerFor(fake, captured.logger, { insertWaitMs: 100, operationWaitMs: 50 });
+    try {
+      const req = request();
+      const id = await quick.create(req, live());
+      // The API has accepted the insert but does not show the VM yet.
+      fake.instances.delete(`${ZONE}/${req.name}`);
+      const err = await rejectionOf(quick.get(id, live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toMatch(/insert operation operation-\S+ is still running/);
+      const listed = fake.requestsTo('GET', `/zones/${ZONE}/operations`).at(-1)!;
+      expect(listed.query.get('filter')).toBe('status != DONE');
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it('delete is submitted once while its operation runs; get shows the VM until it is gone', async () => {
+    const id = await provider.create(request(), live());
+    const name = parseProviderId(id)!.name;
+    fake.timing.deleteMs = 1_000;
+    await provider.delete(id, live());
+    await provider.delete(id, live());
+    await provider.delete(id, live());
+    expect(fake.requestsTo('DELETE', `/instances/${name}`)).toHaveLength(1);
+    // STOPPING while the delete runs: the VM still answers (Stopped), never NotFound.
+    expect((await provider.get(id, live())).state).toBe('Stopped');
+    await eventually('the VM is gone', async () => {
+      const err = await rejectionOf(provider.get(id, live()));
+      expect(err.errorClass).toBe('NotFound');
+      return true;
+    });
+    await provider.delete(id, live());
+    // Gone: one more DELETE, answered 404, which is success.
+    expect(fake.requestsTo('DELETE', `/instances/${name}`)).toHaveLength(2);
+  });
+
+  it('a delete refused as resourceNotReady (a race with another delete) is Transient', async () => {
+    const id = await provider.create(request(), live());
+    const name = parseProviderId(id)!.name;
+    fake.failNext((r) => r.method === 'DELETE' && r.path.endsWith(`/instances/${name}`), {
+      status: 400,
+      reason: 'resourceNotReady',
+    });
+    const err = await rejectionOf(provider.delete(id, live()));
+    errors.push(err);
+    expect(err.errorClass).toBe('Transient');
+  });
+
+  it('listByTag is one filtered aggregated list, paged, with unreachable zones left out and logged', async () => {
+    const pager = providerFor(fake, captured.logger, { listPageSize: 2 });
+    try {
+      const mine = [];
+      for (let i = 0; i < 3; i++) mine.push(await pager.create(request(), live()));
+      const other = 'us-central1-a';
+      const there = await pager.create(request({ placement: { ...PLACEMENT, zone: other } }), live());
+      fake.putInstance(ZONE, `unmarked-${randomUUID().slice(0, 8)}`, {});
+      const expected = [...fake.instances.values()].filter((i) => i.labels[LABEL_MANAGED] === 'true').length;
+
+      const before = fake.requests.length;
+      const all = await pager.listByTag(live());
+      const calls = fake.requests.slice(before).filter((r) => r.path.endsWith('/aggregated/instances'));
+      expect(all).toHaveLength(expected);
+      expect(all.map((i) => i.id)).toEqual(expect.arrayContaining([...mine, there]));
+      expect(calls).toHaveLength(Math.ceil(expected / 2));
+      for (const c of calls) {
+        expect(c.query.get('filter')).toBe('labels.crawl-example-com-managed = true');
+        expect(c.query.get('returnPartialSuccess')).toBe('true');
+        expect(c.query.get('maxResults')).toBe('2');
+      }
+
+      fake.unreachableZones.add(other);
+      const partial = await pager.listByTag(live());
+      expect(partial.map((i) => i.id)).not.toContain(there);
+      expect(partial.map((i) => i.id)).toEqual(expect.arrayContaining(mine));
+      const warned = captured.lines
+        .map((l) => JSON.parse(l) as { msg?: string; unreachable?: string[] })
+        .filter((l) => l.msg?.startsWith('list: zones left out'));
+      expect(warned.at(-1)?.unreachable).toEqual([`zones/${other}`]);
+    } finally {
+      await pager.close();
+    }
+  });
+
+  it('check is one aggregated-list page with maxResults=1, and maps failures to reasons', async () => {
+    const before = fake.requests.length;
+    const ok = await provider.check(live());
+    const calls = fake.requests.slice(before);
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.path).toBe('/compute/v1/projects/test-project/aggregated/instances');
+    expect(calls[0]!.query.get('maxResults')).toBe('1');
+    expect(calls[0]!.query.get('filter')).toBe('labels.crawl-example-com-managed = true');
+    expect(ok).toEqual([
+      expect.objectContaining({
+        name: 'test-project',
+        address: fake.endpoint,
+        ready: true,
+        reason: 'Reachable',
+      }),
+    ]);
+    for (const [status, reason, want] of [
+      [403, 'forbidden', 'Forbidden'],
+      [403, 'accessNotConfigured', 'Forbidden'],
+      [401, 'authError', 'Unauthorized'],
+      [500, 'backendError', 'APIError'],
+    ] as const) {
+      fake.failNext((r) => r.path.endsWith('/aggregated/instances'), { status, reason });
+      const [t] = await provider.check(live());
+      expect(t).toMatchObject({ ready: false, reason: want });
+      expect(t!.message).toContain(`answered ${status} ${reason}`);
+    }
+    const release = fake.stall((r) => r.path.endsWith('/aggregated/instances'));
+    try {
+      const [t] = await provider.check(AbortSignal.timeout(200));
+      expect(t).toMatchObject({ ready: false, reason: 'Timeout' });
+    } finally {
+      release();
+    }
+  });
+
+  it('check answers Unreachable when nothing listens, and a wrong token is Unauthorized', async () => {
+    const gone = await FakeCompute.start('test-project');
+    const endpoint = gone.endpoint;
+    await gone.stop();
+    const nowhere = createGcpProvider({
+      name: 'nowhere',
+      config: gcpConfigSchema.parse({ project: 'test-project', endpoint }),
+      logger: captured.logger,
+      authClient: fakeAuth(fake),
+    });
+    const [t] = await nowhere.check(live());
+    expect(t).toMatchObject({ name: 'test-project', ready: false, reason: 'Unreachable' });
+    await nowhere.close();
+
+    const stranger = new OAuth2Client();
+    stranger.setCredentials({ access_token: 'not-the-token', expiry_date: Date.now() + 3_600_000 });
+    const wrong = createGcpProvider({
+      name: 'wrong',
+      config: gcpConfigSchema.parse({ project: 'test-project', endpoint: fake.endpoint }),
+      logger: captured.logger,
+      authClient: stranger,
+    });
+    const [u] = await wrong.check(live());
+    expect(u).toMatchObject({ ready: false, reason: 'Unauthorized' });
+    await wrong.close();
+  });
+
+  it('close() closes both SDK clients, and the provider builds fresh ones on the next call', async () => {
+    const closing = providerFor(fake, captured.logger);
+    const instancesClose = vi.spyOn(InstancesClient.prototype, 'close');
+    const operationsClose = vi.spyOn(ZoneOperationsClient.prototype, 'close');
+    try {
+      await closing.check(live());
+      await closing.close();
+      expect(instancesClose).toHaveBeenCalledTimes(1);
+      expect(operationsClose).toHaveBeenCalledTimes(1);
+      await closing.close();
+      expect(instancesClose).toHaveBeenCalledTimes(1);
+      expect((await closing.check(live()))[0]!.ready).toBe(true);
+      await closing.close();
+      expect(instancesClose).toHaveBeenCalledTimes(2);
+    } finally {
+      instancesClose.mockRestore();
+      operationsClose.mockRestore();
+    }
+  });
+
+  // Last: it inspects everything the tests above provoked.
+  it('no cloud-init text and no token in any log line or error', () => {
+    expect(captured.lines.length).toBeGreaterThan(0);
+    expect(errors.length).toBeGreaterThan(10);
+    const secrets = [sentinel, fake.token];
+    for (const line of captured.lines) for (const s of secrets) expect(line).not.toContain(s);
+    for (const err of errors) {
+      const e = err as ProviderError;
+      for (const text of [
+        String(e),
+        e.message,
+        e.stack ?? '',
+        JSON.stringify(e),
+        JSON.stringify(e.cause ?? null),
+      ]) {
+        for (const s of secrets) expect(text).not.toContain(s);
+      }
+    }
+    // The sentinel did go where it belongs: into user-data on the wire.
+    expect(fake.requests.some((r) => r.rawBody.includes(sentinel))).toBe(true);
+  });
+});
+
+// -- the seed's config entry, loaded as it is, run against the fake ------------
+
+/** The seed's sample providers config (tests/fixtures/seed-providers-config.yaml, copied verbatim). */
+function seedGcpEntry(): string {
+  const text = readFileSync(join(ROOT, 'tests/fixtures/seed-providers-config.yaml'), 'utf8');
+  const doc = parseYaml(text) as { providers: { name: string }[] };
+  const entry = doc.providers.find((p) => p.name === 'gcp-eu');
+  if (!entry) throw new Error('the seed file has no gcp-eu entry');
+  return stringifyYaml({ providers: [entry] });
+}
+
+describe("the seed's gcp-eu providers-config entry", () => {
+  it('the fixture is the seed file byte for byte (where the seeds are present)', (ctx) => {
+    const seed = '/work/shared/seeds/files/config/samples/providers-config.yaml';
+    if (!existsSync(seed)) {
+      ctx.skip('the seed documents are not on this machine');
+      return;
+    }
+    expect(readFileSync(join(ROOT, 'tests/fixtures/seed-providers-config.yaml'), 'utf8')).toBe(
+      readFileSync(seed, 'utf8'),
+    );
+  });
+
+  it('loads unchanged, with the seed defaults, and builds a provider without calling anything', async () => {
+    const config = parseProvidersConfig(seedGcpEntry(), 'seed providers-config.yaml');
+    expect(config.providers).toEqual([
+      {
+        name: 'gcp-eu',
+        type: 'gcp',
+        config: { project: 'my-project', network: 'default', networkTag: 'proxy-operator', diskSizeGb: 10 },
+      },
+    ]);
+    const { logger, lines } = capturedLogger();
+    const registry = buildProviders(config, { logger, stateRoot: '/nonexistent' });
+    const p = registry.get('gcp-eu')!;
+    expect(p).toMatchObject({ name: 'gcp-eu', type: 'gcp', capabilities: { cheapListByTag: true } });
+    await registry.close();
+    // Construction dialled nothing and resolved no credentials (contract §7).
+    expect(lines.filter((l) => l.includes('gcp provider ready'))).toEqual([]);
+  });
+
+  describe('Proxies on gcp-eu through the real worker and bridge', () => {
+    let cp: ControlPlane;
+    let fake: FakeCompute;
+    let provider: GcpProvider;
+
+    beforeAll(async () => {
+      const entry = parseProvidersConfig(seedGcpEntry(), 'seed').providers[0]!;
+      if (entry.type !== 'gcp') throw new Error('gcp-eu is not a gcp entry');
+      fake = await FakeCompute.start(entry.config.project);
+      cp = await startControlPlane({ prefix: 'gcp-e2e' });
+      provider = createGcpProvider({
+        name: entry.name,
+        // The seed's entry as loaded, plus the one override a test needs.
+        config: { ...entry.config, endpoint: fake.endpoint },
+        logger: cp.logger,
+        authClient: fakeAuth(fake),
+        insertWaitMs: 5_000,
+      });
+      cp.registry.add(provider);
+    });
+    afterAll(async () => {
+      await cp?.close();
+      await fake?.stop();
+    });
+
+    const sample = () =>
+      parseYaml(readFileSync(join(ROOT, 'infra/samples/proxy-gcp.yaml'), 'utf8')) as {
+        metadata: { name: string };
+        spec: Record<string, unknown> & { cloudInit: { inline: string } };
+      };
+    const condition = (p: Proxy, type: string) => p.status?.conditions?.find((c) => c.type === type);
+
+    it('the sample Proxy gets a VM with its own IP, and deleting it deletes the VM with one DELETE', async () => {
+      const px = sample();
+      const created = await createProxy(cp.api, cp.namespace, px.metadata.name, px.spec as never);
+      const name = instanceNameFromUid(created.metadata.uid!);
+      const running = await waitForProxy(cp.api, cp.namespace, px.metadata.name, 'Running with an IP', (p) =>
+        Boolean(p.status?.ip),
+      );
+      expect(running.status?.providerID).toBe(`zones/europe-west1-b/instances/${name}`);
+      expect(running.status?.ip).toBe(fake.instance('europe-west1-b', name)!.natIP);
+      expect(condition(running, 'Provisioned')?.status).toBe('True');
+      const insert = fake
+        .requestsTo('POST', '/zones/europe-west1-b/instances')
+        .find((r) => (r.body as { name?: string }).name === name)!;
+      expect((insert.body as { metadata: unknown }).metadata).toEqual({
+        items: [{ key: 'user-data', value: px.spec.cloudInit.inline }],
+      });
+      expect((insert.body as { labels: Record<string, string> }).labels[LABEL_INSTALLATION]).toBe(
+        'test-installation',
+      );
+
+      // A delete operation that takes a while: the workflow polls every 200 ms.
+      fake.timing.deleteMs = 1_500;
+      await cp.api.deleteNamespacedCustomObject({
+        group: 'crawl.example.com',
+        version: 'v1alpha1',
+        namespace: cp.namespace,
+        plural: 'proxies',
+        name: px.metadata.name,
+      });
+      await eventually(
+        'the Proxy is gone',
+        async () => {
+          await expect(getProxy(cp.api, cp.namespace, px.metadata.name)).rejects.toThrow();
+          return true;
+        },
+        { timeoutMs: 30_000 },
+      );
+      expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+      // The workflow called delete every poll; one DELETE was accepted, none
+      // was refused as resourceNotReady (a later one may find the VM gone: 404).
+      const deletes = fake.requestsTo('DELETE', `/instances/${name}`);
+      expect(deletes.filter((r) => r.status === 200)).toHaveLength(1);
+      expect(deletes.filter((r) => r.status !== 200 && r.status !== 404)).toEqual([]);
+      expect(fake.requestsTo('GET', '/zones/europe-west1-b/operations').length).toBeGreaterThan(1);
+      fake.timing.deleteMs = 0;
+    });
+
+    it('an insert that fails for want of capacity shows QuotaExceeded with its code, then recovers', async () => {
+      const zone = 'europe-west1-c';
+      const stop = fake.failInsertOperations((_b, z) => z === zone, ['ZONE_RESOURCE_POOL_EXHAUSTED'], 503);
+      const px = sample();
+      await createProxy(cp.api, cp.namespace, 'gcp-quota', {
+        ...px.spec,
+        placement: { zone, machineType: 'e2-micro', image: IMAGE },
+      } as never);
+      const quota = await waitForProxy(
+        cp.api,
+        cp.namespace,
+        'gcp-quota',
+        'QuotaExceeded',
+        (p) => condition(p, 'QuotaExceeded')?.status === 'True',
+      );
+      expect(condition(quota, 'QuotaExceeded')?.message).toContain('ZONE_RESOURCE_POOL_EXHAUSTED');
+      expect(quota.status?.phase).not.toBe('Failed');
+      stop();
+      const recovered = await waitForProxy(
+        cp.api,
+        cp.namespace,
+        'gcp-quota',
+        'Running after quota returns',
+        (p) => Boolean(p.status?.ip),
+      );
+      expect(condition(recovered, 'QuotaExceeded')?.status).toBe('False');
+    });
+
+    it('an insert that fails on a missing image sets the Proxy Failed with the reason', async () => {
+      const stop = fake.failInsertOperations(
+        (body) => JSON.stringify(body).includes('no-such-image'),
+        ['RESOURCE_NOT_FOUND'],
+        404,
+      );
+      try {
+        const px = sample();
+        await createProxy(cp.api, cp.namespace, 'gcp-bad-image', {
+          ...px.spec,
+          placement: { zone: ZONE, machineType: 'e2-micro', image: 'projects/x/global/images/no-such-image' },
+        } as never);
+        const failed = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-bad-image',
+          'Failed',
+          (p) => p.status?.phase === 'Failed',
+        );
+        expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
+        expect(condition(failed, 'Provisioned')?.message).toContain('RESOURCE_NOT_FOUND');
+        expect(condition(failed, 'Provisioned')?.message).toContain('check placement.image');
+      } finally {
+        stop();
+      }
+    });
+  });
+});
