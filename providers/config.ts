@@ -25,6 +25,8 @@ import { localConfigSchema, type LocalConfig } from './local/config.js';
 import { createLocalProvider } from './local/provider.js';
 import { kubernetesConfigSchema, type KubernetesConfig } from './kubernetes/config.js';
 import { createKubernetesProvider } from './kubernetes/provider.js';
+import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
+import { createKvmProvider } from './kvm/provider.js';
 import type { Provider } from './types.js';
 
 /** What a provider factory may use; passed in by the composition root. */
@@ -77,7 +79,11 @@ export const PROVIDER_TYPES = {
       createKubernetesProvider({ name, config, logger: deps.logger }),
   }),
   gcp: notImplemented('gcp'),
-  kvm: notImplemented('kvm'),
+  kvm: defineType({
+    configSchema: kvmConfigSchema,
+    build: (name: string, config: KvmConfig, deps: ProviderDeps) =>
+      createKvmProvider({ name, config, logger: deps.logger }),
+  }),
 } as const;
 
 export type ProviderTypeName = keyof typeof PROVIDER_TYPES;
