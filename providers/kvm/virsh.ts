@@ -54,7 +54,7 @@ export type VirshErrorKind =
 
 export function virshErrorKind(stderr: string): VirshErrorKind {
   const s = stderr.toLowerCase();
-  if (/domain not found|no domain with matching/.test(s)) return 'no-domain';
+  if (/domain not found|no domain with matching|failed to get domain/.test(s)) return 'no-domain';
   if (/storage volume not found|no storage vol with matching/.test(s)) return 'no-volume';
   if (/storage pool not found|no storage pool with matching/.test(s)) return 'no-pool';
   if (/domain is not running|not running/.test(s)) return 'not-running';
