@@ -205,7 +205,7 @@ describe('buildProviders', () => {
     await registry.close();
   });
 
-  it.each(PROVIDER_TYPE_NAMES.filter((t) => t !== 'local' && t !== 'kubernetes'))(
+  it.each(PROVIDER_TYPE_NAMES.filter((t) => t !== 'local' && t !== 'kubernetes' && t !== 'kvm'))(
     'type %s is known but not implemented in this version',
     (type) => {
       const cfg = parseProvidersConfig(
