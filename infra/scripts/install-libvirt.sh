@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs Debian's libvirt, QEMU (software emulation is enough), qemu-img
-# and OpenSSH's server for the kvm provider's tests
+# Installs Debian's libvirt, QEMU (software emulation is enough), qemu-img,
+# OVMF (UEFI guests, the provider's default) and OpenSSH's server for the kvm provider's tests
 # (tests/integration/kvm-provider.test.ts). Unlike squid these are installed
 # with `apt-get install`: libvirtd needs its package's setup (users, groups,
 # /etc/libvirt, the firmware descriptors) and nothing here starts a service
@@ -17,10 +17,14 @@ BINARIES=(libvirtd virtlogd virsh qemu-img qemu-system-x86_64 sshd ssh-keygen)
 
 say() { echo "install-libvirt: $*" >&2; }
 
+# OVMF ships no binary: its firmware descriptor is what libvirt's UEFI auto-selection reads.
+FIRMWARE=/usr/share/qemu/firmware/60-edk2-x86_64.json
+
 missing=0
 for b in "${BINARIES[@]}"; do
   command -v "$b" >/dev/null 2>&1 || [[ -x "/usr/sbin/$b" ]] || missing=1
 done
+[[ -f $FIRMWARE ]] || missing=1
 if [[ $missing -eq 0 ]]; then
   echo ok
   exit 0
@@ -40,4 +44,5 @@ apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${PAC
 for b in "${BINARIES[@]}"; do
   command -v "$b" >/dev/null 2>&1 || [[ -x "/usr/sbin/$b" ]] || { say "$b still missing after install"; exit 1; }
 done
+[[ -f $FIRMWARE ]] || { say "$FIRMWARE still missing after installing ovmf"; exit 1; }
 echo ok
