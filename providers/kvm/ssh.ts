@@ -214,7 +214,7 @@ export class HostLink {
     return conn;
   }
 
-  private async acquireSlot(signal: AbortSignal): Promise<void> {
+  private async acquireSlot(signal: AbortSignal, ended: () => ExecEnded): Promise<void> {
     const max = this.opts.maxChannels ?? 8;
     if (this.active < max) {
       this.active++;
@@ -223,7 +223,7 @@ export class HostLink {
     await new Promise<void>((resolve, reject) => {
       const onAbort = () => {
         this.waiting = this.waiting.filter((w) => w !== wake);
-        reject(new ExecEnded(signal.reason === 'timeout' ? 'timeout' : 'caller'));
+        reject(ended());
       };
       const wake = () => {
         signal.removeEventListener('abort', onAbort);
@@ -251,7 +251,7 @@ export class HostLink {
     const bounded = AbortSignal.any([options.signal, timeout]);
     const ended = () => new ExecEnded(options.signal.aborted ? 'caller' : 'timeout');
     if (bounded.aborted) throw ended();
-    await this.acquireSlot(bounded);
+    await this.acquireSlot(bounded, ended);
     try {
       await this.noticeMaterialChange();
       const conn = this.conn ?? (this.conn = this.dial());
