@@ -27,6 +27,8 @@ import { kubernetesConfigSchema, type KubernetesConfig } from './kubernetes/conf
 import { createKubernetesProvider } from './kubernetes/provider.js';
 import { gcpConfigSchema, type GcpConfig } from './gcp/config.js';
 import { createGcpProvider } from './gcp/provider.js';
+import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
+import { createKvmProvider } from './kvm/provider.js';
 import type { Provider } from './types.js';
 
 /** What a provider factory may use; passed in by the composition root. */
@@ -45,21 +47,6 @@ export interface ProviderTypeDefinition<S extends z.ZodType> {
 
 function defineType<S extends z.ZodType>(def: ProviderTypeDefinition<S>): ProviderTypeDefinition<S> {
   return def;
-}
-
-/** A type whose name is reserved and whose blocks are accepted, but which this version cannot build. */
-function notImplemented(type: string) {
-  return defineType({
-    // Its fields are not specified yet: accept any mapping so a config written
-    // for a later version fails with the clear message below, not a schema error.
-    configSchema: z.record(z.string(), z.unknown()),
-    build(name) {
-      throw new ProvidersConfigError(
-        `provider "${name}": type "${type}" is not implemented in this version`,
-        [`type: "${type}" is not implemented in this version`],
-      );
-    },
-  });
 }
 
 export const PROVIDER_TYPES = {
@@ -83,7 +70,11 @@ export const PROVIDER_TYPES = {
     build: (name: string, config: GcpConfig, deps: ProviderDeps) =>
       createGcpProvider({ name, config, logger: deps.logger }),
   }),
-  kvm: notImplemented('kvm'),
+  kvm: defineType({
+    configSchema: kvmConfigSchema,
+    build: (name: string, config: KvmConfig, deps: ProviderDeps) =>
+      createKvmProvider({ name, config, logger: deps.logger }),
+  }),
 } as const;
 
 export type ProviderTypeName = keyof typeof PROVIDER_TYPES;

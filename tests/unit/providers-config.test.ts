@@ -8,7 +8,6 @@ import {
   devProvidersConfig,
   loadProvidersConfig,
   parseProvidersConfig,
-  PROVIDER_TYPE_NAMES,
   ProvidersConfigError,
 } from '../../providers/config.js';
 import { candidateAddresses, parseLoopbackCidr } from '../../providers/local/config.js';
@@ -204,19 +203,6 @@ describe('buildProviders', () => {
     expect(registry.get('three')).toBeUndefined();
     await registry.close();
   });
-
-  it.each(PROVIDER_TYPE_NAMES.filter((t) => t !== 'local' && t !== 'kubernetes' && t !== 'gcp'))(
-    'type %s is known but not implemented in this version',
-    (type) => {
-      const cfg = parseProvidersConfig(
-        `providers:\n  - name: x\n    type: ${type}\n    ${type}:\n      anything: 1\n`,
-        'x',
-      );
-      expect(() => buildProviders(cfg, deps)).toThrow(
-        new RegExp(`provider "x": type "${type}" is not implemented in this version`),
-      );
-    },
-  );
 });
 
 describe('local address range', () => {

@@ -1,0 +1,488 @@
+/**
+ * The `kvm` provider against a real libvirtd (domain type qemu, software
+ * emulation, user-mode networking) reached through a real sshd on the
+ * loopback, both from Debian's packages (tests/helpers/libvirt.ts). The
+ * disk image is a tiny qcow2 made by qemu-img and served by a local HTTP
+ * server; no OS boots, so a running domain has no address and is
+ * Provisioning. Where the conformance suite needs a Running instance with an
+ * IP, the test plays the guest's first packet: a neighbour entry for the
+ * domain's MAC (FakeArp), which is what the provider reads from the host's
+ * ARP table.
+ */
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
+import { classOf, ProviderError } from '../../providers/errors.js';
+import { kvmConfigSchema } from '../../providers/kvm/config.js';
+import { marksElement, METADATA_KEY, METADATA_URI } from '../../providers/kvm/domain-xml.js';
+import { formatProviderId, parseProviderId } from '../../providers/kvm/ids.js';
+import { createKvmProvider } from '../../providers/kvm/provider.js';
+import { instanceNameFromUid } from '../../providers/names.js';
+import type { CreateRequest, Provider } from '../../providers/types.js';
+import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import {
+  createPool,
+  descendants,
+  domainMacs,
+  ensureLibvirt,
+  FakeArp,
+  startImageServer,
+  startSshd,
+  tempRoot,
+  virsh,
+  type ImageServer,
+  type TestPool,
+  type TestSshd,
+} from '../helpers/libvirt.js';
+
+const HOST = 'lab';
+
+interface Env {
+  root: string;
+  sshd: TestSshd;
+  pool: TestPool;
+  image: ImageServer;
+  arp: FakeArp;
+  noArp: Set<string>;
+  poller: NodeJS.Timeout;
+}
+
+async function startEnv(): Promise<Env> {
+  await ensureLibvirt();
+  const root = await tempRoot();
+  const sshd = await startSshd(root);
+  const pool = await createPool(root);
+  const image = await startImageServer(root);
+  const arp = new FakeArp();
+  const noArp = new Set<string>();
+  const seeded = new Set<string>();
+  let busy = false;
+  const poller = setInterval(() => {
+    if (busy) return;
+    busy = true;
+    void (async () => {
+      for (const d of (await virsh('list', '--name')).split('\n').map((x) => x.trim())) {
+        if (d === '' || seeded.has(d) || noArp.has(d)) continue;
+        const xml = await virsh('dumpxml', d).catch(() => '');
+        if (!xml.includes(pool.dir)) continue;
+        seeded.add(d);
+        for (const mac of await domainMacs(d)) await arp.add(mac);
+      }
+    })()
+      .catch(() => undefined)
+      .finally(() => (busy = false));
+  }, 200);
+  return { root, sshd, pool, image, arp, noArp, poller };
+}
+
+async function stopEnv(env: Env | undefined): Promise<void> {
+  if (env === undefined) return;
+  clearInterval(env.poller);
+  await env.arp.clear();
+  await env.pool.destroy();
+  await env.image.close();
+  await env.sshd.stop();
+  await rm(env.root, { recursive: true, force: true });
+}
+
+function capture(): { logger: pino.Logger; lines: string[] } {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      lines.push(chunk.toString('utf8'));
+      cb();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, sink), lines };
+}
+
+function kvmConfig(env: Env, overrides: Record<string, unknown> = {}) {
+  return kvmConfigSchema.parse({
+    sshKeyFile: env.sshd.keyFile,
+    knownHostsFile: env.sshd.knownHostsFile,
+    diskSizeGb: 1,
+    installGuestAgent: true,
+    images: { tiny: { url: env.image.url, sha256: env.image.sha256, firmware: 'bios' } },
+    machineTypes: { small: { vcpus: 1, memoryMiB: 64 } },
+    hosts: [
+      {
+        name: HOST,
+        address: env.sshd.address,
+        user: 'root',
+        pool: env.pool.name,
+        domainType: 'qemu',
+        network: 'user',
+      },
+    ],
+    callTimeoutSeconds: 30,
+    ...overrides,
+  });
+}
+
+const live = () => new AbortController().signal;
+
+function request(overrides: Partial<CreateRequest> = {}): CreateRequest {
+  const uid = overrides.uid ?? randomUUID();
+  return {
+    name: instanceNameFromUid(uid),
+    uid,
+    namespace: 'kvm',
+    proxyName: `p-${uid.slice(0, 8)}`,
+    placement: {},
+    cloudInit: '#cloud-config\n',
+    port: 3128,
+    installation: 'kvm-test',
+    ...overrides,
+  };
+}
+
+async function rejection(p: Promise<unknown>): Promise<ProviderError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(ProviderError);
+    return err as ProviderError;
+  }
+  throw new Error('expected a rejection');
+}
+
+/** A defined (never started) domain in the test pool, optionally with our metadata. */
+async function defineBare(env: Env, name: string, metadata: string | undefined): Promise<string> {
+  const xml = `<domain type="qemu"><name>${name}</name>${metadata === undefined ? '' : `<metadata>${metadata}</metadata>`}<memory unit="MiB">64</memory><vcpu>1</vcpu><os><type arch="x86_64" machine="q35">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="raw"/><source file="${join(env.pool.dir, `${name}.absent`)}"/><target dev="vda" bus="virtio"/></disk></devices></domain>`;
+  const file = join(env.root, `${name}.xml`);
+  await writeFile(file, xml);
+  await virsh('define', file);
+  return formatProviderId(HOST, name);
+}
+
+let shared: Env | undefined;
+const sharedEnv = async () => (shared ??= await startEnv());
+
+describeProviderConformance('kvm', async () => {
+  const env = await sharedEnv();
+  const { logger, lines } = capture();
+  const provider = createKvmProvider({ name: 'kvm-conformance', config: kvmConfig(env), logger });
+  return {
+    provider,
+    logLines: () => lines,
+    port: 3128,
+    runningWithinMs: 60_000,
+    malformedIds: ['hosts/lab/domains/UPPER', 'hosts/la b/domains/proxy-x', 'hosts/lab/vms/proxy-x'],
+    hooks: {
+      async setRunningWithoutIp(id) {
+        const { domain } = parseProviderId(id)!;
+        env.noArp.add(domain);
+        for (const mac of await domainMacs(domain)) await env.arp.remove(mac);
+      },
+      createUnmarked: (name) => defineBare(env, name, undefined),
+      createMarkedWithEmptyUid: (name) =>
+        defineBare(
+          env,
+          name,
+          marksElement({ managed: true, uid: '', installation: 'conformance', createdAt: new Date() }),
+        ),
+      async rewriteMarks(id, marks) {
+        const { domain } = parseProviderId(id)!;
+        const element = marksElement({
+          managed: true,
+          uid: marks.uid,
+          installation: 'conformance',
+          createdAt: marks.createdAt,
+        });
+        const inner = element
+          .replace(/^<[^>]+>/, '<instance>')
+          .replace(/<\/[^>]+>$/, '</instance>')
+          .replace(/egress:/g, '');
+        await virsh(
+          'metadata',
+          domain,
+          METADATA_URI,
+          '--key',
+          METADATA_KEY,
+          '--set',
+          inner,
+          '--live',
+          '--config',
+        );
+      },
+      // The stall is the SSH connection's own server process, stopped: every
+      // call on that host hangs, nothing else on the machine notices.
+      async stall() {
+        await provider.listByTag(live());
+        // Only the sshd processes serving this provider's connection (never the remote virsh: it must not hold libvirtd).
+        const mine = (await descendants(env.sshd.pid)).filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'sshd';
+          } catch {
+            return false;
+          }
+        });
+        expect(mine.length).toBeGreaterThan(0);
+        for (const p of mine) process.kill(p, 'SIGSTOP');
+        return () => {
+          for (const p of mine) process.kill(p, 'SIGCONT');
+          return Promise.resolve();
+        };
+      },
+    },
+    async cleanup() {
+      await provider.close?.();
+    },
+  };
+});
+
+describe('kvm provider against libvirtd over sshd', () => {
+  let env: Env;
+  let provider: Provider;
+  let log: { logger: pino.Logger; lines: string[] };
+
+  beforeAll(async () => {
+    env = await sharedEnv();
+    log = capture();
+    provider = createKvmProvider({ name: 'kvm-test', config: kvmConfig(env), logger: log.logger });
+  });
+
+  afterAll(async () => {
+    await provider?.close?.();
+    await stopEnv(shared);
+  });
+
+  it('a running domain without an address is Provisioning; the base image is fetched once; the marks come back', async () => {
+    const reqs = [request(), request(), request()];
+    for (const r of reqs) env.noArp.add(r.name);
+    const ids = await Promise.all(reqs.map((r) => provider.create(r, live())));
+    expect(env.image.hits.get('/tiny.qcow2')).toBe(1);
+    for (const [i, id] of ids.entries()) {
+      expect(id).toBe(`hosts/${HOST}/domains/${reqs[i]!.name}`);
+      expect((await virsh('domstate', reqs[i]!.name)).trim()).toBe('running');
+      const got = await provider.get(id, live());
+      expect(got.state).toBe('Provisioning');
+      expect(got.ip).toBeUndefined();
+      expect(got.uid).toBe(reqs[i]!.uid);
+    }
+    const vols = await virsh('vol-list', '--pool', env.pool.name);
+    expect(vols).toContain('base-tiny.qcow2.sha256');
+    expect(vols).toContain(`${reqs[0]!.name}-seed.iso`);
+    for (const id of ids) await provider.delete(id, live());
+    const after = await virsh('vol-list', '--pool', env.pool.name);
+    expect(after).not.toContain(reqs[0]!.name);
+    expect(after).toContain('base-tiny.qcow2');
+  });
+
+  it('volumes left without a domain are listed with their marks, and delete collects them', async () => {
+    const req = request();
+    env.noArp.add(req.name);
+    const id = await provider.create(req, live());
+    // A crash between the volumes and the domain: the domain goes, the volumes stay.
+    await virsh('destroy', req.name);
+    await virsh('undefine', req.name, '--nvram');
+    const orphan = (await provider.listByTag(live())).find((i) => i.id === id);
+    expect(orphan).toMatchObject({ state: 'Terminated', uid: req.uid, installation: 'kvm-test' });
+    expect((await provider.get(id, live())).uid).toBe(req.uid);
+    await provider.delete(id, live());
+    expect(classOf(await rejection(provider.get(id, live())))).toBe('NotFound');
+    expect(await virsh('vol-list', '--pool', env.pool.name)).not.toContain(req.name);
+  });
+
+  it('a pool without room for the disk is QuotaExceeded, and nothing is defined', async () => {
+    const big = createKvmProvider({
+      name: 'kvm-big',
+      config: kvmConfig(env, { diskSizeGb: 100_000_000 }),
+      logger: log.logger,
+    });
+    try {
+      const req = request();
+      const err = await rejection(big.create(req, live()));
+      expect(err.errorClass).toBe('QuotaExceeded');
+      expect(err.message).toMatch(/GiB free/);
+      expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
+    } finally {
+      await big.close?.();
+    }
+  });
+
+  it('an image whose digest does not match is Permanent and not cached', async () => {
+    const bad = createKvmProvider({
+      name: 'kvm-badsum',
+      config: kvmConfig(env, {
+        images: { wrong: { url: env.image.url, sha256: '0'.repeat(64), firmware: 'bios' } },
+      }),
+      logger: log.logger,
+    });
+    try {
+      const err = await rejection(bad.create(request(), live()));
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toMatch(/sha256/);
+      expect(await virsh('vol-list', '--pool', env.pool.name)).not.toContain('base-wrong');
+    } finally {
+      await bad.close?.();
+    }
+  });
+
+  it('SSH auth and host-key failures are Permanent; check names them; no key material anywhere', async () => {
+    const otherKey = join(env.root, 'other_key');
+    const { execFileSync } = await import('node:child_process');
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', otherKey]);
+    const wrongHosts = join(env.root, 'wrong_known_hosts');
+    const otherPub = (await import('node:fs'))
+      .readFileSync(`${otherKey}.pub`, 'utf8')
+      .split(' ')
+      .slice(0, 2)
+      .join(' ');
+    await writeFile(wrongHosts, `[127.0.0.1]:${env.sshd.port} ${otherPub}\n`);
+    const cases = [
+      { name: 'kvm-badkey', overrides: { sshKeyFile: otherKey } },
+      { name: 'kvm-badhost', overrides: { knownHostsFile: wrongHosts } },
+    ];
+    const secret = (await import('node:fs')).readFileSync(otherKey, 'utf8').split('\n')[1]!;
+    for (const c of cases) {
+      const p = createKvmProvider({ name: c.name, config: kvmConfig(env, c.overrides), logger: log.logger });
+      try {
+        const err = await rejection(p.get(formatProviderId(HOST, 'proxy-aaaaaaaaaaaaaaaa'), live()));
+        expect(err.errorClass).toBe('Permanent');
+        expect(err.message).not.toContain(secret);
+        const [target] = await p.check!(live());
+        expect(target).toMatchObject({ name: HOST, ready: false, reason: 'SSHHandshakeFailed' });
+      } finally {
+        await p.close?.();
+      }
+    }
+    const missing = createKvmProvider({
+      name: 'kvm-nokey',
+      config: kvmConfig(env, { sshKeyFile: join(env.root, 'absent') }),
+      logger: log.logger,
+    });
+    const err = await rejection(missing.listByTag(live()));
+    expect(err.errorClass).toBe('Transient');
+    expect((await missing.check!(live()))[0]).toMatchObject({
+      reason: 'SSHMaterialUnavailable',
+      ready: false,
+    });
+    for (const line of log.lines) expect(line).not.toContain(secret);
+  });
+
+  it('check reports the host, libvirt version and pool space; a missing pool is PoolNotFound', async () => {
+    const [t] = await provider.check!(live());
+    expect(t).toMatchObject({ name: HOST, ready: true, reason: 'Reachable' });
+    expect(t!.details).toMatchObject({ user: 'root', pool: env.pool.name, poolState: 'running' });
+    expect(t!.details!.libvirtVersion).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(Number(t!.details!.poolAvailable)).toBeGreaterThan(0);
+    const p = createKvmProvider({
+      name: 'kvm-nopool',
+      config: kvmConfig(env, {
+        hosts: [
+          {
+            name: HOST,
+            address: env.sshd.address,
+            user: 'root',
+            pool: 'ep-absent-pool',
+            domainType: 'qemu',
+            network: 'user',
+          },
+        ],
+      }),
+      logger: log.logger,
+    });
+    try {
+      expect((await p.check!(live()))[0]).toMatchObject({ ready: false, reason: 'PoolNotFound' });
+    } finally {
+      await p.close?.();
+    }
+  });
+
+  it('a rotated SSH key is picked up without a restart', async () => {
+    await provider.listByTag(live());
+    await env.sshd.rotateClientKey();
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await provider.listByTag(live());
+        break;
+      } catch (err) {
+        if (Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    const [t] = await provider.check!(live());
+    expect(t!.ready).toBe(true);
+  });
+
+  it('cancelling one operation does not cut another on the same host', async () => {
+    const req = request();
+    env.noArp.add(req.name);
+    const controller = new AbortController();
+    const cancelled = provider.create(req, controller.signal);
+    const other = provider.listByTag(live());
+    setImmediate(() => controller.abort());
+    const err = await rejection(cancelled);
+    expect(err.errorClass).toBe('Transient');
+    expect(Array.isArray(await other)).toBe(true);
+    // and the connection is still good for the next call
+    expect((await provider.check!(live()))[0]!.ready).toBe(true);
+    await provider.delete(formatProviderId(HOST, req.name), live());
+  });
+
+  it("the seed's kvm-home entry loads, and runs with its host pointed at this sshd", async () => {
+    const yaml = `providers:
+  - name: kvm-home
+    type: kvm
+    kvm:
+      sshKeyFile: /etc/proxy-operator/kvm/id_ed25519
+      knownHostsFile: /etc/proxy-operator/kvm/known_hosts
+      images:
+        debian-13:
+          url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2
+        ubuntu-24.04:
+          url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img
+      machineTypes:
+        small:  {vcpus: 1, memoryMiB: 1024}
+        medium: {vcpus: 2, memoryMiB: 2048}
+      hosts:
+        - name: beelink
+          address: beelink:22
+          user: novakj
+          bridge: br0
+`;
+    const seed = parseProvidersConfig(yaml, 'seed kvm-home');
+    expect(seed.providers[0]).toMatchObject({ name: 'kvm-home', type: 'kvm' });
+    // The same entry, with the test's sshd, key, image server, and a host that can run it (no KVM, no br0 here).
+    const local = yaml
+      .replace('/etc/proxy-operator/kvm/id_ed25519', env.sshd.keyFile)
+      .replace('/etc/proxy-operator/kvm/known_hosts', env.sshd.knownHostsFile)
+      .replace(
+        'https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2',
+        env.image.url,
+      )
+      .replace('address: beelink:22', `address: ${env.sshd.address}`)
+      .replace(
+        'user: novakj',
+        `user: root\n          pool: ${env.pool.name}\n          domainType: qemu\n          network: user`,
+      )
+      .replace('memoryMiB: 1024', 'memoryMiB: 128');
+    const registry = buildProviders(parseProvidersConfig(local, 'kvm-home (test)'), {
+      logger: log.logger,
+      stateRoot: env.root,
+    });
+    try {
+      const home = registry.get('kvm-home')!;
+      expect(home.capabilities?.cheapListByTag).toBe(true);
+      const req = request({ placement: { machineType: 'small', image: 'debian-13', zone: 'beelink' } });
+      env.noArp.add(req.name);
+      const id = await home.create(req, live());
+      expect(id).toBe(`hosts/beelink/domains/${req.name}`);
+      expect((await home.get(id, live())).state).toBe('Provisioning');
+      // UEFI by default: the domain boots OVMF.
+      expect(await virsh('dumpxml', req.name)).toMatch(/OVMF|firmware='efi'|<loader/);
+      expect((await home.check!(live()))[0]).toMatchObject({ name: 'beelink', ready: true });
+      await home.delete(id, live());
+      expect(classOf(await rejection(home.get(id, live())))).toBe('NotFound');
+    } finally {
+      await registry.close();
+    }
+  });
+});
