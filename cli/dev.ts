@@ -3,17 +3,23 @@
  * cloud account. Starts (or reuses) a Temporal dev server and, unless a
  * kubeconfig is given, a local kube-apiserver with etcd; installs the CRDs;
  * runs worker, bridge and lease API in this process with the `local`
- * provider. State persists under the cache directory across restarts.
+ * provider. State persists across restarts in one directory per instance
+ * (`--state-dir`, default <cache>/dev): Temporal's database, etcd, the
+ * kubeconfigs, the providers' state, the pids of the servers. The servers
+ * die with this process however it ends (process.ts), and a second `dev` on
+ * a held directory refuses to start (instance.ts).
  */
 import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { readApiConfig } from '../api/index.js';
 import type { CommonConfig } from './config.js';
 import { loadKubeConfig } from './kube.js';
 import { installCrds } from './local-servers/install-crds.js';
+import { lockInstance, reapServers } from './local-servers/instance.js';
 import { startLocalKubeApiServer } from './local-servers/kube.js';
+import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
 import { cacheRoot, ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
@@ -23,7 +29,10 @@ export interface DevFlags {
   kubeconfig?: string;
   /** Use this Temporal server instead of starting a dev server. */
   temporalAddress?: string;
-  apiAddr: string;
+  /** Lease API address; default 127.0.0.1:8090, or a free port when another instance has it. */
+  apiAddr?: string;
+  /** The instance's directory (--state-dir); default <cache>/dev. */
+  dir?: string;
 }
 
 export async function runDev(
@@ -32,8 +41,18 @@ export async function runDev(
   logger: Logger,
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
-  const root = join(cacheRoot(env), 'dev');
+  const root = resolve(flags.dir ?? join(cacheRoot(env), 'dev'));
   mkdirSync(root, { recursive: true });
+  const lock = lockInstance(root);
+  const pidDir = join(root, 'pids');
+  try {
+    // Holding the lock, so their parent is gone: servers a killed dev left behind.
+    for (const { name, pid } of await reapServers(pidDir))
+      logger.warn({ server: name, pid }, 'killed a server left by an earlier dev that did not stop');
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
   const stops: Array<() => Promise<void>> = [];
   const stopAll = async () => {
     for (const stop of stops.reverse())
@@ -57,6 +76,7 @@ export async function runDev(
         port: 7233,
         uiPort: 8233,
         persist: true,
+        pidDir,
       });
       stops.push(() => temporal.stop());
       temporalAddress = temporal.address;
@@ -68,6 +88,8 @@ export async function runDev(
         dataDir: join(root, 'kube'),
         port: 6443,
         persist: true,
+        controllerManager: true,
+        pidDir,
       });
       stops.push(() => kube.stop());
       kubeconfigPath = kube.kubeconfigPath;
@@ -93,7 +115,9 @@ export async function runDev(
     stops.push(() => bridge.stop());
     parts.push(bridge);
     const api = await startApi(
-      readApiConfig(env, { discoveryAddr: flags.apiAddr }),
+      readApiConfig(env, {
+        discoveryAddr: flags.apiAddr ?? `127.0.0.1:${await preferredOrFreePort(8090)}`,
+      }),
       devConfig,
       kc,
       logger,
@@ -115,19 +139,22 @@ export async function runDev(
     ];
     process.stdout.write(banner.join('\n') + '\n');
 
-    await new Promise<void>((resolve) => {
-      const onSignal = () => resolve();
+    await new Promise<void>((done) => {
+      const onSignal = () => done();
       process.once('SIGINT', onSignal);
       process.once('SIGTERM', onSignal);
+      // A closed terminal: stop in order rather than die and leave it to PDEATHSIG.
+      process.once('SIGHUP', onSignal);
       void worker.done.then(
-        () => resolve(),
+        () => done(),
         (error: unknown) => {
           logger.error({ err: error instanceof Error ? error.message : String(error) }, 'worker stopped');
-          resolve();
+          done();
         },
       );
     });
   } finally {
     await stopAll();
+    lock.release();
   }
 }

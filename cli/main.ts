@@ -20,7 +20,12 @@ function commonOptions(cmd: Command): Command {
     )
     .addOption(new Option('--kubeconfig <path>', 'kubeconfig (env KUBECONFIG; in-cluster config when unset)'))
     .addOption(new Option('--providers-config <path>', 'providers config YAML (env PROVIDERS_CONFIG)'))
-    .addOption(new Option('--state-dir <path>', 'state of providers that keep it on disk'))
+    .addOption(
+      new Option(
+        '--state-dir <path>',
+        'state of providers that keep it on disk (dev: the whole instance, Temporal and etcd included)',
+      ),
+    )
     .addOption(
       new Option(
         '--installation <id>',
@@ -96,7 +101,8 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
       await runDev(
         config,
         {
-          apiAddr: flags.discoveryAddr ?? '127.0.0.1:8090',
+          ...(flags.discoveryAddr ? { apiAddr: flags.discoveryAddr } : {}),
+          ...(flags.stateDir ? { dir: flags.stateDir } : {}),
           ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
           ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
         },
