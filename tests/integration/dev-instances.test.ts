@@ -232,7 +232,9 @@ describe.sequential('dev instances (--state-dir)', () => {
   it(
     'two instances run side by side, each with its own Proxies, and a second dev on a held directory refuses in one line',
     async () => {
-      const [a, b] = await Promise.all([startDev(dirA), startDev(dirB)]);
+      // One after the other: both would otherwise find the preferred ports (7233, 6443) free at once.
+      const a = await startDev(dirA);
+      const b = await startDev(dirB);
       expect(a.kubeconfig).toBe(join(dirA, 'kube', 'kubeconfig'));
       expect(b.kubeconfig).toBe(join(dirB, 'kube', 'kubeconfig'));
       expect(a.temporalAddress).not.toBe(b.temporalAddress);
