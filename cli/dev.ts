@@ -10,6 +10,7 @@
  * a held directory refuses to start (instance.ts).
  */
 import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -17,7 +18,7 @@ import { readApiConfig } from '../api/index.js';
 import type { CommonConfig } from './config.js';
 import { loadKubeConfig } from './kube.js';
 import { installCrds } from './local-servers/install-crds.js';
-import { lockInstance, reapServers } from './local-servers/instance.js';
+import { acquireStartLock, lockInstance, reapServers } from './local-servers/instance.js';
 import { startLocalKubeApiServer } from './local-servers/kube.js';
 import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
@@ -59,6 +60,7 @@ export async function runDev(
       await stop().catch((e: unknown) => logger.warn({ err: String(e) }, 'stop failed'));
   };
 
+  let starting: { release(): void } | undefined;
   try {
     let temporalAddress = flags.temporalAddress;
     let uiUrl: string | undefined;
@@ -69,6 +71,12 @@ export async function runDev(
       temporalAddress ? Promise.resolve('') : ensureTemporalCli(env),
       kubeconfigPath ? Promise.resolve('') : ensureKubeBinaries(env),
     ]);
+    starting = await acquireStartLock(
+      join(tmpdir(), `egress-proxies-dev-start-${process.getuid?.() ?? 0}.lock`),
+      {
+        onWait: (pid) => logger.info({ pid }, 'waiting for another dev to finish starting (ports)'),
+      },
+    );
     if (!temporalAddress) {
       const temporal = await startTemporalDevServer({
         cli: temporalCli,
@@ -125,6 +133,7 @@ export async function runDev(
     );
     stops.push(() => api.stop());
     parts.push(api);
+    starting.release();
 
     const banner = [
       '',
@@ -154,6 +163,7 @@ export async function runDev(
       );
     });
   } finally {
+    starting?.release();
     await stopAll();
     lock.release();
   }

@@ -174,3 +174,54 @@ export async function reapServers(
   }
   return killed;
 }
+
+/**
+ * Taken by a `dev` while it chooses ports and starts its servers, released
+ * once they listen. Two starting at once would otherwise both find a
+ * preferred port (7233, 6443, 8090) free: one server then fails to bind, or
+ * worse, its readiness probe is answered by the other instance's server.
+ * A holder that died is taken over. Machine-wide (the ports are), so not
+ * under a --state-dir.
+ */
+export async function acquireStartLock(
+  path: string,
+  opts: { timeoutMs?: number; onWait?: (pid: number) => void } = {},
+): Promise<InstanceLock> {
+  const me: Owner = { pid: process.pid, start: procStart(process.pid) };
+  const deadline = Date.now() + (opts.timeoutMs ?? 300_000);
+  let told = false;
+  for (;;) {
+    try {
+      writeFileSync(path, JSON.stringify(me) + '\n', { flag: 'wx' });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const owner = readOwner(path);
+    if (owner && ownerAlive(owner)) {
+      if (Date.now() > deadline) {
+        throw new Error(
+          `another egress-proxies dev (pid ${owner.pid}) has been starting for too long (${path})`,
+        );
+      }
+      if (!told) opts.onWait?.(owner.pid);
+      told = true;
+      await new Promise((r) => setTimeout(r, 200));
+      continue;
+    }
+    if (!owner) {
+      // Unreadable: maybe being written right now; look once more before calling it stale.
+      await new Promise((r) => setTimeout(r, 50));
+      if (readOwner(path) !== undefined) continue;
+    }
+    rmSync(path, { force: true });
+  }
+  let held = true;
+  return {
+    release() {
+      if (!held) return;
+      held = false;
+      if (readOwner(path)?.pid === me.pid) rmSync(path, { force: true });
+    },
+  };
+}

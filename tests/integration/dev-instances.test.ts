@@ -232,9 +232,8 @@ describe.sequential('dev instances (--state-dir)', () => {
   it(
     'two instances run side by side, each with its own Proxies, and a second dev on a held directory refuses in one line',
     async () => {
-      // One after the other: both would otherwise find the preferred ports (7233, 6443) free at once.
-      const a = await startDev(dirA);
-      const b = await startDev(dirB);
+      // At once: the start lock makes the second wait while the first takes the preferred ports.
+      const [a, b] = await Promise.all([startDev(dirA), startDev(dirB)]);
       expect(a.kubeconfig).toBe(join(dirA, 'kube', 'kubeconfig'));
       expect(b.kubeconfig).toBe(join(dirB, 'kube', 'kubeconfig'));
       expect(a.temporalAddress).not.toBe(b.temporalAddress);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  acquireStartLock,
   InstanceBusyError,
   lockInstance,
   processRunning,
@@ -76,6 +77,42 @@ describe('lockInstance', () => {
     } finally {
       lock.release();
     }
+  });
+});
+
+describe('acquireStartLock', () => {
+  it('waits while a live dev holds it, then takes it; a dead holder is taken over at once', async () => {
+    const dir = tempDir();
+    const path = join(dir, 'start.lock');
+    const other = spawn('sleep', ['30'], { stdio: 'ignore' });
+    pids.push(other.pid!);
+    await until('the holder running', () => existsSync(`/proc/${other.pid}/stat`));
+    writeFileSync(path, JSON.stringify({ pid: other.pid }));
+
+    const waitedFor: number[] = [];
+    let taken = false;
+    const acquiring = acquireStartLock(path, { onWait: (pid) => waitedFor.push(pid) }).then((lock) => {
+      taken = true;
+      return lock;
+    });
+    await until('told whom it waits for', () => waitedFor.length > 0);
+    expect(waitedFor).toEqual([other.pid]);
+    expect(taken).toBe(false);
+
+    other.kill('SIGKILL');
+    const lock = await acquiring;
+    expect(JSON.parse(readFileSync(path, 'utf8'))).toMatchObject({ pid: process.pid });
+    lock.release();
+    expect(existsSync(path)).toBe(false);
+  });
+
+  it('gives up after its deadline, naming the holder', async () => {
+    const dir = tempDir();
+    const path = join(dir, 'start.lock');
+    writeFileSync(path, JSON.stringify({ pid: process.pid }));
+    await expect(acquireStartLock(path, { timeoutMs: 300 })).rejects.toThrow(
+      `another egress-proxies dev (pid ${process.pid}) has been starting for too long (${path})`,
+    );
   });
 });
 
