@@ -11,7 +11,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { readApiConfig } from '../api/index.js';
@@ -42,7 +42,7 @@ export async function runDev(
   logger: Logger,
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
-  const root = resolve(flags.dir ?? join(cacheRoot(env), 'dev'));
+  const root = resolvePath(flags.dir ?? join(cacheRoot(env), 'dev'));
   mkdirSync(root, { recursive: true });
   const lock = lockInstance(root);
   const pidDir = join(root, 'pids');
@@ -148,17 +148,17 @@ export async function runDev(
     ];
     process.stdout.write(banner.join('\n') + '\n');
 
-    await new Promise<void>((done) => {
-      const onSignal = () => done();
+    await new Promise<void>((resolve) => {
+      const onSignal = () => resolve();
       process.once('SIGINT', onSignal);
       process.once('SIGTERM', onSignal);
       // A closed terminal: stop in order rather than die and leave it to PDEATHSIG.
       process.once('SIGHUP', onSignal);
       void worker.done.then(
-        () => done(),
+        () => resolve(),
         (error: unknown) => {
           logger.error({ err: error instanceof Error ? error.message : String(error) }, 'worker stopped');
-          done();
+          resolve();
         },
       );
     });
