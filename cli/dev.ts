@@ -36,6 +36,8 @@ export interface DevFlags {
   dir?: string;
 }
 
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 export async function runDev(
   config: CommonConfig,
   flags: DevFlags,
@@ -61,6 +63,7 @@ export async function runDev(
   };
 
   let starting: { release(): void } | undefined;
+  let onSignal: (() => void) | undefined;
   try {
     let temporalAddress = flags.temporalAddress;
     let uiUrl: string | undefined;
@@ -149,11 +152,11 @@ export async function runDev(
     process.stdout.write(banner.join('\n') + '\n');
 
     await new Promise<void>((resolve) => {
-      const onSignal = () => resolve();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
-      // A closed terminal: stop in order rather than die and leave it to PDEATHSIG.
-      process.once('SIGHUP', onSignal);
+      onSignal = () => resolve();
+      // `on`, not `once`: under `make dev` the same Ctrl-C arrives twice (the
+      // terminal's, and the one npm/tsx relay); a second one with no listener
+      // would kill us mid-stop. SIGHUP: a closed terminal.
+      for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
       void worker.done.then(
         () => resolve(),
         (error: unknown) => {
@@ -166,5 +169,6 @@ export async function runDev(
     starting?.release();
     await stopAll();
     lock.release();
+    for (const signal of STOP_SIGNALS) if (onSignal) process.off(signal, onSignal);
   }
 }
