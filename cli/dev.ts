@@ -1,38 +1,60 @@
 /**
  * `egress-proxies dev`: the whole control plane on one machine with no
  * cloud account. Starts (or reuses) a Temporal dev server and, unless a
- * kubeconfig is given, a local kube-apiserver with etcd; installs the CRDs;
- * runs worker, bridge and lease API in this process with the `local`
- * provider. State persists under the cache directory across restarts.
+ * kubeconfig is given, a local kube-apiserver with etcd and a
+ * kube-controller-manager; installs the CRDs; runs worker, bridge and lease
+ * API in this process with the `local` provider. State persists across
+ * restarts in one directory per instance (`--state-dir`, default
+ * <cache>/dev): Temporal's database, etcd, the kubeconfigs, the providers'
+ * state, the pids of the servers. The servers die with this process however
+ * it ends (process.ts), and a second `dev` on a held directory refuses to
+ * start (instance.ts).
  */
 import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { loadKubeConfig } from './kube.js';
 import { installCrds } from './local-servers/install-crds.js';
+import { acquireStartLock, lockInstance, reapServers } from './local-servers/instance.js';
 import { startLocalKubeApiServer } from './local-servers/kube.js';
+import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
 import type { CommandPlan } from './plan.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
 
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 /**
  * Runs what `planCommand('dev', ...)` planned: every part gets its own
  * config from the plan, with only the servers dev started (Temporal, the
- * apiserver) filled in.
+ * apiserver) and, unless given, the lease API's port filled in.
  */
 export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.ProcessEnv): Promise<void> {
   const { dev, worker: workerConfig, bridge: bridgeConfig, api: apiConfig } = plan;
   if (!dev || !workerConfig || !bridgeConfig || !apiConfig) throw new Error('not a dev plan');
   const root = dev.root;
   mkdirSync(root, { recursive: true });
+  const lock = lockInstance(root);
+  const pidDir = join(root, 'pids');
+  try {
+    // Holding the lock, so their parent is gone: servers a killed dev left behind.
+    for (const { name, pid } of await reapServers(pidDir))
+      logger.warn({ server: name, pid }, 'killed a server left by an earlier dev that did not stop');
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
   const stops: Array<() => Promise<void>> = [];
   const stopAll = async () => {
     for (const stop of stops.reverse())
       await stop().catch((e: unknown) => logger.warn({ err: String(e) }, 'stop failed'));
   };
 
+  let starting: { release(): void } | undefined;
+  let onSignal: (() => void) | undefined;
   try {
     let temporalAddress = dev.temporalAddress;
     let uiUrl: string | undefined;
@@ -43,6 +65,12 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       temporalAddress ? Promise.resolve('') : ensureTemporalCli(env),
       kubeconfigPath ? Promise.resolve('') : ensureKubeBinaries(env),
     ]);
+    starting = await acquireStartLock(
+      join(tmpdir(), `egress-proxies-dev-start-${process.getuid?.() ?? 0}.lock`),
+      {
+        onWait: (pid) => logger.info({ pid }, 'waiting for another dev to finish starting (ports)'),
+      },
+    );
     if (!temporalAddress) {
       const temporal = await startTemporalDevServer({
         cli: temporalCli,
@@ -50,6 +78,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         port: 7233,
         uiPort: 8233,
         persist: true,
+        pidDir,
       });
       stops.push(() => temporal.stop());
       temporalAddress = temporal.address;
@@ -61,6 +90,8 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         dataDir: join(root, 'kube'),
         port: 6443,
         persist: true,
+        controllerManager: true,
+        pidDir,
       });
       stops.push(() => kube.stop());
       kubeconfigPath = kube.kubeconfigPath;
@@ -71,6 +102,12 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
 
     // Where the servers dev started are; everything else is as planned.
     const servers = { temporalAddress, kubeconfig: kubeconfigPath };
+    const apiOptions = dev.apiAddrGiven
+      ? apiConfig.options
+      : {
+          ...apiConfig.options,
+          port: await preferredOrFreePort(apiConfig.options.port, apiConfig.options.host),
+        };
     const parts: Running[] = [];
     // One registry for the whole process: the lease API's /metrics serves
     // the worker's provider-check gauges too.
@@ -81,9 +118,10 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger);
     stops.push(() => bridge.stop());
     parts.push(bridge);
-    const api = await startApi(apiConfig.options, { ...apiConfig, ...servers }, kc, logger, metrics);
+    const api = await startApi(apiOptions, { ...apiConfig, ...servers }, kc, logger, metrics);
     stops.push(() => api.stop());
     parts.push(api);
+    starting.release();
 
     const banner = [
       '',
@@ -99,9 +137,11 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     process.stdout.write(banner.join('\n') + '\n');
 
     await new Promise<void>((resolve) => {
-      const onSignal = () => resolve();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
+      onSignal = () => resolve();
+      // `on`, not `once`: under `make dev` the same Ctrl-C arrives twice (the
+      // terminal's, and the one npm/tsx relay); a second one with no listener
+      // would kill us mid-stop. SIGHUP: a closed terminal.
+      for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
       void worker.done.then(
         () => resolve(),
         (error: unknown) => {
@@ -111,6 +151,9 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       );
     });
   } finally {
+    starting?.release();
     await stopAll();
+    lock.release();
+    for (const signal of STOP_SIGNALS) if (onSignal) process.off(signal, onSignal);
   }
 }

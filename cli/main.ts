@@ -35,7 +35,12 @@ function taskQueueOption(cmd: Command): Command {
 function workerOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--providers-config <path>', 'providers config YAML (env PROVIDERS_CONFIG)'))
-    .addOption(new Option('--state-dir <path>', 'state of providers that keep it on disk'))
+    .addOption(
+      new Option(
+        '--state-dir <path>',
+        'state of providers that keep it on disk (dev: the whole instance, Temporal and etcd included)',
+      ),
+    )
     .addOption(
       new Option(
         '--installation <id>',

@@ -8,7 +8,7 @@
  * the validated common config), so a flag that reaches no part of a command
  * shows up in tests/unit/cli-options.test.ts as a flag that changes nothing.
  */
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
 import { readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
 import { cacheRoot } from './local-servers/tools.js';
@@ -72,8 +72,14 @@ export interface DevServersConfig {
   temporalAddress?: string;
   /** Use this cluster instead of starting a local apiserver. */
   kubeconfig?: string;
-  /** Where the servers it starts keep their data (and, by default, the local provider its state). */
+  /**
+   * The instance's directory (`--state-dir`, default <cache>/dev): Temporal's
+   * database, etcd, the kubeconfigs, the servers' pids and, under `state/`,
+   * the providers' state. Two instances on two directories run side by side.
+   */
   root: string;
+  /** `--discovery-addr` was given: use it as is; otherwise 127.0.0.1:8090, or a free port when that is taken. */
+  apiAddrGiven: boolean;
 }
 
 export interface CommandPlan {
@@ -101,11 +107,11 @@ export function planCommand(
   flags: CommandFlags,
   env: Readonly<Record<string, string | undefined>>,
 ): CommandPlan {
-  const devRoot = join(cacheRoot(env), 'dev');
+  // Under dev, --state-dir names the whole instance; its providers keep their state in <dir>/state.
+  const devRoot = resolve(flags.stateDir ?? join(cacheRoot(env), 'dev'));
   const common = readCommonConfig(env, {
     ...flags,
-    // dev keeps the local provider's records next to its servers' data.
-    ...(command === 'dev' ? { stateDir: flags.stateDir ?? join(devRoot, 'state') } : {}),
+    ...(command === 'dev' ? { stateDir: join(devRoot, 'state') } : {}),
   });
   const plan: CommandPlan = { logger: { level: common.logLevel } };
   if (command === 'dev' || command === 'worker') plan.worker = pick(common, WORKER_KEYS);
@@ -122,6 +128,7 @@ export function planCommand(
   if (command === 'dev') {
     plan.dev = {
       root: devRoot,
+      apiAddrGiven: flags.discoveryAddr !== undefined,
       ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
       ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
     };

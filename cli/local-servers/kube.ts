@@ -20,7 +20,23 @@ export interface LocalKubeApiServerOptions {
   port?: number;
   /** Keep etcd data across restarts (dev); tests start empty. */
   persist?: boolean;
+  /**
+   * Also run kube-controller-manager (from binDir) with the controllers that
+   * need no nodes: namespace deletion and owner-reference garbage collection.
+   */
+  controllerManager?: boolean;
+  /** Record the servers' pids here (dev: reaped by the next start if we die). */
+  pidDir?: string;
 }
+
+/**
+ * The controllers that work without nodes: a namespace being deleted is
+ * emptied and finalized; objects whose owners are gone are collected. Both
+ * run under their own service accounts (--use-service-account-credentials),
+ * bound by the apiserver's bootstrap RBAC.
+ */
+export const CONTROLLERS = ['namespace-controller', 'garbage-collector-controller'];
+const KCM_USER = 'system:kube-controller-manager';
 
 function get(url: string, token: string, ca: Buffer): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
@@ -40,9 +56,9 @@ function get(url: string, token: string, ca: Buffer): Promise<{ status: number; 
  * Runs etcd and kube-apiserver on the loopback the way controller-runtime's
  * envtest does: a generated service-account key, a static admin token in
  * system:masters, the apiserver's self-signed serving cert trusted by the
- * kubeconfig it writes. Nothing but the apiserver runs: no scheduler, no
- * kubelet, no controllers (pods stay Pending, namespaces never finish
- * terminating).
+ * kubeconfig it writes. No scheduler and no kubelet (pods stay Pending);
+ * with `controllerManager`, the namespace and garbage-collector controllers
+ * run, otherwise a deleted namespace stays Terminating.
  */
 export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): Promise<LocalKubeApiServer> {
   const host = '127.0.0.1';
@@ -59,13 +75,18 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
     writeFileSync(saKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
     writeFileSync(saPub, publicKey.export({ type: 'spki', format: 'pem' }));
   }
+  // One line per user: the admin (ours and the user's kubectl) and the
+  // controller-manager, which bootstrap RBAC knows by this name. A file
+  // from before the controller-manager gets its line added.
   const tokenFile = join(dir, 'tokens.csv');
-  let token: string;
-  if (existsSync(tokenFile)) {
-    token = readFileSync(tokenFile, 'utf8').split(',')[0]!;
-  } else {
-    token = randomBytes(24).toString('hex');
-    writeFileSync(tokenFile, `${token},admin,admin,system:masters\n`, { mode: 0o600 });
+  const lines = existsSync(tokenFile) ? readFileSync(tokenFile, 'utf8').split('\n').filter(Boolean) : [];
+  const tokenOf = (user: string) => lines.find((l) => l.split(',')[1] === user)?.split(',')[0];
+  let token = tokenOf('admin');
+  let kcmToken = tokenOf(KCM_USER);
+  if (!token || !kcmToken) {
+    if (!token) lines.unshift(`${(token = randomBytes(24).toString('hex'))},admin,admin,system:masters`);
+    if (!kcmToken) lines.push(`${(kcmToken = randomBytes(24).toString('hex'))},${KCM_USER},${KCM_USER}`);
+    writeFileSync(tokenFile, lines.join('\n') + '\n', { mode: 0o600 });
   }
 
   const etcdClientPort = await freePort(host);
@@ -92,6 +113,7 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
       ...(opts.persist ? [] : ['--unsafe-no-fsync']),
     ],
     etcdLog,
+    { pidDir: opts.pidDir },
   );
 
   const port = await preferredOrFreePort(opts.port, host);
@@ -118,9 +140,12 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
       '--v=0',
     ],
     apiLog,
+    { pidDir: opts.pidDir },
   );
 
+  let controllerManager: ManagedProcess | undefined;
   const stop = async () => {
+    await controllerManager?.stop();
     await apiserver.stop();
     await etcd.stop();
   };
@@ -142,29 +167,102 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
     throw error;
   }
 
+  const ca = readFileSync(caPath).toString('base64');
   const kubeconfigPath = join(dir, 'kubeconfig');
-  writeFileSync(
-    kubeconfigPath,
-    stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [
-        {
-          name: 'egress-proxies-local',
-          cluster: { server: url, 'certificate-authority-data': readFileSync(caPath).toString('base64') },
-        },
-      ],
-      users: [{ name: 'admin', user: { token } }],
-      contexts: [
-        {
-          name: 'egress-proxies-local',
-          context: { cluster: 'egress-proxies-local', user: 'admin', namespace: 'default' },
-        },
-      ],
-      'current-context': 'egress-proxies-local',
-    }),
-    { mode: 0o600 },
-  );
+  writeFileSync(kubeconfigPath, kubeconfigYaml(url, ca, 'admin', token), { mode: 0o600 });
+
+  if (opts.controllerManager) {
+    try {
+      controllerManager = await startControllerManager(
+        opts,
+        dir,
+        kubeconfigYaml(url, ca, KCM_USER, kcmToken),
+      );
+    } catch (error) {
+      await stop();
+      throw error;
+    }
+  }
 
   return { url, kubeconfigPath, logDir: dir, stop };
+}
+
+function kubeconfigYaml(url: string, caBase64: string, user: string, token: string): string {
+  return stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [
+      { name: 'egress-proxies-local', cluster: { server: url, 'certificate-authority-data': caBase64 } },
+    ],
+    users: [{ name: user, user: { token } }],
+    contexts: [
+      {
+        name: 'egress-proxies-local',
+        context: { cluster: 'egress-proxies-local', user, namespace: 'default' },
+      },
+    ],
+    'current-context': 'egress-proxies-local',
+  });
+}
+
+/** kube-controller-manager with its own credentials, ready when its /healthz answers. */
+async function startControllerManager(
+  opts: LocalKubeApiServerOptions,
+  dir: string,
+  kubeconfig: string,
+): Promise<ManagedProcess> {
+  const host = '127.0.0.1';
+  const binary = join(opts.binDir, 'kube-controller-manager');
+  if (!existsSync(binary)) {
+    throw new Error(
+      `${binary} is missing: run infra/scripts/build-kube.sh (it adds kube-controller-manager to an older build)`,
+    );
+  }
+  const kubeconfigPath = join(dir, 'controller-manager.kubeconfig');
+  writeFileSync(kubeconfigPath, kubeconfig, { mode: 0o600 });
+  const certDir = join(dir, 'controller-manager-certs');
+  mkdirSync(certDir, { recursive: true });
+  const port = await freePort(host);
+  const logPath = join(dir, 'kube-controller-manager.log');
+  const proc = spawnServer(
+    'kube-controller-manager',
+    binary,
+    [
+      `--kubeconfig=${kubeconfigPath}`,
+      `--controllers=${CONTROLLERS.join(',')}`,
+      '--use-service-account-credentials=true',
+      '--leader-elect=false',
+      `--bind-address=${host}`,
+      `--secure-port=${port}`,
+      `--cert-dir=${certDir}`,
+      '--v=0',
+    ],
+    logPath,
+    { pidDir: opts.pidDir },
+  );
+  try {
+    await waitUntil('kube-controller-manager /healthz', () => healthz(`https://${host}:${port}/healthz`), {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      process: proc,
+      logPath,
+    });
+  } catch (error) {
+    await proc.stop();
+    throw error;
+  }
+  return proc;
+}
+
+/** Its serving cert is self-signed at start; only liveness is asked, nothing is sent. */
+function healthz(url: string): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { rejectUnauthorized: false, timeout: 5_000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
 }

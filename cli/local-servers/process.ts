@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, type WriteStream } from 'node:fs';
+import { createWriteStream, existsSync, type WriteStream } from 'node:fs';
+import { join } from 'node:path';
+import { recordServer } from './instance.js';
 
 export interface ManagedProcess {
   readonly name: string;
@@ -9,19 +11,65 @@ export interface ManagedProcess {
   stop(timeoutMs?: number): Promise<void>;
 }
 
+export interface SpawnServerOptions {
+  /** Write `<pidDir>/<name>.pid` while it runs (reapServers in instance.ts reads it). */
+  pidDir?: string;
+}
+
+let setprivPath: string | null | undefined;
+
+/** util-linux's setpriv (Essential on Debian), when this is Linux and it is installed. */
+function setpriv(): string | undefined {
+  if (setprivPath === undefined) {
+    const dirs = [...(process.env.PATH ?? '').split(':').filter(Boolean), '/usr/bin', '/bin'];
+    setprivPath =
+      process.platform === 'linux'
+        ? (dirs.map((d) => join(d, 'setpriv')).find((p) => existsSync(p)) ?? null)
+        : null;
+  }
+  return setprivPath ?? undefined;
+}
+
 /**
  * Spawns a long-running server process with its output in a log file, in
  * its own process group, so stop() can end it and everything it started.
+ *
+ * Its own group keeps a terminal's Ctrl-C from reaching it before we stop
+ * things in order, but also means nothing ends it when we die uncleanly. So
+ * on Linux it starts under `setpriv --pdeathsig KILL`, which execs it with
+ * PR_SET_PDEATHSIG: the kernel kills it when this process dies, SIGKILL of
+ * node included. setpriv execs, so the pid is the server's own.
  */
-export function spawnServer(name: string, command: string, args: string[], logPath: string): ManagedProcess {
+export function spawnServer(
+  name: string,
+  command: string,
+  args: string[],
+  logPath: string,
+  opts: SpawnServerOptions = {},
+): ManagedProcess {
   const log: WriteStream = createWriteStream(logPath, { flags: 'a' });
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const wrapper = setpriv();
+  const child = wrapper
+    ? spawn(wrapper, ['--pdeathsig', 'KILL', '--', command, ...args], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      })
+    : spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   child.stdout?.pipe(log, { end: false });
   child.stderr?.pipe(log, { end: false });
+  const forget =
+    opts.pidDir && child.pid
+      ? recordServer(opts.pidDir, name, child.pid, [command, ...args])
+      : () => undefined;
   const exited = new Promise<number | null>((resolve) => {
     child.once('exit', (code) => {
-      log.end();
-      resolve(code);
+      forget();
+      // Resolved once the log is closed too: a caller may remove its directory next.
+      if (log.closed) resolve(code);
+      else {
+        log.once('close', () => resolve(code));
+        log.end();
+      }
     });
     child.once('error', () => resolve(null));
   });

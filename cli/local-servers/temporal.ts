@@ -26,6 +26,8 @@ export interface TemporalDevServerOptions {
   /** Keep state in dataDir/temporal.db across restarts. */
   persist?: boolean;
   namespace?: string;
+  /** Record the server's pid here (dev: reaped by the next start if we die). */
+  pidDir?: string;
 }
 
 function tcpReady(host: string, port: number): Promise<boolean> {
@@ -74,7 +76,7 @@ export async function startTemporalDevServer(opts: TemporalDevServerOptions): Pr
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES))
     args.push('--search-attribute', `${name}=${type}`);
   const logPath = join(opts.dataDir, 'temporal.log');
-  const proc = spawnServer('temporal', opts.cli, args, logPath);
+  const proc = spawnServer('temporal', opts.cli, args, logPath, { pidDir: opts.pidDir });
   await waitUntil('Temporal dev server', () => tcpReady(host, port), {
     timeoutMs: 60_000,
     process: proc,

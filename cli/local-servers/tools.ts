@@ -39,7 +39,7 @@ export async function ensureTemporalCli(env: NodeJS.ProcessEnv = process.env): P
   return script('install-temporal.sh', env);
 }
 
-/** Directory with kube-apiserver, etcd and kubectl: $KUBE_BIN_DIR, or built into the cache on first use. */
+/** Directory with kube-apiserver, kube-controller-manager, etcd and kubectl: $KUBE_BIN_DIR, or built into the cache on first use. */
 export async function ensureKubeBinaries(env: NodeJS.ProcessEnv = process.env): Promise<string> {
   if (env.KUBE_BIN_DIR && existsSync(join(env.KUBE_BIN_DIR, 'kube-apiserver'))) return env.KUBE_BIN_DIR;
   return script('build-kube.sh', env);

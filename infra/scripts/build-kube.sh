@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd and kubectl from the Go module proxy, once per
-# pinned version, into a cache outside the repository.
+# Builds kube-apiserver, kube-controller-manager, etcd and kubectl from the
+# Go module proxy, once per pinned version, into a cache outside the
+# repository.
 #
 # Why a wrapper module: k8s.io/kubernetes replaces every k8s.io/<staging>
 # module with ./staging/..., which `go install` refuses. A throwaway module
@@ -26,8 +27,13 @@ STAMP="$OUT/.complete"
 
 source "$(dirname "${BASH_SOURCE[0]}")/go-version.sh"
 
-built() {
+base_built() {
   [[ -f "$STAMP" && -x "$OUT/bin/kube-apiserver" && -x "$OUT/bin/etcd" && -x "$OUT/bin/kubectl" ]]
+}
+# kube-controller-manager came later: a cache built before it gets only that
+# binary added (minutes), never a rebuild of the others.
+built() {
+  base_built && [[ -x "$OUT/bin/kube-controller-manager" ]]
 }
 
 if built; then
@@ -58,12 +64,21 @@ if built; then
 fi
 
 # A half-finished build (no stamp) is thrown away, never used.
-rm -rf "$OUT"
+ONLY_KCM=0
+if base_built; then
+  ONLY_KCM=1
+else
+  rm -rf "$OUT"
+fi
 mkdir -p "$OUT/bin"
 WORK="$(mktemp -d "$CACHE_ROOT/kube-build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-echo "build-kube: building Kubernetes v$K8S_VERSION (kube-apiserver, kubectl, etcd); first run takes 5-15 minutes" >&2
+if ((ONLY_KCM)); then
+  echo "build-kube: adding kube-controller-manager v$K8S_VERSION to the cached build; takes a few minutes" >&2
+else
+  echo "build-kube: building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl, etcd); first run takes 5-20 minutes" >&2
+fi
 cd "$WORK"
 downloaded=1
 GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >dl.json 2>dl.err || downloaded=0
@@ -131,6 +146,7 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -143,8 +159,14 @@ GOFLAGS=-mod=mod go mod tidy >tidy.log 2>&1 || { cat tidy.log >&2; exit 1; }
 export CGO_ENABLED=0
 LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.}"
 LDFLAGS="${LDFLAGS%.*}"
-go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/kubectl" k8s.io/kubernetes/cmd/kubectl
-go build -trimpath -ldflags "-s -w" -o "$OUT/bin/etcd" ./etcd
-echo "k8s=v$K8S_VERSION etcd=$ETCD_VERSION" >"$STAMP"
+if ((ONLY_KCM == 0)); then
+  go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/kubectl" k8s.io/kubernetes/cmd/kubectl
+  go build -trimpath -ldflags "-s -w" -o "$OUT/bin/etcd" ./etcd
+  echo "k8s=v$K8S_VERSION etcd=$ETCD_VERSION" >"$STAMP"
+fi
+# Built under another name and renamed: a killed build never leaves a
+# half-written binary that built() would take for a finished one.
+go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/.kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
+mv "$OUT/bin/.kube-controller-manager.tmp" "$OUT/bin/kube-controller-manager"
 echo "$OUT/bin"

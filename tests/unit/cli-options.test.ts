@@ -10,7 +10,7 @@
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Option, type Command } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildCli } from '../../cli/main.js';
@@ -161,6 +161,13 @@ describe('every CLI option reaches the part that uses it', () => {
         Object.fromEntries(
           [...m].filter(([path]) => path.startsWith(`${r.command}.`) || path.startsWith('logger.')),
         );
+      if (r.flag === '--state-dir') {
+        // Under dev it names the whole instance; the providers' state is <dir>/state.
+        expect(devPlan.dev!.root).toBe(resolve(r.args[1]!));
+        expect(devPlan.worker!.stateDir).toBe(join(resolve(r.args[1]!), 'state'));
+        compared++;
+        continue;
+      }
       expect(own(devChanges), `dev ${r.args.join(' ')} vs ${r.command}`).toEqual(own(r.changed));
       compared++;
     }

@@ -109,7 +109,7 @@ describe('infra/scripts/build-kube.sh', () => {
     dirs.push(cache);
     const out = join(cache, 'kube', 'v0.0.2');
     mkdirSync(join(out, 'bin'), { recursive: true });
-    for (const b of ['kube-apiserver', 'etcd', 'kubectl'])
+    for (const b of ['kube-apiserver', 'kube-controller-manager', 'etcd', 'kubectl'])
       writeFileSync(join(out, 'bin', b), '#!/bin/sh\n', { mode: 0o755 });
     writeFileSync(join(out, '.complete'), 'k8s=v0.0.2\n');
     const result = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh')], {
@@ -119,13 +119,32 @@ describe('infra/scripts/build-kube.sh', () => {
     expect(result.status).toBe(0);
     expect(result.stdout.trim()).toBe(join(out, 'bin'));
   });
+
+  it('adds only kube-controller-manager to a stamped build from before it, keeping the other binaries', () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    const out = join(cache, 'kube', 'v0.0.3');
+    mkdirSync(join(out, 'bin'), { recursive: true });
+    for (const b of ['kube-apiserver', 'etcd', 'kubectl'])
+      writeFileSync(join(out, 'bin', b), '#!/bin/sh\n', { mode: 0o755 });
+    writeFileSync(join(out, '.complete'), 'k8s=v0.0.3\n');
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh')], {
+      encoding: 'utf8',
+      // GOPROXY=off: the addition fails at once; what matters is what it kept.
+      env: { ...process.env, EGRESS_PROXIES_CACHE: cache, K8S_VERSION: '0.0.3', GOPROXY: 'off', GOFLAGS: '' },
+    });
+    expect(result.stderr).toContain('build-kube: adding kube-controller-manager v0.0.3 to the cached build');
+    expect(result.status).not.toBe(0);
+    for (const b of ['kube-apiserver', 'etcd', 'kubectl']) expect(existsSync(join(out, 'bin', b))).toBe(true);
+    expect(existsSync(join(out, '.complete'))).toBe(true);
+  });
 });
 
 describe('infra/scripts/build-kube.sh, one build at a time', () => {
   /** Fake kube binaries and the stamp: what a finished build leaves. */
   const finishBuild = (out: string, version: string): void => {
     mkdirSync(join(out, 'bin'), { recursive: true });
-    for (const b of ['kube-apiserver', 'etcd', 'kubectl'])
+    for (const b of ['kube-apiserver', 'kube-controller-manager', 'etcd', 'kubectl'])
       writeFileSync(join(out, 'bin', b), '#!/bin/sh\n', { mode: 0o755 });
     writeFileSync(join(out, '.complete'), `k8s=v${version}\n`);
   };
