@@ -7,6 +7,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { parseDuration } from '../api/config.js';
+import { DEFAULT_RECONCILE_PERIOD_MS } from '../k8s-bridge/defaults.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
 
 export const commonConfigSchema = z.strictObject({
@@ -41,6 +42,8 @@ export const commonConfigSchema = z.strictObject({
    * size it to the Proxies a worker runs when memory allows.
    */
   maxCachedWorkflows: z.int().positive(),
+  /** The bridge's pass comparing Proxies with running workflows; at most 5 minutes by default. */
+  reconcilePeriodMs: z.int().positive(),
   timing: z.strictObject({
     provisioningPollMs: z.int().positive(),
     deletionPollMs: z.int().positive(),
@@ -70,6 +73,7 @@ export interface CommonFlags {
   providerCheckInterval?: string;
   metricsAddr?: string;
   maxCachedWorkflows?: string;
+  reconcilePeriod?: string;
 }
 
 export class ConfigError extends Error {
@@ -138,6 +142,7 @@ export function readCommonConfig(
       '--max-cached-workflows',
       DEFAULT_MAX_CACHED_WORKFLOWS,
     ),
+    reconcilePeriodMs: durationMs(flags.reconcilePeriod, '--reconcile-period', DEFAULT_RECONCILE_PERIOD_MS),
     timing,
   };
   const parsed = commonConfigSchema.safeParse(candidate);

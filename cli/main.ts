@@ -50,6 +50,12 @@ function commonOptions(cmd: Command): Command {
         '--max-cached-workflows <n>',
         'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 1000)',
       ),
+    )
+    .addOption(
+      new Option(
+        '--reconcile-period <duration>',
+        'bridge: how often every Proxy is checked for a running workflow (default 2m)',
+      ),
     );
 }
 

@@ -116,6 +116,7 @@ export async function startBridge(config: CommonConfig, kc: KubeConfig, logger: 
     taskQueue: config.taskQueue,
     logger,
     timing: config.timing,
+    reconcilePeriodMs: config.reconcilePeriodMs,
   });
   await bridge.start();
   return {

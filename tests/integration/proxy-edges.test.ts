@@ -384,7 +384,7 @@ describe('Proxy workflow edges', () => {
   });
 
   it('the bridge looks for such workflows again on its own period, and stops looking when stopped', async () => {
-    const periodic = cp.createBridge({ orphanedRunSweepMs: 200 });
+    const periodic = cp.createBridge({ reconcilePeriodMs: 200 });
     await periodic.start();
     try {
       expect(periodic.counters.orphanedRunSweeps).toBe(1);

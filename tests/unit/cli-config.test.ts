@@ -12,7 +12,10 @@ describe('common CLI configuration', () => {
       maxCachedWorkflows: DEFAULT_MAX_CACHED_WORKFLOWS,
       gc: { intervalMs: 600_000, minAgeMs: 600_000, dryRun: false },
       providerCheckIntervalMs: 60_000,
+      reconcilePeriodMs: 120_000,
     });
+    expect(config.reconcilePeriodMs).toBeLessThanOrEqual(5 * 60_000);
+    expect(readCommonConfig({}, { reconcilePeriod: '5s' }).reconcilePeriodMs).toBe(5_000);
     expect(config.timing.driftPollMs).toBe(120_000);
     expect(config.timing.deletionPollMs).toBe(config.timing.provisioningPollMs);
   });
@@ -41,6 +44,7 @@ describe('common CLI configuration', () => {
     [{ maxCachedWorkflows: '12x' }, '--max-cached-workflows'],
     [{ maxCachedWorkflows: '-5' }, '--max-cached-workflows'],
     [{ driftPoll: 'soon' }, '--drift-poll'],
+    [{ reconcilePeriod: 'often' }, '--reconcile-period'],
     [{ logLevel: 'loud' }, 'logLevel'],
     [{ installation: 'Not_A_Label' }, 'installation'],
   ])('rejects %o naming %s', (flags, named) => {
