@@ -221,6 +221,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
 
   async function reconcile(k: string): Promise<void> {
     const [namespace, name] = k.split('/') as [string, string];
+    log.debug({ proxy: k, attempt: queue.failures(k) + 1 }, 'reconciling');
     const proxy = proxies.get(name, namespace);
     if (!proxy) {
       // Gone from the cache: External proxies (no finalizer) and Managed ones
