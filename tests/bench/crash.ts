@@ -351,6 +351,27 @@ async function run(): Promise<number> {
     }
   })();
 
+  // -------------------------------------------------------------- warm-up
+  // Kills start once half the fleet is Ready, so leases are being granted
+  // (and the kills land on a working fleet, not on a start-up).
+  const readyCount = async () => {
+    const list = (await objects.listNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: NAMESPACE,
+      plural: PROXY_PLURAL,
+    })) as { items: Proxy[] };
+    return list.items.filter((p) => p.status?.phase === 'Ready').length;
+  };
+  const warmDeadline = Date.now() + 600_000;
+  for (let ready = 0; ready < N / 2;) {
+    if (Date.now() > warmDeadline)
+      throw new Error(`warm-up: only ${ready} of ${N} Proxies Ready after 10 min`);
+    await pace(2_000);
+    ready = await readyCount().catch(() => 0);
+  }
+  say(`warm-up done: ${await readyCount()} Ready; leases ${JSON.stringify(leaseOps)}`);
+
   // -------------------------------------------------------------- kills
   const kills: Record<Victim, number> = { worker: 0, bridge: 0, api: 0, temporal: 0, apiserver: 0 };
   const victims: Victim[] = ['worker', 'bridge', 'api', 'temporal', 'apiserver'];
