@@ -407,6 +407,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
   return {
     counters,
     async start() {
+      queue.resume();
       await secrets.start();
       await proxies.start();
       log.info({ proxies: proxies.list().length }, 'bridge started');

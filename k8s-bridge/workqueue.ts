@@ -41,6 +41,8 @@ export interface WorkQueue {
   idle(): Promise<void>;
   /** Stops taking work and drops scheduled retries; resolves when in-flight passes end. */
   shutDown(): Promise<void>;
+  /** Takes work again after shutDown (a bridge stopped and started in one process). */
+  resume(): void;
 }
 
 export function createWorkQueue(opts: WorkQueueOptions): WorkQueue {
@@ -145,6 +147,9 @@ export function createWorkQueue(opts: WorkQueueOptions): WorkQueue {
     idle() {
       if (processing.size === 0 && order.length === 0) return Promise.resolve();
       return new Promise((resolve) => idleWaiters.push(resolve));
+    },
+    resume() {
+      stopped = false;
     },
     async shutDown() {
       stopped = true;

@@ -191,5 +191,9 @@ describe('bridge work queue', () => {
     await vi.advanceTimersByTimeAsync(1_000);
     q.add('c');
     expect(c.calls).toHaveLength(1);
+    // Resumed (a bridge started again in the same process): it takes work again.
+    q.resume();
+    q.add('c');
+    expect(c.calls.map((x) => x.key)).toEqual(['a', 'c']);
   });
 });
