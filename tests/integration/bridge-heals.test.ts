@@ -23,7 +23,7 @@ import { getThroughConnect, startTarget } from '../helpers/net.js';
 
 const run = promisify(execFile);
 /** Short for the test; the default is 2 minutes (at most 5 by the issue). */
-const RECONCILE_PERIOD_MS = 3_000;
+const RECONCILE_PERIOD_MS = 5_000;
 
 describe('the bridge restarts a Proxy workflow that stopped', () => {
   let cp: ControlPlane;
@@ -93,13 +93,14 @@ describe('the bridge restarts a Proxy workflow that stopped', () => {
         const d = await cp.client.workflow.getHandle(workflowId).describe();
         return d.runId !== firstRun && d.status.name === 'RUNNING' ? d : undefined;
       },
-      { timeoutMs: RECONCILE_PERIOD_MS * 1.2 + 10_000 },
+      { timeoutMs: RECONCILE_PERIOD_MS * 1.2 + 15_000 },
     );
     // Started by a reconcile pass (not an event: nothing about the Proxy changed).
     expect(bridge.counters.orphanedRunSweeps).toBeGreaterThan(passesBefore);
     expect(bridge.counters.restartedRuns).toBeGreaterThanOrEqual(1);
-    // Within one period (+20 % jitter) plus the time the pass and the start take.
-    expect(Date.now() - terminatedAt).toBeLessThan(RECONCILE_PERIOD_MS * 1.2 + 5_000);
+    // Within one period (+20 % jitter) plus the time the pass (a visibility
+    // list) and the start take on a loaded machine.
+    expect(Date.now() - terminatedAt).toBeLessThan(RECONCILE_PERIOD_MS * 1.2 + 10_000);
     expect(second.runId).not.toBe(firstRun);
 
     // The new run adopts the instance: it finds it Running under the same provider ID.
