@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { parseDuration } from '../api/config.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../workflows/drift-sweep/types.js';
+import { DEFAULT_RECONCILE_PERIOD_MS } from '../k8s-bridge/defaults.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
 
 export const commonConfigSchema = z.strictObject({
@@ -42,6 +43,8 @@ export const commonConfigSchema = z.strictObject({
    * Proxy comes every few hours or on a signal.
    */
   maxCachedWorkflows: z.int().positive(),
+  /** The bridge's pass comparing Proxies with running workflows; at most 5 minutes by default. */
+  reconcilePeriodMs: z.int().positive(),
   /** The worker's timing for Proxy workflows, read by each run from its worker. */
   timing: z.strictObject({
     provisioningPollMs: z.int().positive(),
@@ -77,6 +80,7 @@ export interface CommonFlags {
   providerCheckInterval?: string;
   metricsAddr?: string;
   maxCachedWorkflows?: string;
+  reconcilePeriod?: string;
 }
 
 export class ConfigError extends Error {
@@ -150,6 +154,7 @@ export function readCommonConfig(
       '--max-cached-workflows',
       DEFAULT_MAX_CACHED_WORKFLOWS,
     ),
+    reconcilePeriodMs: durationMs(flags.reconcilePeriod, '--reconcile-period', DEFAULT_RECONCILE_PERIOD_MS),
     timing,
     driftSweepMs: durationMs(flags.driftSweep, '--drift-sweep', DRIFT_SWEEP_DEFAULTS.intervalMs),
   };

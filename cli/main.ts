@@ -89,9 +89,13 @@ function workerOptions(cmd: Command): Command {
     );
 }
 
-/** The bridge reads only the connection and task-queue options. */
 function bridgeOptions(cmd: Command): Command {
-  return cmd;
+  return cmd.addOption(
+    new Option(
+      '--reconcile-period <duration>',
+      'how often every Proxy is checked for a running workflow, and every run for its Proxy (default 2m)',
+    ),
+  );
 }
 
 /** The lease API and the health prober. */

@@ -52,13 +52,14 @@ const WORKER_KEYS = [
 /** The Kubernetes bridge: Proxy events to workflow starts and signals (timing is the worker's). */
 export type BridgeConfig = Pick<
   CommonConfig,
-  'temporalAddress' | 'temporalNamespace' | 'taskQueue' | 'kubeconfig'
+  'temporalAddress' | 'temporalNamespace' | 'taskQueue' | 'kubeconfig' | 'reconcilePeriodMs'
 >;
 const BRIDGE_KEYS = [
   'temporalAddress',
   'temporalNamespace',
   'kubeconfig',
   'taskQueue',
+  'reconcilePeriodMs',
 ] as const satisfies ReadonlyArray<keyof BridgeConfig>;
 
 /** The lease API and the health prober (which signals workflows by ID: no task queue). */

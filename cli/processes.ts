@@ -119,6 +119,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
     client,
     taskQueue: config.taskQueue,
     logger,
+    reconcilePeriodMs: config.reconcilePeriodMs,
   });
   await bridge.start();
   return {

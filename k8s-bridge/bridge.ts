@@ -16,6 +16,7 @@ import {
 } from '@kubernetes/client-node';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import {
   FINALIZER,
   GROUP,
@@ -38,6 +39,8 @@ import { desiredSpecOf, refOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { createProxyReader } from '../kube/proxy-reader.js';
+import { createWorkQueue } from './workqueue.js';
+import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 
 export interface BridgeOptions {
   kubeConfig: KubeConfig;
@@ -49,8 +52,21 @@ export interface BridgeOptions {
   concurrency?: number;
   /** Watch one namespace only (a namespace-restricted install); all namespaces when unset. */
   namespace?: string;
-  /** How often to look for running workflows whose Proxy is gone (default 10 min, ±20 % jitter). */
-  orphanedRunSweepMs?: number;
+  /**
+   * How often the bridge compares the Proxies in its cache with the running
+   * Proxy workflows (default 2 min, ±20 % jitter): a Proxy without a running
+   * workflow gets one again, a workflow whose Proxy is gone is told to delete.
+   * Also runs at start and after every watch outage.
+   */
+  reconcilePeriodMs?: number;
+  /** Most workflows restarted per second by one reconcile pass (default 10). */
+  restartsPerSecond?: number;
+  /** First retry delay of a failed key; doubles per consecutive failure (default 1 s). */
+  retryBaseMs?: number;
+  /** Cap on a key's retry delay (default 2 min). */
+  retryMaxMs?: number;
+  /** Where the queue's depth and retries are exported; none when unset. */
+  metrics?: Registry;
 }
 
 export interface Bridge {
@@ -66,9 +82,15 @@ export interface Bridge {
     finalizersAdded: number;
     /** Running workflows whose Proxy was gone, told to delete. */
     orphanedRuns: number;
-    /** Completed sweeps for such workflows. */
+    /** Completed reconcile passes (running workflows against the cache). */
     orphanedRunSweeps: number;
+    /** Proxies found without a running workflow and given one again. */
+    restartedRuns: number;
+    /** Failed key reconciles (each retried after its backoff). */
+    retries: number;
   };
+  /** Consecutive failures of a key (namespace/name); 0 after a success. */
+  failures(key: string): number;
 }
 
 const key = (namespace: string, name: string) => `${namespace}/${name}`;
@@ -85,19 +107,17 @@ export function createBridge(opts: BridgeOptions): Bridge {
     finalizersAdded: 0,
     orphanedRuns: 0,
     orphanedRunSweeps: 0,
+    restartedRuns: 0,
+    retries: 0,
   };
   const reader = createProxyReader(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
   const lastSent = new Map<string, string>();
+  /** When each key was last sent to Temporal (a reconcile pass skips what it sent since the pass began). */
+  const sentAt = new Map<string, number>();
   /** The last UID seen per key, to address the workflow after the object is gone. */
   const lastRef = new Map<string, ProxyRef>();
-  const queued = new Set<string>();
-  const inFlight = new Set<string>();
-  const again = new Set<string>();
-  const order: string[] = [];
-  let idleWaiters: Array<() => void> = [];
-
   const proxies = createProxyInformer({
     kubeConfig: opts.kubeConfig,
     logger: log,
@@ -112,7 +132,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     // timeouts, which would add history to every Proxy workflow each time.
     lastSent.clear();
     for (const p of proxies.list()) enqueue(key(p.metadata.namespace ?? 'default', p.metadata.name));
-    void endOrphanedRuns();
+    void reconcileRuns();
   });
 
   const secrets: ResilientInformer<V1Secret> = createResilientInformer<V1Secret>({
@@ -139,41 +159,36 @@ export function createBridge(opts: BridgeOptions): Bridge {
     return { labels: s.metadata?.labels ?? {}, data: s.data ?? {} };
   };
 
+  const metrics = opts.metrics ? bridgeMetrics(opts.metrics) : undefined;
+  const queue = createWorkQueue({
+    concurrency,
+    baseDelayMs: opts.retryBaseMs ?? 1_000,
+    maxDelayMs: opts.retryMaxMs ?? 2 * 60_000,
+    process: (k) => reconcile(k),
+    onFailure(k, error, failures, delayMs) {
+      counters.retries += 1;
+      metrics?.retries.inc();
+      log.warn(
+        {
+          proxy: k,
+          attempt: failures,
+          retryInMs: delayMs,
+          depth: queue.depth(),
+          waitingRetry: queue.waitingRetry(),
+          err: error instanceof Error ? error.message : String(error),
+        },
+        'reconcile failed; retrying after backoff',
+      );
+    },
+    onProcessed(_k, ok) {
+      metrics?.reconciles.inc({ result: ok ? 'ok' : 'error' });
+      metrics?.depth.set(queue.depth());
+      metrics?.waitingRetry.set(queue.waitingRetry());
+    },
+  });
   function enqueue(k: string): void {
-    if (inFlight.has(k)) {
-      again.add(k);
-      return;
-    }
-    if (queued.has(k)) return;
-    queued.add(k);
-    order.push(k);
-    pump();
-  }
-
-  function pump(): void {
-    while (inFlight.size < concurrency && order.length > 0) {
-      const k = order.shift()!;
-      queued.delete(k);
-      inFlight.add(k);
-      void reconcile(k)
-        .catch((error: unknown) => {
-          log.warn(
-            { proxy: k, err: error instanceof Error ? error.message : String(error) },
-            'reconcile failed; retrying',
-          );
-          setTimeout(() => enqueue(k), 2_000).unref();
-        })
-        .finally(() => {
-          inFlight.delete(k);
-          if (again.delete(k)) enqueue(k);
-          pump();
-          if (inFlight.size === 0 && order.length === 0) {
-            const waiters = idleWaiters;
-            idleWaiters = [];
-            for (const w of waiters) w();
-          }
-        });
-    }
+    queue.add(k);
+    metrics?.depth.set(queue.depth());
   }
 
   async function addFinalizer(proxy: Proxy): Promise<void> {
@@ -205,6 +220,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
 
   async function reconcile(k: string): Promise<void> {
     const [namespace, name] = k.split('/') as [string, string];
+    log.debug({ proxy: k, attempt: queue.failures(k) + 1 }, 'reconciling');
     const proxy = proxies.get(name, namespace);
     if (!proxy) {
       // Gone from the cache: External proxies (no finalizer) and Managed ones
@@ -212,6 +228,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       const ref = lastRef.get(k);
       lastRef.delete(k);
       lastSent.delete(k);
+      sentAt.delete(k);
       if (!ref) return;
       try {
         await opts.client.workflow
@@ -264,9 +281,21 @@ export function createBridge(opts: BridgeOptions): Bridge {
       log.debug({ proxy: k }, 'workflow already completed; not restarting');
     }
     lastSent.set(k, fingerprint);
+    sentAt.set(k, Date.now());
   }
 
   /**
+   * One reconcile pass over the running Proxy workflows, both ways.
+   *
+   * A Proxy in the cache with no running workflow (an operator terminated it,
+   * it failed on a bug, or a signalWithStart never reached Temporal) is
+   * queued again with what was sent forgotten, so its reconcile starts a new
+   * run with the current desired spec; that run adopts the instance by its
+   * deterministic name and UID mark. Restarts are spread at
+   * restartsPerSecond so a pass after an outage does not flood Temporal.
+   * A run is "missing" by the visibility store, which lags: a false positive
+   * costs one signal the workflow dedupes, never a second run (same ID).
+   *
    * Proxy workflows still running for a Proxy that no longer exists: it was
    * deleted while no bridge was watching (an External one, or a Managed one
    * whose finalizer was removed by hand), so no delete event will ever come.
@@ -274,13 +303,18 @@ export function createBridge(opts: BridgeOptions): Bridge {
    * missing from this bridge's cache is confirmed by a direct read first,
    * because another bridge may have started its workflow before this cache
    * saw it. Runs at start, after a watch outage and periodically, one
-   * sweep at a time (endOrphanedRuns).
+   * pass at a time (reconcileRuns).
    */
-  async function sweepOrphanedRuns(): Promise<void> {
+  async function reconcileRunsOnce(): Promise<void> {
     const scope = opts.namespace ? ` AND ${ProxyNamespaceKey.name} = '${opts.namespace}'` : '';
     const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
     let failures = 0;
+    const runningIds = new Set<string>();
+    // Proxies in the cache before the list: one created during it may not be listed yet.
+    const cached = proxies.list();
+    const passStartedAt = Date.now();
     for await (const run of opts.client.workflow.list({ query })) {
+      runningIds.add(run.workflowId);
       const ref = parseProxyWorkflowId(run.workflowId);
       if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
       // One run that cannot be checked or told must not stop the others.
@@ -304,20 +338,51 @@ export function createBridge(opts: BridgeOptions): Bridge {
         );
       }
     }
+    let missing = 0;
+    const spacingMs = 1_000 / (opts.restartsPerSecond ?? 10);
+    for (const p of cached) {
+      const ref = refOf(p);
+      if (runningIds.has(proxyWorkflowId(ref))) continue;
+      const k = key(ref.namespace, ref.name);
+      // Still the same object, and not already being retried after a failure
+      // (its retry sends again anyway; an earlier add would cut its backoff).
+      if (proxies.get(ref.name, ref.namespace)?.metadata.uid !== ref.uid) continue;
+      if (queue.failures(k) > 0 || (sentAt.get(k) ?? 0) >= passStartedAt) continue;
+      lastSent.delete(k);
+      queue.addAfter(k, missing * spacingMs);
+      missing += 1;
+    }
+    if (missing > 0) {
+      counters.restartedRuns += missing;
+      metrics?.restarts.inc(missing);
+    }
     counters.orphanedRunSweeps += 1;
-    if (failures > 0) log.warn({ failures }, 'orphaned-run sweep finished with failures');
+    metrics?.passes.inc();
+    log.info(
+      {
+        proxies: cached.length,
+        runningWorkflows: runningIds.size,
+        withoutRun: missing,
+        depth: queue.depth(),
+        waitingRetry: queue.waitingRetry(),
+      },
+      'reconciled Proxies with running workflows',
+    );
+    if (missing > 0)
+      log.warn({ proxies: missing }, 'Proxies without a running workflow; starting them again');
+    if (failures > 0) log.warn({ failures }, 'reconcile pass: some runs could not be checked');
   }
 
-  // One sweep at a time: a reconnect during the start-up sweep joins it.
+  // One pass at a time: a reconnect during the start-up pass joins it.
   let sweeping: Promise<void> | undefined;
   let sweepTimer: NodeJS.Timeout | undefined;
   let running = false;
-  function endOrphanedRuns(): Promise<void> {
-    sweeping ??= sweepOrphanedRuns()
+  function reconcileRuns(): Promise<void> {
+    sweeping ??= reconcileRunsOnce()
       .catch((error: unknown) => {
         log.warn(
           { err: error instanceof Error ? error.message : String(error) },
-          'could not list workflows to look for deleted Proxies; next sweep tries again',
+          'could not list the running Proxy workflows; the next pass tries again',
         );
       })
       .finally(() => {
@@ -327,10 +392,10 @@ export function createBridge(opts: BridgeOptions): Bridge {
   }
   function scheduleSweep(): void {
     if (!running) return;
-    const base = opts.orphanedRunSweepMs ?? 10 * 60_000;
+    const base = opts.reconcilePeriodMs ?? DEFAULT_RECONCILE_PERIOD_MS;
     sweepTimer = setTimeout(
       () => {
-        void endOrphanedRuns().finally(scheduleSweep);
+        void reconcileRuns().finally(scheduleSweep);
       },
       base * (0.8 + Math.random() * 0.4),
     );
@@ -340,11 +405,12 @@ export function createBridge(opts: BridgeOptions): Bridge {
   return {
     counters,
     async start() {
+      queue.resume();
       await secrets.start();
       await proxies.start();
       log.info({ proxies: proxies.list().length }, 'bridge started');
       running = true;
-      await endOrphanedRuns();
+      await reconcileRuns();
       scheduleSweep();
     },
     async stop() {
@@ -353,10 +419,45 @@ export function createBridge(opts: BridgeOptions): Bridge {
       await sweeping;
       await proxies.stop();
       await secrets.stop();
+      await queue.shutDown();
     },
-    idle() {
-      if (inFlight.size === 0 && order.length === 0) return Promise.resolve();
-      return new Promise((resolve) => idleWaiters.push(resolve));
-    },
+    idle: () => queue.idle(),
+    failures: (k) => queue.failures(k),
+  };
+}
+
+function bridgeMetrics(registry: Registry) {
+  return {
+    depth: new Gauge({
+      name: 'egress_bridge_workqueue_depth',
+      help: 'Proxy keys waiting in the bridge work queue',
+      registers: [registry],
+    }),
+    waitingRetry: new Gauge({
+      name: 'egress_bridge_workqueue_waiting_retry',
+      help: 'Proxy keys waiting for their backoff delay after a failed reconcile',
+      registers: [registry],
+    }),
+    retries: new Counter({
+      name: 'egress_bridge_workqueue_retries_total',
+      help: 'Failed reconciles of a Proxy key, each retried after an exponential per-key delay',
+      registers: [registry],
+    }),
+    reconciles: new Counter({
+      name: 'egress_bridge_reconciles_total',
+      help: 'Reconciles of a Proxy key by result',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    passes: new Counter({
+      name: 'egress_bridge_reconcile_passes_total',
+      help: 'Passes comparing cached Proxies with running Proxy workflows',
+      registers: [registry],
+    }),
+    restarts: new Counter({
+      name: 'egress_bridge_workflows_restarted_total',
+      help: 'Proxy workflows started again because a Proxy had no running workflow',
+      registers: [registry],
+    }),
   };
 }

@@ -298,6 +298,7 @@ export function describeProviderConformance(name: string, factory: () => Promise
         try {
           const controller = new AbortController();
           const pending = rejectionOf(provider.get(id, controller.signal));
+          // The abort comes while the call is stalled (a trigger, not a wait: the assertion is on the outcome).
           await new Promise((r) => setTimeout(r, 50));
           controller.abort();
           const err = await pending;

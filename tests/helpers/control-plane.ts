@@ -45,7 +45,7 @@ export interface ControlPlane {
   logger: Logger;
   bridge: Bridge;
   /** Another bridge on this plane (a restart or a second replica), not started; same options as `bridge`. */
-  createBridge(extra?: Pick<BridgeOptions, 'orphanedRunSweepMs'>): Bridge;
+  createBridge(extra?: Pick<BridgeOptions, 'reconcilePeriodMs'>): Bridge;
   worker: Worker;
   /** The instances a provider lists (listByTag) carrying this Proxy UID's mark. */
   instancesOf(uid: string, provider?: string): Promise<Instance[]>;

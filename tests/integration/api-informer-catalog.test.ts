@@ -225,8 +225,11 @@ describe('informer proxy catalog on a real apiserver', () => {
       endpoint: { host: 'late.example.net', port: 3128 },
       attributes: { suite: namespace },
     });
-    // Let at least one retry fail against the closed port first.
-    await new Promise((r) => setTimeout(r, 400));
+    // Let at least one retry fail against the closed port first (a second restart warning).
+    await waitFor(
+      'a retry failed while cut off',
+      () => logs.lines.filter((l) => l.msg === 'watch stopped; restarting').length > warningsBefore + 1,
+    );
     expect(mine().some((p) => p.id.endsWith('/late'))).toBe(false);
     expect(catalog.synced()).toBe(true);
     expect((await call('GET', `/v1/proxies?attr.suite=${namespace}`)).body.count).toBe(1);
@@ -235,7 +238,18 @@ describe('informer proxy catalog on a real apiserver', () => {
     await waitFor('the informer to catch up', () => mine().find((p) => p.id.endsWith('/late')), 20_000);
     // One outage, one reconnect notice, however many retries failed.
     await waitFor('the reconnect notice', () => reconnects > 0 || undefined, 20_000);
-    await new Promise((r) => setTimeout(r, 300));
+    // A later change delivered through the restored watch: any further notice
+    // for this outage would have come before it.
+    await createProxy(objects, namespace, 'after-notice', {
+      mode: 'External',
+      endpoint: { host: 'after.example.net', port: 3128 },
+      attributes: { suite: namespace },
+    });
+    await waitFor(
+      'a change after the notice',
+      () => mine().find((p) => p.id.endsWith('/after-notice')),
+      20_000,
+    );
     expect(reconnects).toBe(1);
     unsubscribe();
     const restarts = logs.lines.filter((l) => l.msg === 'watch stopped; restarting').slice(warningsBefore);
@@ -250,13 +264,15 @@ describe('informer proxy catalog on a real apiserver', () => {
 
   it('resolves start() only once a listing has loaded, and rejects it when stopped first', async () => {
     await relay.cut();
+    const warnings = () => logs.lines.filter((l) => l.msg === 'watch stopped; restarting').length;
+    const warningsBeforeLate = warnings();
     const late = createProxyInformer({ kubeConfig: relayed, logger: logs.logger, initialBackoffMs: 100 });
     let started = false;
     const starting = late.start().then(() => {
       started = true;
     });
     // Several list attempts fail against the closed port meanwhile.
-    await new Promise((r) => setTimeout(r, 700));
+    await waitFor('three failed list attempts', () => warnings() >= warningsBeforeLate + 3);
     expect(started).toBe(false);
     expect(late.synced()).toBe(false);
     await relay.open();
@@ -276,8 +292,9 @@ describe('informer proxy catalog on a real apiserver', () => {
       logger: logs.logger,
       initialBackoffMs: 100,
     });
+    const warningsBeforeAbandoned = warnings();
     const pending = abandoned.start();
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor('a failed list attempt', () => warnings() > warningsBeforeAbandoned);
     await abandoned.stop();
     await expect(pending).rejects.toThrow(/stopped before it synced/);
     await relay.open();

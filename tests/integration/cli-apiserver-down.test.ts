@@ -87,7 +87,14 @@ describe('bridge and api started while the apiserver is unreachable', () => {
         { timeoutMs: 30_000, intervalMs: 100 },
       );
     }
-    await new Promise((r) => setTimeout(r, 1_500));
+    // Two retries more: each process went on past its failed listings.
+    for (const c of [bridge, api]) {
+      await eventually(
+        `${c.name} to keep retrying`,
+        () => Promise.resolve((c.output.match(/watch stopped; restarting/g) ?? []).length >= 4 || undefined),
+        { timeoutMs: 30_000, intervalMs: 100 },
+      );
+    }
     expect(bridge.exit, bridge.output).toBeUndefined();
     expect(api.exit, api.output).toBeUndefined();
 

@@ -18,6 +18,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/schedules.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
+import { portInUse } from '../../cli/local-servers/ports.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
@@ -243,7 +244,9 @@ describe('orphan GC schedules across a Temporal server restart', () => {
     const oldAddress = temporal!.address;
     await temporal!.stop();
     const stoppedAt = new Date();
-    await new Promise((r) => setTimeout(r, 1_000));
+    // The same port for the restart, once it can be bound again.
+    const port = Number(oldAddress.split(':')[1]);
+    await eventually(`port ${port} free`, async () => ((await portInUse(port)) ? undefined : true));
     const server = await startTemporal();
     // Same port, so the client and the worker reconnect to the same address.
     expect(server.address).toBe(oldAddress);

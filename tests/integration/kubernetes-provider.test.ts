@@ -188,6 +188,7 @@ function kubeletLoop(core: CoreV1Api, namespace: string): { stop(): Promise<void
       } catch {
         // The next round retries.
       }
+      // A polling kubelet stand-in (its next look), not a wait for an outcome.
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
@@ -479,8 +480,10 @@ describe('kubernetes provider: pods in a real apiserver', () => {
     expect((await provider.listByTag(live())).find((i) => i.id === id)?.uid).toBe(other);
 
     // The same pod made again outside the provider: creationTimestamp has
-    // one-second resolution, so wait past the first one's second.
-    await new Promise((r) => setTimeout(r, 1_100));
+    // one-second resolution, so wait until the clock is past the first one's second.
+    await eventually("the clock past the first pod's second", () =>
+      Promise.resolve(Date.now() >= first.createdAt!.getTime() + 1_000 || undefined),
+    );
     await core.deleteNamespacedPod({ namespace, name: req.name });
     await core.createNamespacedPod({ namespace, body: buildPod(req, provider.config) });
     const again = await provider.get(id, live());

@@ -24,6 +24,7 @@ import { instanceRecordPath, type LocalInstanceRecord } from '../../providers/lo
 import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);
 const live = () => new AbortController().signal;
@@ -217,13 +218,15 @@ function viaAbsoluteForm(proxyHost: string, proxyPort: number): Promise<{ status
   });
 }
 
-async function waitRunning(provider: LocalProvider, id: string) {
-  for (let i = 0; i < 100; i++) {
-    const got = await provider.get(id, live());
-    if (got.state === 'Running') return got;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`${id} not Running`);
+function waitRunning(provider: LocalProvider, id: string) {
+  return eventually(
+    `${id} Running`,
+    async () => {
+      const got = await provider.get(id, live());
+      return got.state === 'Running' ? got : undefined;
+    },
+    { timeoutMs: 5_000, intervalMs: 50 },
+  );
 }
 
 describe('local provider: real forwarding and restarts', () => {

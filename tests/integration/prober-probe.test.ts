@@ -197,6 +197,7 @@ describe('probe through a proxy', () => {
         timeoutMs: 60_000,
         signal: controller.signal,
       });
+      // The caller gives up mid-probe (a trigger, not a wait: the assertion is on the outcome).
       setTimeout(() => controller.abort(), 50);
       expect(await pending).toMatchObject({ ok: false, reason: 'Aborted' });
     } finally {

@@ -142,8 +142,18 @@ describe('several bridges at once', () => {
       expect(d.runId).toBe(runIds.get(name));
       expect(await activities(name, uid(name), 'removeProxyFinalizer')).toBe(1);
     }
-    // Late events from the other bridges do not start a new run.
-    await new Promise((r) => setTimeout(r, 1_000));
+    // Late events from the other bridges do not start a new run. A marker
+    // created after the deletions is seen by every bridge after every
+    // deletion event (a watch delivers in order): once each has passed it on,
+    // each has handled the late events too.
+    const sentBefore = bridges().map((b) => b.counters.signalWithStart);
+    await createProxy(cp.api, cp.namespace, 'multi-marker', {
+      mode: 'External',
+      endpoint: { host: 'marker.example.net', port: 3128 },
+    });
+    await eventually('every bridge passed the marker on', () =>
+      Promise.resolve(bridges().every((b, i) => b.counters.signalWithStart > sentBefore[i]!) || undefined),
+    );
     await allIdle();
     for (const name of names) {
       const d = await cp.client.workflow

@@ -309,7 +309,7 @@ describe('Proxy workflow edges', () => {
       stringData: { userdata: '#cloud-config\nkeep: me\n' },
     };
     await core.createNamespacedSecret({ namespace: cp.namespace, body: secret });
-    await createProxy(cp.api, cp.namespace, 'keep', {
+    const keep = await createProxy(cp.api, cp.namespace, 'keep', {
       mode: 'Managed',
       provider: 'local',
       port: 18186,
@@ -324,8 +324,19 @@ describe('Proxy workflow edges', () => {
       (x) => condition(x, 'CloudInitError')?.status === 'True',
     );
     expect(condition(flagged, 'CloudInitError')?.message).toContain('ci-keep');
-    // Several drift polls (1 s here) later the same instance still runs and still forwards.
-    await new Promise((r) => setTimeout(r, 3_000));
+    // Several drift polls (1 s here) later, counted in the run's history, the
+    // same instance still runs and still forwards.
+    const handle = cp.client.workflow.getHandle(
+      proxyWorkflowId({ namespace: cp.namespace, name: 'keep', uid: keep.metadata.uid! }),
+    );
+    const polls = async () =>
+      ((await handle.fetchHistory()).events ?? []).filter(
+        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'getInstance',
+      ).length;
+    const pollsAtFlag = await polls();
+    await eventually('three more drift polls', async () =>
+      (await polls()) >= pollsAtFlag + 3 ? true : undefined,
+    );
     const kept = await getProxy(cp.api, cp.namespace, 'keep');
     expect(provisioned(kept)).toBe(true);
     expect(kept.status?.providerID).toBe(running.status?.providerID);
@@ -384,7 +395,7 @@ describe('Proxy workflow edges', () => {
   });
 
   it('the bridge looks for such workflows again on its own period, and stops looking when stopped', async () => {
-    const periodic = cp.createBridge({ orphanedRunSweepMs: 200 });
+    const periodic = cp.createBridge({ reconcilePeriodMs: 200 });
     await periodic.start();
     try {
       expect(periodic.counters.orphanedRunSweeps).toBe(1);
@@ -395,7 +406,17 @@ describe('Proxy workflow edges', () => {
       await periodic.stop();
     }
     const stoppedAt = periodic.counters.orphanedRunSweeps;
-    await new Promise((r) => setTimeout(r, 600));
+    // A witness on the same period: once it has swept three more times, the
+    // stopped bridge would have swept at least twice had it kept going.
+    const witness = cp.createBridge({ reconcilePeriodMs: 200 });
+    await witness.start();
+    try {
+      await eventually('three witness sweeps', () =>
+        Promise.resolve(witness.counters.orphanedRunSweeps >= 4 || undefined),
+      );
+    } finally {
+      await witness.stop();
+    }
     expect(periodic.counters.orphanedRunSweeps).toBe(stoppedAt);
   });
 

@@ -137,11 +137,12 @@ describe('Proxy lifecycle with the local provider', () => {
     const first = await counts();
     expect(first.writes).toBeGreaterThan(0);
 
-    await new Promise((r) => setTimeout(r, 4_000));
-
-    // The workflow really polled the provider meanwhile (several drift polls)...
-    const later = await counts();
-    expect(later.gets - first.gets).toBeGreaterThanOrEqual(3);
+    // Wait for three more drift polls in the history (not for a time): a
+    // status write, had there been one, would be recorded before them.
+    const later = await eventually('three more drift polls', async () => {
+      const c = await counts();
+      return c.gets - first.gets >= 3 ? c : undefined;
+    });
     // (nextPollAt is unset while a poll runs; the next wait sets it again, later than before.)
     const after = await eventually('the next drift poll scheduled', async () => {
       const v = await handle.query(stateQuery);

@@ -25,6 +25,7 @@ import { createProxyWorker } from '../../cli/worker.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
+import { portInUse } from '../../cli/local-servers/ports.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, getProxy, isProvisioned, proxyCondition, waitForProxy } from '../helpers/kube.js';
@@ -126,6 +127,12 @@ describe('restarts of the apiserver and the Temporal server', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** Resolves once the port can be bound again, so a restart gets the same port. */
+  const portFree = (port: number) =>
+    eventually(`port ${port} free`, async () => ((await portInUse(port)) ? undefined : true), {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    });
   const waitFor = (name: string, what: string, test: (p: Proxy) => boolean) =>
     waitForProxy(api, ns, name, what, test, { timeoutMs: 60_000, intervalMs: 250 });
   const provisioned = isProvisioned;
@@ -140,7 +147,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
 
     // The apiserver goes away and comes back on the same port with the same etcd.
     await kube.stop();
-    await new Promise((r) => setTimeout(r, 1_000));
+    await portFree(kubePort);
     await startKube();
     await api.patchNamespacedCustomObject({
       group: GROUP,
@@ -160,7 +167,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
 
     // The Temporal server goes away and comes back with its database.
     await temporal.stop();
-    await new Promise((r) => setTimeout(r, 1_000));
+    await portFree(temporalPort);
     await startTemporal();
     await api.deleteNamespacedCustomObject({
       group: GROUP,
@@ -191,7 +198,6 @@ describe('restarts of the apiserver and the Temporal server', () => {
 
   // ---- Restarts inside an operation ----
 
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   const handleOf = (name: string, uid: string) =>
     client.workflow.getHandle(proxyWorkflowId({ namespace: ns, name, uid }));
   /** Every instance carrying this UID mark, on either provider. */
@@ -243,7 +249,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
       await whileDown();
     } finally {
       await stopped;
-      await sleep(1_000);
+      await portFree(port);
       await start();
     }
   };
@@ -382,8 +388,11 @@ describe('restarts of the apiserver and the Temporal server', () => {
 
     await restartTemporal(async () => {
       await remove('delete-while-down');
-      // Nobody can act on it yet: the finalizer holds the Proxy, the instance is still there.
-      await sleep(2_000);
+      // Nobody can act on it yet: the bridge has seen the deletion and failed
+      // to pass it on (Temporal is down), and the finalizer holds the Proxy.
+      await eventually('the bridge failed to signal the deletion', () =>
+        Promise.resolve(bridge.failures(`${ns}/delete-while-down`) > 0 || undefined),
+      );
       const held = await getProxy(api, ns, 'delete-while-down');
       expect(held.metadata.deletionTimestamp).toBeDefined();
       expect(await instancesOf(uid)).toHaveLength(1);

@@ -12,10 +12,13 @@ describe('common CLI configuration', () => {
       maxCachedWorkflows: DEFAULT_MAX_CACHED_WORKFLOWS,
       gc: { intervalMs: 600_000, minAgeMs: 600_000, dryRun: false },
       providerCheckIntervalMs: 60_000,
+      reconcilePeriodMs: 120_000,
     });
     expect(config.timing.driftPollMs).toBe(600_000);
     expect(config.timing.safetyPollMs).toBe(6 * 3_600_000);
     expect(config.driftSweepMs).toBe(120_000);
+    expect(config.reconcilePeriodMs).toBeLessThanOrEqual(5 * 60_000);
+    expect(readCommonConfig({}, { reconcilePeriod: '5s' }).reconcilePeriodMs).toBe(5_000);
     expect(config.timing.deletionPollMs).toBe(config.timing.provisioningPollMs);
   });
 
@@ -48,6 +51,7 @@ describe('common CLI configuration', () => {
     [{ driftPoll: 'soon' }, '--drift-poll'],
     [{ safetyPoll: '0' }, 'timing.safetyPollMs'],
     [{ driftSweep: 'often' }, '--drift-sweep'],
+    [{ reconcilePeriod: 'often' }, '--reconcile-period'],
     [{ logLevel: 'loud' }, 'logLevel'],
     [{ installation: 'Not_A_Label' }, 'installation'],
   ])('rejects %o naming %s', (flags, named) => {

@@ -15,6 +15,9 @@ import { createStaticProbeTargets, type ProbeTarget } from '../../api/prober/tar
 import type { HealthReport } from '../../workflows/proxy/types.js';
 import { ManualClock } from '../helpers/prober-fixtures.js';
 
+/** Timers the event loop still holds. */
+const pendingTimers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
 const INTERVAL_MS = 10_000;
 
 function target(over: Partial<ProbeTarget> = {}): ProbeTarget {
@@ -119,6 +122,7 @@ describe('prober loop', () => {
     const onUncaught = (error: unknown) => uncaught.push(error);
     process.on('uncaughtException', onUncaught);
     try {
+      const timersBefore = pendingTimers();
       // The real probe: it must fail before any socket exists, without throwing.
       const { signals, probes, prober, runUntil } = await start({ target: target({ port: 70_000 }) });
       await runUntil(3 * INTERVAL_MS);
@@ -132,8 +136,9 @@ describe('prober loop', () => {
       expect(signals).toHaveLength(1);
       expect(signals[0]).toMatchObject({ healthy: false, reason: 'ConnectFailed' });
       expect(signals[0]!.message).toContain('ERR_SOCKET_BAD_PORT');
-      // Past the probe's own timeout (1 s of real time): no timer fires into a missing socket.
-      await new Promise((r) => setTimeout(r, 1_200));
+      // No probe timeout timer left behind to fire into a missing socket
+      // (the prober runs on the manual clock; only probes use real timers).
+      expect(pendingTimers()).toBeLessThanOrEqual(timersBefore);
       expect(uncaught).toEqual([]);
     } finally {
       process.off('uncaughtException', onUncaught);

@@ -19,6 +19,9 @@ import { createStaticProbeTargets } from '../../api/prober/targets.js';
 import type { HealthReport } from '../../workflows/proxy/types.js';
 import { ManualClock } from '../helpers/prober-fixtures.js';
 
+/** Timers the event loop still holds (a timer left behind would fire into a missing socket). */
+const pendingTimers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
 describe('probe: connect throws synchronously', () => {
   const uncaught: unknown[] = [];
   const record = (error: unknown) => uncaught.push(error);
@@ -35,6 +38,7 @@ describe('probe: connect throws synchronously', () => {
     async (port) => {
       const controller = new AbortController();
       const timeoutMs = 50;
+      const timersBefore = pendingTimers();
       const result = await probeThroughProxy({
         proxyHost: '127.0.0.1',
         proxyPort: port,
@@ -46,7 +50,8 @@ describe('probe: connect throws synchronously', () => {
       expect(result).toMatchObject({ ok: false, reason: 'ConnectFailed' });
       expect(result.message).toContain('ERR_SOCKET_BAD_PORT');
       controller.abort();
-      await new Promise((r) => setTimeout(r, timeoutMs * 3));
+      // Nothing left to fire later: the probe's timeout timer is gone with it.
+      expect(pendingTimers()).toBeLessThanOrEqual(timersBefore);
       expect(uncaught).toEqual([]);
     },
   );

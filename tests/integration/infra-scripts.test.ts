@@ -1,6 +1,8 @@
 /**
  * The set-up scripts' bad-input behaviour: a missing tool is one line saying
  * what and how to get it; a half-finished build is detected and never used.
+ * In the integration project: it needs Go and flock on the host, which
+ * `make test` installs; unit tests need nothing beyond Node.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
