@@ -9,12 +9,13 @@ cd "$(dirname "$0")/../.."
 bash infra/scripts/check-prereqs.sh
 [[ -f node_modules/.package-lock.json ]] || npm ci --no-audit --no-fund
 
-# First run: the temporal CLI (seconds), Debian's squid (seconds) and
+# First run: the temporal CLI (seconds), Debian's squid and redis-server (seconds) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores) into the cache;
 # later runs reuse them.
 start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
+bash infra/scripts/install-redis.sh >/dev/null
 bash infra/scripts/build-kube.sh >/dev/null
 echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"
 
