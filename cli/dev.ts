@@ -9,7 +9,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import { readApiConfig } from '../api/index.js';
+import { readApiConfig, type ApiFlags } from '../api/index.js';
 import type { CommonConfig } from './config.js';
 import { loadKubeConfig } from './kube.js';
 import { installCrds } from './local-servers/install-crds.js';
@@ -24,6 +24,8 @@ export interface DevFlags {
   /** Use this Temporal server instead of starting a dev server. */
   temporalAddress?: string;
   apiAddr: string;
+  /** The `api` flags given to `dev` that it passes on (the lease store ones). */
+  apiFlags?: ApiFlags;
 }
 
 export async function runDev(
@@ -92,12 +94,14 @@ export async function runDev(
     const bridge = await startBridge(devConfig, kc, logger);
     stops.push(() => bridge.stop());
     parts.push(bridge);
+    // With --metrics-addr the worker serves the shared registry there, so the api does not.
     const api = await startApi(
-      readApiConfig(env, { discoveryAddr: flags.apiAddr }),
-      devConfig,
+      readApiConfig(env, { ...flags.apiFlags, discoveryAddr: flags.apiAddr }),
+      { ...devConfig, metricsAddr: undefined },
       kc,
       logger,
       metrics,
+      { metricsServedElsewhere: Boolean(devConfig.metricsAddr) },
     );
     stops.push(() => api.stop());
     parts.push(api);

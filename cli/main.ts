@@ -43,7 +43,10 @@ function commonOptions(cmd: Command): Command {
       new Option('--provider-check-interval <duration>', 'provider checks interval, 0 disables (default 1m)'),
     )
     .addOption(
-      new Option('--metrics-addr <host:port>', 'worker: serve /metrics here (provider-check gauges)'),
+      new Option(
+        '--metrics-addr <host:port>',
+        'worker and api: serve /metrics here (the api then no longer serves it on --discovery-addr)',
+      ),
     )
     .addOption(
       new Option(
@@ -62,7 +65,17 @@ function apiOptions(cmd: Command): Command {
       new Option('--discovery-token-file <path>', 'file with the bearer token (or env DISCOVERY_TOKEN)'),
     )
     .addOption(new Option('--lease-cooldown <duration>', 'cooldown after rate_limited/banned (default 15m)'))
-    .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'));
+    .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'))
+    .addOption(
+      new Option(
+        '--lease-store <memory|url>',
+        'where leases and cooldowns live: memory (one replica) or redis://host:port / rediss:// (shared by replicas; default memory)',
+      ),
+    )
+    .addOption(
+      new Option('--lease-store-password-file <path>', 'file with the Redis password (a mounted Secret)'),
+    )
+    .addOption(new Option('--lease-store-ca-file <path>', 'PEM CA bundle for a rediss:// Redis'));
 }
 
 async function runUntilSignal(parts: Running[]): Promise<void> {
@@ -90,13 +103,18 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     .description(
       'run the whole control plane locally: Temporal dev server, kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
     )
-    .action(async (flags: CommonFlags & { discoveryAddr?: string }) => {
+    .action(async (flags: CommonFlags & ApiFlags) => {
       const config = readCommonConfig(env, flags);
       const logger = createLogger(config.logLevel);
       await runDev(
         config,
         {
           apiAddr: flags.discoveryAddr ?? '127.0.0.1:8090',
+          apiFlags: {
+            leaseStore: flags.leaseStore,
+            leaseStorePasswordFile: flags.leaseStorePasswordFile,
+            leaseStoreCaFile: flags.leaseStoreCaFile,
+          },
           ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
           ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
         },
