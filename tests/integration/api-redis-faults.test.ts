@@ -1,0 +1,111 @@
+/**
+ * The lease API on the Redis store when Redis fails: unreachable, every
+ * lease call answers 503 `unavailable` (never a 500, never a grant), and the
+ * API serves again once Redis is back; restarted empty, the API keeps
+ * working and says in its log that lease state was lost.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { eventually } from '../helpers/temporal.js';
+import { proxy, sample, startTestApi, type TestApi } from './api-helpers.js';
+
+describe('Redis lease store faults', () => {
+  let redis: RunningRedis;
+  const open: TestApi[] = [];
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((a) => a.close()));
+  });
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  async function start(): Promise<TestApi> {
+    const api = await startTestApi({
+      store: 'redis',
+      redisUrl: redis.url,
+      proxies: [proxy({ name: 'p1', maxLeases: 1 })],
+    });
+    open.push(api);
+    return api;
+  }
+
+  it('answers 503 unavailable while Redis is down, grants nothing, and serves again once it is back', async () => {
+    const api = await start();
+    const held = await api.call('POST', '/v1/leases', { body: { target: 'a.com' } });
+    expect(held.status).toBe(201);
+    await redis.stop();
+
+    const down = {
+      error: 'unavailable',
+      message: 'the lease store is unreachable; retry shortly',
+    };
+    for (const [method, path, body] of [
+      ['POST', '/v1/leases', {}],
+      ['POST', `/v1/leases/${String(held.body.leaseID)}/report`, { result: 'banned' }],
+      ['DELETE', `/v1/leases/${String(held.body.leaseID)}`, undefined],
+      ['GET', '/v1/proxies', undefined],
+    ] as const) {
+      const r = await api.call(method, path, body === undefined ? {} : { body });
+      expect(r.status, `${method} ${path}`).toBe(503);
+      expect(r.body).toEqual(down);
+    }
+    // Metrics still answer: the active-lease gauge has no number while Redis is away.
+    const metrics = (await api.call('GET', '/metrics')).text;
+    expect(sample(metrics, 'proxy_operator_lease_requests_total{outcome="granted"}')).toBe(1);
+    expect(sample(metrics, 'proxy_operator_leases_active')).toBeNaN();
+    expect(api.logs.lines.some((l) => /Redis unreachable/.test(String(l.msg)))).toBe(true);
+    expect(api.logs.lines.filter((l) => l.level === 50 && l.msg === 'lease API handler failed')).toEqual([]);
+
+    // Back, but empty (no persistence): a fresh start, said so in the log.
+    await redis.restartEmpty();
+    const again = await eventually(
+      'acquire to work again',
+      async () => {
+        const r = await api.call('POST', '/v1/leases', { body: {} });
+        return r.status === 201 ? r : undefined;
+      },
+      { timeoutMs: 20_000, intervalMs: 100 },
+    );
+    expect(again.body.proxy).toMatchObject({ id: 'default/p1', activeLeases: 1 });
+    expect(api.logs.lines.some((l) => /lease state was lost/.test(String(l.msg)))).toBe(true);
+    // The lost lease is unknown now; the new one holds the only slot.
+    expect(
+      (await api.call('POST', `/v1/leases/${String(held.body.leaseID)}/report`, { body: { result: 'ok' } }))
+        .status,
+    ).toBe(404);
+    expect((await api.call('POST', '/v1/leases', { body: {} })).status).toBe(409);
+  }, 60_000);
+
+  it('a second API on the same keys joins the state: no lost-state warning, the slot is shared', async () => {
+    const prefix = `joined-${Date.now()}:`;
+    const first = await startTestApi({
+      store: 'redis',
+      redisUrl: redis.url,
+      redisPrefix: prefix,
+      proxies: [proxy({ name: 'p1', maxLeases: 1 })],
+    });
+    open.push(first);
+    expect((await first.call('POST', '/v1/leases', { body: {} })).status).toBe(201);
+    const second = await startTestApi({
+      store: 'redis',
+      redisUrl: redis.url,
+      redisPrefix: prefix,
+      proxies: [proxy({ name: 'p1', maxLeases: 1 })],
+    });
+    open.push(second);
+    expect((await second.call('POST', '/v1/leases', { body: {} })).body).toMatchObject({
+      error: 'no_match',
+      atCapacity: 1,
+    });
+    expect(first.logs.lines.map((l) => l.msg)).toContain(
+      'lease store: Redis held no lease state; starting empty',
+    );
+    expect(second.logs.lines.map((l) => l.msg)).toContain('lease store: joined the lease state in Redis');
+    for (const api of [first, second]) {
+      expect(api.logs.lines.some((l) => /lease state was lost/.test(String(l.msg)))).toBe(false);
+    }
+  });
+});
