@@ -83,12 +83,16 @@ for i = 1, #cooled do
 end
 `;
 
-// ARGV[4] ttlMs, [5] cooldownMs, [6] lease id, [7] target, then (uid, maxLeases)
-// pairs sorted by (latency, id): among equally loaded proxies the first wins,
-// so a proxy with no lease ends the search.
+// ARGV[4] ttlMs, [5] cooldownMs, [6] lease id, [7] target, [8] '1' when the
+// candidates are only the first of the list, then (uid, maxLeases) pairs
+// sorted by (latency, id): among equally loaded proxies the first wins, so
+// an eligible proxy with no lease ends the search. A partial list without
+// one proves nothing: the script writes nothing and answers -1, and the
+// caller sends the whole list.
 const ACQUIRE = `${PRELUDE}
 local target = ARGV[7]
-local n = (#ARGV - 7) / 2
+local partial = ARGV[8] == '1'
+local n = (#ARGV - 8) / 2
 local anyCool = redis.call('HLEN', P .. 'cool') > 0
 local examined, inCooldown, atCapacity, eligible = 0, 0, 0, 0
 local best, bestActive = nil, nil
@@ -97,7 +101,7 @@ while i < n do
   local last = math.min(n, i + 128)
   local uids, gf, tf = {}, {}, {}
   for j = i + 1, last do
-    local uid = ARGV[6 + 2 * j]
+    local uid = ARGV[7 + 2 * j]
     uids[#uids + 1] = uid
     if anyCool then
       gf[#gf + 1] = uid .. '\\t'
@@ -116,7 +120,7 @@ while i < n do
       inCooldown = inCooldown + 1
     else
       local active = tonumber(counts[k]) or 0
-      if active >= tonumber(ARGV[7 + 2 * (i + k)]) then
+      if active >= tonumber(ARGV[8 + 2 * (i + k)]) then
         atCapacity = atCapacity + 1
       else
         eligible = eligible + 1
@@ -130,8 +134,9 @@ while i < n do
   i = last
   if best ~= nil and bestActive == 0 then break end
 end
+if partial and (best == nil or bestActive > 0) then return {ep, -1} end
 if best == nil then return {ep, 0, examined, inCooldown, atCapacity} end
-local uid = ARGV[6 + 2 * best]
+local uid = ARGV[7 + 2 * best]
 local id = ARGV[6]
 local ends = now + tonumber(ARGV[4])
 local key = P .. 'lease:' .. id
@@ -179,6 +184,17 @@ return {ep, redis.call('HGETALL', P .. 'active')}
 `;
 
 type Reply = [string, ...unknown[]];
+
+/** How many of the fastest candidates a first acquire attempt sends. */
+const PREFIX_CANDIDATES = 128;
+
+interface Order {
+  sorted: Candidate[];
+  /** (uid, maxLeases) pairs in `sorted` order. */
+  args: string[];
+  /** The first PREFIX_CANDIDATES pairs. */
+  prefixArgs: string[];
+}
 
 interface LeaseCommands {
   leaseAcquire(...args: string[]): Promise<Reply>;
@@ -235,7 +251,7 @@ export class RedisLeaseStore implements LeaseStore {
    * caller's array identity: the API hands the same array until its catalog
    * changes, so the sort runs once per change, not per acquire.
    */
-  private readonly orderFor = new WeakMap<readonly Candidate[], { sorted: Candidate[]; args: string[] }>();
+  private readonly orderFor = new WeakMap<readonly Candidate[], Order>();
   private downSince: number | undefined;
 
   constructor(options: RedisLeaseStoreOptions) {
@@ -320,16 +336,24 @@ export class RedisLeaseStore implements LeaseStore {
     const { candidates, target } = req;
     const order = this.sorted(candidates);
     const id = this.newId();
-    const reply = await this.run(() =>
-      this.redis.leaseAcquire(
-        ...this.head(),
-        String(req.ttlMs),
-        String(this.cooldownMs),
-        id,
-        target,
-        ...order.args,
-      ),
-    );
+    const attempt = (partial: boolean) =>
+      this.run(() =>
+        this.redis.leaseAcquire(
+          ...this.head(),
+          String(req.ttlMs),
+          String(this.cooldownMs),
+          id,
+          target,
+          partial ? '1' : '0',
+          ...(partial ? order.prefixArgs : order.args),
+        ),
+      );
+    // Most acquires find an idle proxy among the fastest few: send those
+    // first (a long argument list is most of a script's cost), the whole
+    // list only when they are all busy.
+    const partial = order.prefixArgs.length < order.args.length;
+    let reply = await attempt(partial);
+    if (partial && reply[1] === -1) reply = await attempt(false);
     const [, granted, examined, inCooldown, atCapacity] = reply as [string, number, number, number, number];
     if (granted === 0) {
       return { granted: null, stats: { considered: examined, inCooldown, atCapacity, outranked: 0 } };
@@ -385,7 +409,7 @@ export class RedisLeaseStore implements LeaseStore {
     ];
   }
 
-  private sorted(candidates: readonly Candidate[]): { sorted: Candidate[]; args: string[] } {
+  private sorted(candidates: readonly Candidate[]): Order {
     let order = this.orderFor.get(candidates);
     if (!order) {
       const sorted = [...candidates].sort((a, b) =>
@@ -399,7 +423,7 @@ export class RedisLeaseStore implements LeaseStore {
       );
       const args: string[] = [];
       for (const c of sorted) args.push(storeKey(c), String(Math.max(0, Math.floor(c.maxLeases))));
-      order = { sorted, args };
+      order = { sorted, args, prefixArgs: args.slice(0, 2 * PREFIX_CANDIDATES) };
       this.orderFor.set(candidates, order);
     }
     return order;

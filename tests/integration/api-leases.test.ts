@@ -200,6 +200,27 @@ describe.each(STORE_KINDS)('on the %s store', (kind: StoreKind) => {
       expect(sample(metrics, 'proxy_operator_leases_active')).toBe(5);
     });
 
+    it('fills a pool larger than a first selection pass in order: least loaded, then fastest, then id', async () => {
+      // 300 proxies, one slot each: the Redis store first sends only the
+      // fastest 128, so this walks it past them onto the whole list.
+      const api = await start({
+        proxies: Array.from({ length: 300 }, (_, i) =>
+          proxy({ name: `p${String(i).padStart(3, '0')}`, maxLeases: 1, latencyMillis: 300 - i }),
+        ),
+      });
+      const got: string[] = [];
+      for (let i = 0; i < 300; i++) {
+        const r = await api.call('POST', '/v1/leases', { body: {} });
+        expect(r.status).toBe(201);
+        got.push((r.body.proxy as { id: string }).id);
+      }
+      expect(got).toEqual(
+        Array.from({ length: 300 }, (_, i) => `default/p${String(299 - i).padStart(3, '0')}`),
+      );
+      const full = await api.call('POST', '/v1/leases', { body: {} });
+      expect(full.body).toMatchObject({ error: 'no_match', considered: 300, atCapacity: 300 });
+    });
+
     it('frees capacity when the TTL passes, with no sweep running', async () => {
       const api = await start({ proxies: [proxy({ name: 'p1', maxLeases: 1 })] });
       expect((await api.call('POST', '/v1/leases', { body: { ttlSeconds: 60 } })).status).toBe(201);
