@@ -167,6 +167,7 @@ export async function startTestApi(options: StartOptions = {}): Promise<TestApi>
     processMetrics: options.processMetrics ?? false,
     ...(options.maxLeaseTtlSeconds ? { maxLeaseTtlSeconds: options.maxLeaseTtlSeconds } : {}),
     ...(options.traceHook ? { traceHook: options.traceHook } : {}),
+    ...(options.serveMetrics !== undefined ? { serveMetrics: options.serveMetrics } : {}),
   });
   const server: RunningServer = await serveApi(app, { host: '127.0.0.1', port: 0, shutdownGraceMs: 1000 });
   let validator: OpenApiValidator | undefined;
