@@ -253,6 +253,8 @@ export class RedisLeaseStore implements LeaseStore {
    */
   private readonly orderFor = new WeakMap<readonly Candidate[], Order>();
   private downSince: number | undefined;
+  /** The connection's last error: a refused password shows here, while the command only sees "Connection is closed". */
+  private lastError: Error | undefined;
 
   constructor(options: RedisLeaseStoreOptions) {
     this.cooldownMs = options.cooldownMs ?? DEFAULT_LEASE_COOLDOWN_MS;
@@ -291,6 +293,7 @@ export class RedisLeaseStore implements LeaseStore {
     this.redis.defineCommand('leaseCounts', { numberOfKeys: 0, lua: COUNTS });
     // ioredis reports every failed reconnect; one line per outage is enough.
     this.redis.on('error', (err: Error) => {
+      this.lastError = err;
       if (this.downSince === undefined) {
         this.downSince = Date.now();
         this.logger.error(
@@ -317,7 +320,12 @@ export class RedisLeaseStore implements LeaseStore {
       await this.run(() => this.redis.leaseCounts(...this.head()));
     } catch (err) {
       this.redis.disconnect();
-      throw new Error(`lease store: cannot use Redis at ${this.where}: ${(err as Error).message}`);
+      const message = (err as Error).message;
+      const cause =
+        this.lastError && this.lastError.message !== message
+          ? `${message} (${this.lastError.message})`
+          : message;
+      throw new Error(`lease store: cannot use Redis at ${this.where}: ${cause}`);
     }
     this.logger.info({ redis: this.where }, 'lease store: using Redis');
   }

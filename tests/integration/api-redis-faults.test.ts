@@ -4,7 +4,9 @@
  * API serves again once Redis is back; restarted empty, the API keeps
  * working and says in its log that lease state was lost.
  */
+import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { RedisLeaseStore } from '../../api/redis-lease-store.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import { proxy, sample, startTestApi, type TestApi } from './api-helpers.js';
@@ -106,6 +108,68 @@ describe('Redis lease store faults', () => {
     expect(second.logs.lines.map((l) => l.msg)).toContain('lease store: joined the lease state in Redis');
     for (const api of [first, second]) {
       expect(api.logs.lines.some((l) => /lease state was lost/.test(String(l.msg)))).toBe(false);
+    }
+  });
+
+  it('fails its start with the redacted URL and the cause when Redis refuses the password or is not there', async () => {
+    const locked = await startRedis({ password: 'right-horse-battery' });
+    try {
+      const logger = pino({ level: 'silent' });
+      const wrong = new RedisLeaseStore({ url: `redis://:wrong-staple@127.0.0.1:${locked.port}`, logger });
+      const failure = await wrong.connect().then(
+        () => undefined,
+        (e: unknown) => e as Error,
+      );
+      expect(failure?.message).toMatch(
+        /^lease store: cannot use Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:\d+: /,
+      );
+      expect(failure?.message).toMatch(/WRONGPASS|invalid password/i);
+      expect(failure?.message).not.toContain('wrong-staple');
+
+      // The password from a Secret file overrides the URL's.
+      const right = new RedisLeaseStore({
+        url: `redis://127.0.0.1:${locked.port}`,
+        password: 'right-horse-battery',
+        logger,
+      });
+      await right.connect();
+      const out = await right.acquire({
+        candidates: [{ id: 'ns/p', uid: 'uid-1', maxLeases: 1, latencyMillis: 1 }],
+        target: '',
+        ttlMs: 60_000,
+      });
+      expect(out.granted?.proxy).toBe('uid-1');
+      await right.close();
+    } finally {
+      await locked.stop();
+    }
+    const gone = new RedisLeaseStore({
+      url: `redis://127.0.0.1:${locked.port}`,
+      logger: pino({ level: 'silent' }),
+    });
+    await expect(gone.connect()).rejects.toThrow(
+      /cannot use Redis at redis:\/\/127\.0\.0\.1:\d+.*ECONNREFUSED/,
+    );
+  });
+
+  it('keys state by Proxy UID: a recreated Proxy (same name, new UID) does not inherit slots or cooldowns', async () => {
+    const store = new RedisLeaseStore({
+      url: redis.url,
+      logger: pino({ level: 'silent' }),
+      prefix: `uid-${Date.now()}:`,
+    });
+    await store.connect();
+    try {
+      const old = { id: 'ns/p', uid: 'uid-old', maxLeases: 1, latencyMillis: 1 };
+      const lease = await store.acquire({ candidates: [old], target: 'a.com', ttlMs: 60_000 });
+      expect(await store.report(lease.granted!.id, 'banned', '')).toBe('cooldown');
+      expect((await store.acquire({ candidates: [old], target: 'a.com', ttlMs: 60_000 })).granted).toBeNull();
+      const recreated = { ...old, uid: 'uid-new' };
+      const fresh = await store.acquire({ candidates: [recreated], target: 'a.com', ttlMs: 60_000 });
+      expect(fresh.granted?.proxy).toBe('uid-new');
+      expect(Object.fromEntries(await store.activeCounts())).toEqual({ 'uid-old': 1, 'uid-new': 1 });
+    } finally {
+      await store.close();
     }
   });
 });
