@@ -58,7 +58,12 @@ describe('Redis lease store faults', () => {
     const metrics = (await api.call('GET', '/metrics')).text;
     expect(sample(metrics, 'proxy_operator_lease_requests_total{outcome="granted"}')).toBe(1);
     expect(sample(metrics, 'proxy_operator_leases_active')).toBeNaN();
-    expect(api.logs.lines.some((l) => /Redis unreachable/.test(String(l.msg)))).toBe(true);
+    // ioredis reports the outage on its first failed reconnect, a moment after the close.
+    await eventually(
+      'the outage log line',
+      () => Promise.resolve(api.logs.lines.some((l) => /Redis unreachable/.test(String(l.msg))) || undefined),
+      { timeoutMs: 10_000, intervalMs: 50 },
+    );
     expect(api.logs.lines.filter((l) => l.level === 50 && l.msg === 'lease API handler failed')).toEqual([]);
 
     // Back, but empty (no persistence): a fresh start, said so in the log.
