@@ -11,13 +11,18 @@ import type { Registry } from 'prom-client';
 import type { z } from 'zod';
 import { cleanPathLocation, requestTarget, rewrittenByWhatwg, temporaryRedirect } from './clean-path.js';
 import { DEFAULT_LEASE_TTL_SECONDS, DEFAULT_MAX_LEASE_TTL_SECONDS } from './config.js';
-import { REPORT_RESULTS, type LeaseStore, type ReportResult } from './lease-store.js';
+import {
+  LeaseStoreUnavailableError,
+  REPORT_RESULTS,
+  storeKey,
+  type LeaseStore,
+  type ReportResult,
+} from './lease-store.js';
 import { metricsHandler, registerApiMetrics, registerProcessMetrics } from './metrics.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
+import { decodeLeaseRequest, decodeReportRequest, goQueryValues, goQuote, rawQuery } from './go-compat.js';
 import {
   buildOpenApiDocument,
-  decodeLeaseRequest,
-  decodeReportRequest,
   type ErrorCode,
   type ProxyJson,
   type leaseSchema,
@@ -45,6 +50,12 @@ export interface CreateApiOptions {
   processMetrics?: boolean;
   /** Called for every request with its W3C trace context; the seam for tracing. */
   traceHook?: TraceHook;
+  /**
+   * Serve `/metrics` on this app (default true). Off when `--metrics-addr`
+   * serves it elsewhere: the metrics name every proxy, so they can be kept
+   * off the port crawlers reach, as the seed kept them.
+   */
+  serveMetrics?: boolean;
 }
 
 export function createApi(options: CreateApiOptions): Hono {
@@ -60,7 +71,10 @@ export function createApi(options: CreateApiOptions): Hono {
 
   const metrics = registerApiMetrics(registry, { catalog, leaseStore });
   if (options.processMetrics ?? true) registerProcessMetrics(registry);
-  const openApi = JSON.stringify(buildOpenApiDocument({ maxLeaseTtlSeconds: maxTtl }));
+  const serveMetrics = options.serveMetrics ?? true;
+  const openApi = JSON.stringify(
+    buildOpenApiDocument({ maxLeaseTtlSeconds: maxTtl, bearer: options.token !== '', metrics: serveMetrics }),
+  );
   const checkToken = options.token === '' ? undefined : tokenChecker(options.token);
   if (!checkToken) {
     logger.warn(
@@ -111,7 +125,7 @@ export function createApi(options: CreateApiOptions): Hono {
   );
 
   app.get('/healthz', (c) => c.body('ok\n', 200, { 'Content-Type': 'text/plain; charset=utf-8' }));
-  app.get('/metrics', metricsHandler(registry));
+  if (serveMetrics) app.get('/metrics', metricsHandler(registry));
   app.get('/openapi.json', (c) => c.body(openApi, 200, { 'Content-Type': 'application/json' }));
 
   app.get('/v1/proxies', async (c) => {
@@ -135,7 +149,7 @@ export function createApi(options: CreateApiOptions): Hono {
     for (const p of views) {
       if (p.deleting || !matches(p, selector)) continue;
       if (healthy !== undefined && p.healthy !== healthy) continue;
-      proxies.push(toJson(p, counts.get(p.id) ?? 0));
+      proxies.push(toJson(p, counts.get(storeKey(p)) ?? 0));
     }
     return send<typeof proxyListSchema>(c, 200, { proxies, count: proxies.length });
   });
@@ -205,7 +219,7 @@ export function createApi(options: CreateApiOptions): Hono {
   // Known paths with another method: 405 with Allow, as Go's mux answers.
   const allowed: Record<string, string> = {
     '/healthz': 'GET, HEAD',
-    '/metrics': 'GET, HEAD',
+    ...(serveMetrics ? { '/metrics': 'GET, HEAD' } : {}),
     '/openapi.json': 'GET, HEAD',
     '/v1/proxies': 'GET, HEAD',
     '/v1/leases': 'POST',
@@ -220,10 +234,7 @@ export function createApi(options: CreateApiOptions): Hono {
   }
 
   app.notFound((c) => fail(c, 404, 'not_found', `no route for ${c.req.method} ${c.req.path}`));
-  app.onError((err, c) => {
-    logger.error({ err, method: c.req.method, path: c.req.path }, 'lease API handler failed');
-    return fail(c, 500, 'internal', 'internal server error');
-  });
+  app.onError((err, c) => failure(logger, c, err));
 
   return app;
 }
@@ -243,8 +254,7 @@ function requestLog(logger: Logger, traceHook: TraceHook | undefined): Middlewar
     try {
       await next();
     } catch (err) {
-      logger.error({ err, method: c.req.method, path: c.req.path }, 'lease API handler failed');
-      c.res = fail(c, 500, 'internal', 'internal server error');
+      c.res = failure(logger, c, err);
     }
     const status = c.res.status;
     span?.end(status);
@@ -261,6 +271,20 @@ function requestLog(logger: Logger, traceHook: TraceHook | undefined): Middlewar
       );
     }
   };
+}
+
+/**
+ * The answer to a thrown error: the lease store being unreachable is a 503
+ * the client may retry (the store guarantees no slot was handed out in a
+ * reply it did not give); anything else is a 500.
+ */
+function failure(logger: Logger, c: Context, err: unknown): Response {
+  if (err instanceof LeaseStoreUnavailableError) {
+    logger.warn({ method: c.req.method, path: c.req.path, reason: err.message }, 'lease store unavailable');
+    return fail(c, 503, 'unavailable', 'the lease store is unreachable; retry shortly');
+  }
+  logger.error({ err, method: c.req.method, path: c.req.path }, 'lease API handler failed');
+  return fail(c, 500, 'internal', 'internal server error');
 }
 
 /** Compares SHA-256 digests, so neither the comparison nor an early length check leaks the token. */
@@ -345,134 +369,6 @@ function matches(p: ProxyView, selector: ReadonlyArray<[string, string]>): boole
     if ((Object.hasOwn(p.attributes, key) ? p.attributes[key] : '') !== value) return false;
   }
   return true;
-}
-
-/** Everything after the first "?", as Go's RawQuery holds it. */
-function rawQuery(url: string): string {
-  const q = url.indexOf('?');
-  return q < 0 ? '' : url.slice(q + 1);
-}
-
-/** net/url's limit: a query with more parameters is not parsed at all (Go ≥ 1.24). */
-const MAX_QUERY_PARAMS = 10_000;
-
-/**
- * The first value of every key, as the seed read them: `r.URL.Query()`
- * (net/url's ParseQuery, its error ignored) then `values[0]`. Pairs holding
- * a ";" or a malformed escape (`%zz`, `%4`) are dropped, not rejected; "+" is
- * a space. Bytes that are not UTF-8 are kept, one lone surrogate U+DC80-DCFF
- * per byte, so they compare unequal to every real attribute, as Go's byte
- * strings do; `goQuote` prints them back as \xNN.
- */
-export function goQueryValues(raw: string): Map<string, string> {
-  const out = new Map<string, string>();
-  let ampersands = 0;
-  for (let i = raw.indexOf('&'); i >= 0; i = raw.indexOf('&', i + 1)) ampersands++;
-  if (ampersands + 1 > MAX_QUERY_PARAMS) return out;
-  for (const pair of raw.split('&')) {
-    if (pair === '' || pair.includes(';')) continue;
-    const eq = pair.indexOf('=');
-    const key = queryUnescape(eq < 0 ? pair : pair.slice(0, eq));
-    const value = queryUnescape(eq < 0 ? '' : pair.slice(eq + 1));
-    if (key === undefined || value === undefined) continue;
-    if (!out.has(key)) out.set(key, value);
-  }
-  return out;
-}
-
-const MALFORMED_ESCAPE = /%(?![0-9A-Fa-f]{2})/;
-
-/** url.QueryUnescape; undefined where Go returns an error. */
-function queryUnescape(s: string): string | undefined {
-  if (!s.includes('%')) return s.includes('+') ? s.replaceAll('+', ' ') : s;
-  if (MALFORMED_ESCAPE.test(s)) return undefined;
-  const src = Buffer.from(s, 'utf8');
-  const bytes = new Uint8Array(src.length);
-  let n = 0;
-  for (let i = 0; i < src.length; i++) {
-    const b = src[i]!;
-    if (b === 0x25) {
-      bytes[n++] = parseInt(String.fromCharCode(src[i + 1]!, src[i + 2]!), 16);
-      i += 2;
-    } else {
-      bytes[n++] = b === 0x2b ? 0x20 : b;
-    }
-  }
-  return decodeUtf8Escaping(bytes.subarray(0, n));
-}
-
-/** UTF-8 to a string, with each byte Go's DecodeRune rejects kept as U+DC00 + byte. */
-function decodeUtf8Escaping(bytes: Uint8Array): string {
-  let out = '';
-  for (let i = 0; i < bytes.length;) {
-    const [rune, width] = decodeRune(bytes, i);
-    out += rune < 0 ? String.fromCharCode(0xdc00 + bytes[i]!) : String.fromCodePoint(rune);
-    i += width;
-  }
-  return out;
-}
-
-/** utf8.DecodeRune: the rune and its width, or -1 and width 1 for an invalid byte. */
-function decodeRune(b: Uint8Array, i: number): [number, number] {
-  const b0 = b[i]!;
-  if (b0 < 0x80) return [b0, 1];
-  const cont = (k: number, lo = 0x80, hi = 0xbf) => i + k < b.length && b[i + k]! >= lo && b[i + k]! <= hi;
-  if (b0 >= 0xc2 && b0 <= 0xdf && cont(1)) return [((b0 & 0x1f) << 6) | (b[i + 1]! & 0x3f), 2];
-  if (b0 >= 0xe0 && b0 <= 0xef) {
-    const lo = b0 === 0xe0 ? 0xa0 : 0x80;
-    const hi = b0 === 0xed ? 0x9f : 0xbf;
-    if (cont(1, lo, hi) && cont(2)) {
-      return [((b0 & 0x0f) << 12) | ((b[i + 1]! & 0x3f) << 6) | (b[i + 2]! & 0x3f), 3];
-    }
-  }
-  if (b0 >= 0xf0 && b0 <= 0xf4) {
-    const lo = b0 === 0xf0 ? 0x90 : 0x80;
-    const hi = b0 === 0xf4 ? 0x8f : 0xbf;
-    if (cont(1, lo, hi) && cont(2) && cont(3)) {
-      const rune =
-        ((b0 & 0x07) << 18) | ((b[i + 1]! & 0x3f) << 12) | ((b[i + 2]! & 0x3f) << 6) | (b[i + 3]! & 0x3f);
-      return [rune, 4];
-    }
-  }
-  return [-1, 1];
-}
-
-/** strconv.IsPrint: letters, marks, numbers, punctuation, symbols and the ASCII space. */
-const GO_PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u;
-const GO_ESCAPES: Record<number, string> = {
-  0x07: '\\a',
-  0x08: '\\b',
-  0x0c: '\\f',
-  0x0a: '\\n',
-  0x0d: '\\r',
-  0x09: '\\t',
-  0x0b: '\\v',
-};
-
-/**
- * Go's `%q` (strconv.Quote), which the seed used to echo a bad value back.
- * Lone surrogates U+DC80-DCFF are bytes that were not UTF-8 (see
- * `goQueryValues`) and print as \xNN; any other lone surrogate is U+FFFD.
- */
-export function goQuote(s: string): string {
-  let out = '"';
-  for (let i = 0; i < s.length;) {
-    let rune = s.codePointAt(i)!;
-    i += rune > 0xffff ? 2 : 1;
-    if (rune >= 0xdc80 && rune <= 0xdcff) {
-      out += `\\x${(rune - 0xdc00).toString(16).padStart(2, '0')}`;
-      continue;
-    }
-    if (rune >= 0xd800 && rune <= 0xdfff) rune = 0xfffd;
-    const ch = String.fromCodePoint(rune);
-    if (rune === 0x22 || rune === 0x5c) out += `\\${ch}`;
-    else if (GO_PRINTABLE.test(ch)) out += ch;
-    else if (GO_ESCAPES[rune]) out += GO_ESCAPES[rune];
-    else if (rune < 0x20 || rune === 0x7f) out += `\\x${rune.toString(16).padStart(2, '0')}`;
-    else if (rune < 0x10000) out += `\\u${rune.toString(16).padStart(4, '0')}`;
-    else out += `\\U${rune.toString(16).padStart(8, '0')}`;
-  }
-  return `${out}"`;
 }
 
 function toJson(p: ProxyView, activeLeases: number): ProxyJson {

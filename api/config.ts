@@ -11,6 +11,20 @@ export const DEFAULT_LISTEN_ADDRESS = ':8090';
 export const DEFAULT_MAX_LEASE_TTL_SECONDS = 3600;
 export const DEFAULT_LEASE_TTL_SECONDS = 300;
 
+export const leaseStoreSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('memory') }),
+  z.object({
+    kind: z.literal('redis'),
+    /** `redis://` or `rediss://` (TLS); may carry `user:password@` and a `/db`. */
+    url: z.string(),
+    /** From `--lease-store-password-file`; overrides a password in the URL. */
+    password: z.string().optional(),
+    /** `--lease-store-ca-file`: PEM CA bundle for a `rediss://` server with a private CA. */
+    caFile: z.string().optional(),
+  }),
+]);
+export type LeaseStoreConfig = z.infer<typeof leaseStoreSchema>;
+
 export const apiOptionsSchema = z
   .object({
     /** Listen host; '' means every interface. */
@@ -21,6 +35,7 @@ export const apiOptionsSchema = z
     leaseCooldownMs: z.int().positive(),
     maxLeaseTtlSeconds: z.int().positive(),
     defaultLeaseTtlSeconds: z.int().positive(),
+    leaseStore: leaseStoreSchema,
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -39,6 +54,12 @@ export interface ApiFlags {
   maxLeaseTtl?: string | undefined;
   /** `--discovery-token-file`, a file holding the bearer token (surrounding whitespace trimmed). */
   discoveryTokenFile?: string | undefined;
+  /** `--lease-store`: `memory` (default) or a `redis://` / `rediss://` URL. */
+  leaseStore?: string | undefined;
+  /** `--lease-store-password-file`: the Redis password (a mounted Secret); surrounding whitespace trimmed. */
+  leaseStorePasswordFile?: string | undefined;
+  /** `--lease-store-ca-file`: PEM CA bundle for `rediss://`. */
+  leaseStoreCaFile?: string | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -91,11 +112,68 @@ export function readApiConfig(
     leaseCooldownMs,
     maxLeaseTtlSeconds,
     defaultLeaseTtlSeconds: DEFAULT_LEASE_TTL_SECONDS,
+    leaseStore: leaseStoreConfig(flags),
   });
   if (!parsed.success) {
     throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
   }
   return parsed.data;
+}
+
+/** Error messages never carry the URL's password: only the scheme or a redacted form is quoted. */
+function leaseStoreConfig(flags: ApiFlags): LeaseStoreConfig {
+  const text = flags.leaseStore ?? 'memory';
+  if (text === 'memory') {
+    for (const [flag, value] of [
+      ['--lease-store-password-file', flags.leaseStorePasswordFile],
+      ['--lease-store-ca-file', flags.leaseStoreCaFile],
+    ] as const) {
+      if (value !== undefined)
+        throw new ApiConfigError(`${flag} needs --lease-store redis://... or rediss://...`);
+    }
+    return { kind: 'memory' };
+  }
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ApiConfigError(
+      '--lease-store: expected memory, redis://host:port or rediss://host:port, got something that is not a URL',
+    );
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    throw new ApiConfigError(
+      `--lease-store: expected memory, redis://host:port or rediss://host:port, got a ${url.protocol}// URL`,
+    );
+  }
+  if (url.hostname === '') throw new ApiConfigError('--lease-store: the Redis URL has no host');
+  if (url.pathname !== '' && url.pathname !== '/' && !/^\/\d+$/.test(url.pathname)) {
+    throw new ApiConfigError('--lease-store: the Redis URL path must be a database number, like /0');
+  }
+  if (flags.leaseStoreCaFile !== undefined && url.protocol !== 'rediss:') {
+    throw new ApiConfigError('--lease-store-ca-file needs a rediss:// (TLS) URL');
+  }
+  const config: LeaseStoreConfig = { kind: 'redis', url: text };
+  if (flags.leaseStorePasswordFile !== undefined) {
+    try {
+      config.password = readFileSync(flags.leaseStorePasswordFile, 'utf8').trim();
+    } catch (err) {
+      throw new ApiConfigError(
+        `--lease-store-password-file: cannot read ${flags.leaseStorePasswordFile}: ${(err as Error).message}`,
+      );
+    }
+  }
+  if (flags.leaseStoreCaFile !== undefined) {
+    try {
+      readFileSync(flags.leaseStoreCaFile);
+    } catch (err) {
+      throw new ApiConfigError(
+        `--lease-store-ca-file: cannot read ${flags.leaseStoreCaFile}: ${(err as Error).message}`,
+      );
+    }
+    config.caFile = flags.leaseStoreCaFile;
+  }
+  return config;
 }
 
 const UNIT_MS: Record<string, number> = {

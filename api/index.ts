@@ -1,6 +1,7 @@
 export { createApi, MAX_BODY_BYTES, rfc3339, type CreateApiOptions } from './app.js';
 export {
   apiOptionsSchema,
+  leaseStoreSchema,
   ApiConfigError,
   parseDuration,
   parseListenAddress,
@@ -10,9 +11,18 @@ export {
   DEFAULT_MAX_LEASE_TTL_SECONDS,
   type ApiFlags,
   type ApiOptions,
+  type LeaseStoreConfig,
 } from './config.js';
 export { createInformerProxyCatalog, type InformerProxyCatalog } from './informer-catalog.js';
 export {
+  RedisLeaseStore,
+  redactRedisUrl,
+  DEFAULT_REDIS_PREFIX,
+  type RedisLeaseStoreOptions,
+} from './redis-lease-store.js';
+export {
+  LeaseStoreUnavailableError,
+  storeKey,
   MemoryLeaseStore,
   newLeaseId,
   systemClock,

@@ -2,9 +2,10 @@
  * Lease state: which proxy slots are taken, until when, and which
  * (proxy, target) pairs are cooling down after a bad report.
  *
- * `LeaseStore` is the seam a durable store (Redis, a CRD, a database) would
- * implement, so its methods return promises. `MemoryLeaseStore` is the
- * per-process implementation: every method body runs synchronously to
+ * `LeaseStore` is the seam between the API and where that state lives, so
+ * its methods return promises: `MemoryLeaseStore` (here, one process, the
+ * default) and `RedisLeaseStore` (api/redis-lease-store.ts, shared by every
+ * replica). `MemoryLeaseStore`: every method body runs synchronously to
  * completion before its promise settles, so selection and insertion in
  * `acquire` form one critical section on Node's single thread. Keep it that
  * way: an `await` between choosing a proxy and recording the lease would let
@@ -34,8 +35,14 @@ export const DEFAULT_SWEEP_INTERVAL_MS = 30_000;
  * records (the API passes its ProxyView objects as they are).
  */
 export interface Candidate {
-  /** Stable key, `namespace/name`. */
+  /** `namespace/name`: the selection's last tie-break. */
   id: string;
+  /**
+   * The Proxy's metadata.uid when known: state is kept under it (see
+   * `storeKey`), so a deleted-and-recreated Proxy never inherits its
+   * predecessor's slots or cooldowns.
+   */
+  uid?: string;
   /** Concurrent lease capacity; 0 means the proxy is never leased. */
   maxLeases: number;
   /** Last probe latency; the second selection key. */
@@ -58,6 +65,11 @@ export interface AcquireRequest<C extends Candidate = Candidate> {
  * as `inCooldown`.
  */
 export interface AcquireStats {
+  /**
+   * Candidates examined. Always every candidate when nothing is granted; on
+   * a grant a store may stop at the first candidate no later one can beat
+   * (the Redis store does), and `considered` then counts those it examined.
+   */
   considered: number;
   inCooldown: number;
   atCapacity: number;
@@ -67,6 +79,7 @@ export interface AcquireStats {
 
 export interface Lease {
   id: string;
+  /** The proxy's store key (`storeKey`). */
   proxy: string;
   target: string;
   /** Epoch milliseconds. */
@@ -85,14 +98,30 @@ export type AcquireOutcome<C extends Candidate = Candidate> =
  */
 export type ReportOutcome = 'cooldown' | 'acknowledged' | 'unknown_lease';
 
+/** The key a store keeps a proxy's state under: its UID, or its id when it has none (fixtures). */
+export function storeKey(c: { id: string; uid?: string }): string {
+  return c.uid || c.id;
+}
+
+/**
+ * The store cannot answer right now (Redis unreachable, a command timed
+ * out): the API answers 503 `unavailable`. Thrown only when the outcome is
+ * unknown to the caller, never after a slot was handed out in its reply.
+ */
+export class LeaseStoreUnavailableError extends Error {
+  override name = 'LeaseStoreUnavailableError';
+}
+
 export interface LeaseStore {
   acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>>;
   /** Forgets the lease (a later report is `unknown_lease`); idempotent, unknown ids are a no-op. */
   release(id: string): Promise<void>;
   /** `target` '' falls back to the lease's own target, then to the global pool. */
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome>;
-  /** Unexpired, unreleased leases per proxy; proxies with none are absent. */
+  /** Unexpired, unreleased leases per proxy store key (`storeKey`); proxies with none are absent. */
   activeCounts(): Promise<ReadonlyMap<string, number>>;
+  /** Releases what the store holds open (connections, timers). */
+  close?(): Promise<void>;
 }
 
 interface LeaseRecord {
@@ -182,11 +211,12 @@ export class MemoryLeaseStore implements LeaseStore {
     let eligible = 0;
     for (let i = 0; i < candidates.length; i++) {
       const c = candidates[i]!;
-      if (anyCooldown && this.inCooldown(c.id, target, now)) {
+      const key = storeKey(c);
+      if (anyCooldown && this.inCooldown(key, target, now)) {
         stats.inCooldown++;
         continue;
       }
-      const active = anyHeld ? this.activeCount(c.id, now) : 0;
+      const active = anyHeld ? this.activeCount(key, now) : 0;
       if (active >= c.maxLeases) {
         stats.atCapacity++;
         continue;
@@ -200,7 +230,7 @@ export class MemoryLeaseStore implements LeaseStore {
     if (best === undefined) return { granted: null, stats };
     stats.outranked = eligible - 1;
 
-    const record: LeaseRecord = { id: this.newId(), proxy: best.id, target, endsAt: now + req.ttlMs };
+    const record: LeaseRecord = { id: this.newId(), proxy: storeKey(best), target, endsAt: now + req.ttlMs };
     this.leases.set(record.id, record);
     let set = this.holding.get(record.proxy);
     if (!set) this.holding.set(record.proxy, (set = new Set<LeaseRecord>()));

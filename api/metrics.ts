@@ -7,7 +7,7 @@ import type { Context } from 'hono';
 import { Counter, Gauge, collectDefaultMetrics, type Registry } from 'prom-client';
 import { PHASES } from '../resources/proxy-schema.js';
 import type { ProxyCatalog } from './proxy-catalog.js';
-import type { LeaseStore } from './lease-store.js';
+import { LeaseStoreUnavailableError, type LeaseStore } from './lease-store.js';
 
 export type LeaseOutcome = 'granted' | 'no_match';
 
@@ -34,8 +34,19 @@ export function registerApiMetrics(
     help: 'Currently active leases.',
     registers: [registry],
     async collect() {
+      let counts: ReadonlyMap<string, number>;
+      try {
+        counts = await sources.leaseStore.activeCounts();
+      } catch (err) {
+        // The store is unreachable: the scrape still answers, with no number rather than a stale one.
+        if (err instanceof LeaseStoreUnavailableError) {
+          this.set(NaN);
+          return;
+        }
+        throw err;
+      }
       let total = 0;
-      for (const n of (await sources.leaseStore.activeCounts()).values()) total += n;
+      for (const n of counts.values()) total += n;
       this.set(total);
     },
   });

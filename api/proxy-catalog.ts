@@ -8,6 +8,8 @@ import { DEFAULT_MAX_LEASES, DEFAULT_PORT, type Proxy } from '../resources/proxy
 export interface ProxyView {
   /** `namespace/name`, the key used everywhere. */
   id: string;
+  /** metadata.uid; lease stores key state by it (absent only in hand-made fixtures). */
+  uid?: string;
   /** Effective host: spec.endpoint.host for External, status.ip for Managed; '' until known. */
   host: string;
   port: number;
@@ -47,6 +49,7 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
   const healthy = (status.conditions ?? []).some((c) => c.type === 'Healthy' && c.status === 'True');
   return {
     id: `${metadata.namespace ?? ''}/${metadata.name}`,
+    ...(metadata.uid ? { uid: metadata.uid } : {}),
     host,
     port,
     attributes: spec.attributes ?? {},

@@ -118,7 +118,15 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger);
     stops.push(() => bridge.stop());
     parts.push(bridge);
-    const api = await startApi(apiOptions, { ...apiConfig, ...servers }, kc, logger, metrics);
+    // One registry for the whole process: with --metrics-addr the worker serves it there, so the api does not.
+    const api = await startApi(
+      apiOptions,
+      { ...apiConfig, ...servers, metricsAddr: undefined },
+      kc,
+      logger,
+      metrics,
+      { metricsServedElsewhere: Boolean(workerConfig.metricsAddr) },
+    );
     stops.push(() => api.stop());
     parts.push(api);
     starting.release();

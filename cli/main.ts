@@ -25,6 +25,16 @@ function connectionOptions(cmd: Command): Command {
     .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'));
 }
 
+/** Each process serves its own /metrics here (the api: off the discovery port, which names every proxy). */
+function metricsOption(cmd: Command): Command {
+  return cmd.addOption(
+    new Option(
+      '--metrics-addr <host:port>',
+      'serve /metrics here (the api then no longer serves it on --discovery-addr; dev: the one registry of all parts)',
+    ),
+  );
+}
+
 /** Read by the worker and the bridge (the prober signals workflows by ID). */
 function taskQueueOption(cmd: Command): Command {
   return cmd.addOption(
@@ -56,9 +66,6 @@ function workerOptions(cmd: Command): Command {
     .addOption(new Option('--gc-dry-run', 'report what orphan GC would delete, delete nothing'))
     .addOption(
       new Option('--provider-check-interval <duration>', 'provider checks interval, 0 disables (default 1m)'),
-    )
-    .addOption(
-      new Option('--metrics-addr <host:port>', 'worker: serve /metrics here (provider-check gauges)'),
     )
     .addOption(
       new Option(
@@ -108,7 +115,17 @@ function apiOptions(cmd: Command): Command {
       new Option('--discovery-token-file <path>', 'file with the bearer token (or env DISCOVERY_TOKEN)'),
     )
     .addOption(new Option('--lease-cooldown <duration>', 'cooldown after rate_limited/banned (default 15m)'))
-    .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'));
+    .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'))
+    .addOption(
+      new Option(
+        '--lease-store <memory|url>',
+        'where leases and cooldowns live: memory (one replica) or redis://host:port / rediss:// (shared by replicas; default memory)',
+      ),
+    )
+    .addOption(
+      new Option('--lease-store-password-file <path>', 'file with the Redis password (a mounted Secret)'),
+    )
+    .addOption(new Option('--lease-store-ca-file <path>', 'PEM CA bundle for a rediss:// Redis'));
 }
 
 async function runUntilSignal(parts: Running[]): Promise<void> {
@@ -171,11 +188,11 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     dev: {
       description:
         'run the whole control plane locally: Temporal dev server (unless --temporal-address), kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
-      options: [connectionOptions, taskQueueOption, workerOptions, bridgeOptions, apiOptions],
+      options: [connectionOptions, taskQueueOption, metricsOption, workerOptions, bridgeOptions, apiOptions],
     },
     worker: {
       description: 'run the Temporal worker: Proxy workflows and provider activities',
-      options: [connectionOptions, taskQueueOption, workerOptions],
+      options: [connectionOptions, taskQueueOption, metricsOption, workerOptions],
     },
     bridge: {
       description: 'run the Kubernetes bridge: Proxy and Secret events to workflow signals',
@@ -183,7 +200,7 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     },
     api: {
       description: 'run the lease API and health prober',
-      options: [connectionOptions, apiOptions],
+      options: [connectionOptions, metricsOption, apiOptions],
     },
   };
   for (const name of COMMANDS) {

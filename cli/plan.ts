@@ -63,7 +63,10 @@ const BRIDGE_KEYS = [
 ] as const satisfies ReadonlyArray<keyof BridgeConfig>;
 
 /** The lease API and the health prober (which signals workflows by ID: no task queue). */
-export type ApiPartConfig = Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace' | 'kubeconfig'> & {
+export type ApiPartConfig = Pick<
+  CommonConfig,
+  'temporalAddress' | 'temporalNamespace' | 'kubeconfig' | 'metricsAddr'
+> & {
   options: ApiOptions;
 };
 
@@ -119,7 +122,7 @@ export function planCommand(
   if (command === 'dev' || command === 'bridge') plan.bridge = pick(common, BRIDGE_KEYS);
   if (command === 'dev' || command === 'api') {
     plan.api = {
-      ...pick(common, ['temporalAddress', 'temporalNamespace', 'kubeconfig'] as const),
+      ...pick(common, ['temporalAddress', 'temporalNamespace', 'kubeconfig', 'metricsAddr'] as const),
       options: readApiConfig(
         env,
         command === 'dev' ? { ...flags, discoveryAddr: flags.discoveryAddr ?? DEV_DISCOVERY_ADDR } : flags,

@@ -13,8 +13,10 @@ import {
   createInformerProxyCatalog,
   MemoryLeaseStore,
   parseListenAddress,
+  RedisLeaseStore,
   serveApi,
   type ApiOptions,
+  type LeaseStore,
 } from '../api/index.js';
 import { createProber, createProxyProbeTargets, createTemporalHealthSignaller } from '../api/prober/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
@@ -140,11 +142,12 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
  */
 export async function startApi(
   apiOptions: ApiOptions,
-  config: Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace'>,
+  config: Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace' | 'metricsAddr'>,
   kc: KubeConfig,
   logger: Logger,
   registry: Registry = new Registry(),
-): Promise<Running & { url: string; registry: Registry }> {
+  opts: { metricsServedElsewhere?: boolean } = {},
+): Promise<Running & { url: string; registry: Registry; metricsUrl: string }> {
   // One Proxy cache for the lease API and the prober.
   const proxies = createProxyInformer({ kubeConfig: kc, logger });
   await proxies.start();
@@ -157,11 +160,36 @@ export async function startApi(
   try {
     const catalog = createInformerProxyCatalog(proxies);
     started.push({ what: 'catalog', stop: () => catalog.close() });
-    const leaseStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
-    // Only frees memory: every read already ignores ended leases.
-    const stopSweep = leaseStore.startSweeping();
-    started.push({ what: 'lease sweep', stop: stopSweep });
+    let leaseStore: LeaseStore;
+    let stopSweep = () => undefined as void;
+    if (apiOptions.leaseStore.kind === 'redis') {
+      const redisStore = new RedisLeaseStore({
+        url: apiOptions.leaseStore.url,
+        ...(apiOptions.leaseStore.password !== undefined ? { password: apiOptions.leaseStore.password } : {}),
+        ...(apiOptions.leaseStore.caFile !== undefined ? { caFile: apiOptions.leaseStore.caFile } : {}),
+        cooldownMs: apiOptions.leaseCooldownMs,
+        logger,
+      });
+      // Fails the start with a clear message when Redis is unreachable or refuses us.
+      await redisStore.connect();
+      started.push({ what: 'lease store', stop: () => redisStore.close() });
+      leaseStore = redisStore;
+    } else {
+      const memoryStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
+      // Only frees memory: every read already ignores ended leases.
+      stopSweep = memoryStore.startSweeping();
+      started.push({ what: 'lease sweep', stop: stopSweep });
+      leaseStore = memoryStore;
+    }
+    // With --metrics-addr the metrics (which name every proxy) leave the discovery port.
+    let metricsServer: { url: string; close(): Promise<void> } | undefined;
+    if (config.metricsAddr) {
+      const { host, port } = parseListenAddress(config.metricsAddr, '--metrics-addr');
+      metricsServer = await serveMetrics(registry, host, port);
+      started.push({ what: 'metrics server', stop: () => metricsServer!.close() });
+    }
     const app = createApi({
+      serveMetrics: !config.metricsAddr && !opts.metricsServedElsewhere,
       catalog,
       leaseStore,
       token: apiOptions.token,
@@ -192,16 +220,20 @@ export async function startApi(
     // Stopped even when its start fails half-way.
     started.push({ what: 'prober', stop: () => prober.stop() });
     await prober.start();
+    const metricsUrl = metricsServer?.url ?? (opts.metricsServedElsewhere ? '' : `${server.url}/metrics`);
     return {
       name: 'api',
       url: server.url,
       registry,
+      metricsUrl,
       done: new Promise(() => undefined),
       describe: () =>
-        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json, metrics ${server.url}/metrics); health prober on`,
+        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober on`,
       async stop() {
         await server.close();
+        await metricsServer?.close();
         stopSweep();
+        await leaseStore.close?.();
         await prober.stop();
         await signaller.stop();
         await connection.close();

@@ -9,14 +9,15 @@ cd "$(dirname "$0")/../.."
 bash infra/scripts/check-prereqs.sh
 [[ -f node_modules/.package-lock.json ]] || npm ci --no-audit --no-fund
 
-# First run: the temporal CLI (seconds), Debian's squid (seconds), libvirt,
-# QEMU and sshd for the kvm tests (apt-get install, about 15 s) and
+# First run: the temporal CLI (seconds), Debian's squid and redis-server
+# (seconds), libvirt, QEMU and sshd for the kvm tests (apt-get install, about 15 s) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores) into the cache;
 # later runs reuse them.
 start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
 bash infra/scripts/install-libvirt.sh >/dev/null
+bash infra/scripts/install-redis.sh >/dev/null
 bash infra/scripts/build-kube.sh >/dev/null
 echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"
 

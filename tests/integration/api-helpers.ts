@@ -2,6 +2,7 @@
  * Drives the real lease API over loopback HTTP and checks every response it
  * receives against the server's own /openapi.json.
  */
+import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
@@ -9,7 +10,8 @@ import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { expect } from 'vitest';
 import { createApi, type CreateApiOptions } from '../../api/app.js';
-import { MemoryLeaseStore, type Clock } from '../../api/lease-store.js';
+import { MemoryLeaseStore, type Clock, type LeaseStore } from '../../api/lease-store.js';
+import { RedisLeaseStore } from '../../api/redis-lease-store.js';
 import { createStaticProxyCatalog, type ProxyCatalog } from '../../api/proxy-catalog.js';
 import { serveApi, type RunningServer } from '../../api/server.js';
 import type { Proxy, ProxySpec, ProxySpecInput, ProxyStatus } from '../../resources/proxy-schema.js';
@@ -108,9 +110,13 @@ export interface CallOptions {
   headers?: Record<string, string>;
 }
 
+/** Which lease store a test API runs on; the black-box suites run on both. */
+export type StoreKind = 'memory' | 'redis';
+export const STORE_KINDS: readonly StoreKind[] = ['memory', 'redis'];
+
 export interface TestApi {
   url: string;
-  store: MemoryLeaseStore;
+  store: LeaseStore;
   clock: ManualClock;
   registry: Registry;
   logs: CapturedLogs;
@@ -123,13 +129,34 @@ export interface StartOptions extends Partial<Omit<CreateApiOptions, 'catalog'>>
   proxies?: Proxy[];
   catalog?: ProxyCatalog;
   cooldownMs?: number;
+  /** 'redis' needs `redisUrl`; each such API gets its own key prefix, so tests can share one server. */
+  store?: StoreKind;
+  redisUrl?: string;
+  /** Key prefix in Redis (default: a fresh one); two APIs given the same one share their lease state. */
+  redisPrefix?: string;
+  clock?: ManualClock;
 }
 
 export async function startTestApi(options: StartOptions = {}): Promise<TestApi> {
-  const clock = new ManualClock();
-  const store = new MemoryLeaseStore({ clock, cooldownMs: options.cooldownMs ?? 15 * 60_000 });
+  const clock = options.clock ?? new ManualClock();
   const registry = new Registry();
   const logs = captureLogs();
+  const cooldownMs = options.cooldownMs ?? 15 * 60_000;
+  let store: LeaseStore;
+  if (options.store === 'redis') {
+    if (!options.redisUrl) throw new Error('startTestApi: store redis needs redisUrl');
+    const redisStore = new RedisLeaseStore({
+      url: options.redisUrl,
+      clock,
+      cooldownMs,
+      logger: logs.logger,
+      prefix: options.redisPrefix ?? `test-${randomUUID()}:`,
+    });
+    await redisStore.connect();
+    store = redisStore;
+  } else {
+    store = new MemoryLeaseStore({ clock, cooldownMs });
+  }
   const token = options.token ?? 'test-token';
   const app = createApi({
     catalog: options.catalog ?? createStaticProxyCatalog(options.proxies ?? []),
@@ -140,6 +167,7 @@ export async function startTestApi(options: StartOptions = {}): Promise<TestApi>
     processMetrics: options.processMetrics ?? false,
     ...(options.maxLeaseTtlSeconds ? { maxLeaseTtlSeconds: options.maxLeaseTtlSeconds } : {}),
     ...(options.traceHook ? { traceHook: options.traceHook } : {}),
+    ...(options.serveMetrics !== undefined ? { serveMetrics: options.serveMetrics } : {}),
   });
   const server: RunningServer = await serveApi(app, { host: '127.0.0.1', port: 0, shutdownGraceMs: 1000 });
   let validator: OpenApiValidator | undefined;
@@ -183,7 +211,10 @@ export async function startTestApi(options: StartOptions = {}): Promise<TestApi>
       validator.check(method, path, reply);
       return reply;
     },
-    close: () => server.close(),
+    async close() {
+      await server.close();
+      await store.close?.();
+    },
   };
 }
 

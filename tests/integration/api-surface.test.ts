@@ -68,6 +68,30 @@ describe('authentication', () => {
       (l) => l.level === 40 && /WITHOUT AUTHENTICATION/.test(String(l.msg)),
     );
     expect(warning).toBeDefined();
+    // The document then declares no security, and no 401s: nothing to send.
+    const doc = (await api.call('GET', '/openapi.json', { token: null })).body;
+    expect(doc).not.toHaveProperty('security');
+    expect(doc.components).not.toHaveProperty('securitySchemes');
+    expect(JSON.stringify(doc.paths)).not.toContain('"401"');
+  });
+
+  it('declares bearer security in the document when a token is configured', async () => {
+    const api = await start({ proxies: fleet() });
+    const doc = (await api.call('GET', '/openapi.json')).body;
+    expect(doc.security).toEqual([{ bearer: [] }]);
+    expect(doc.components).toMatchObject({ securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } });
+  });
+
+  it('with metrics served elsewhere (--metrics-addr), neither serves nor documents /metrics', async () => {
+    const api = await start({ proxies: fleet(), serveMetrics: false });
+    for (const token of [null, undefined]) {
+      const r = await api.call('GET', '/metrics', { token });
+      expect(r.status).toBe(404);
+      expect(r.body).toMatchObject({ error: 'not_found' });
+    }
+    expect(Object.keys((await api.call('GET', '/openapi.json')).body.paths as object)).not.toContain(
+      '/metrics',
+    );
   });
 });
 

@@ -65,6 +65,12 @@ function changes(base: CommandPlan, next: CommandPlan): Map<string, string> {
   return out;
 }
 
+/** Options that mean something only with another one, and that other one's value. */
+const PREREQUISITES: Record<string, string[]> = {
+  '--lease-store-password-file': ['--lease-store', 'redis://127.0.0.9:16379/2'],
+  '--lease-store-ca-file': ['--lease-store', 'rediss://127.0.0.9:16379/2'],
+};
+
 /** Non-default values to try, by the option's placeholder. */
 function candidates(opt: Option): string[][] {
   if (opt.isBoolean()) return [[opt.long!]];
@@ -83,6 +89,7 @@ function candidates(opt: Option): string[][] {
     name: ['xq7-test'],
     id: ['xq7-test'],
     level: ['debug', 'error'],
+    'memory|url': ['redis://127.0.0.9:16379/2'],
   };
   const found = kind === undefined ? undefined : values[kind];
   if (!found) throw new Error(`${opt.flags}: no test value for the placeholder <${kind}>; add one here`);
@@ -94,6 +101,8 @@ interface Reached {
   flag: string;
   args: string[];
   changed: Map<string, string>;
+  /** What the option needs beside it (in args too, and in the plan it is compared with). */
+  prereq: string[];
 }
 
 /** For every option of every command: the settings a non-default value changes, or why none. */
@@ -104,15 +113,16 @@ async function walkOptions(build: Build): Promise<{ reached: Reached[]; problems
   for (const cmd of program.commands) {
     const options = cmd.options.filter((o) => o.long !== '--help' && o.long !== '--version');
     if (options.length === 0) continue;
-    const base = await planOf(build, [cmd.name()]);
     for (const opt of options) {
+      const prereq = PREREQUISITES[opt.long!] ?? [];
+      const base = await planOf(build, [cmd.name(), ...prereq]);
       const errors: string[] = [];
       let hit: Reached | undefined;
       for (const args of candidates(opt)) {
         try {
-          const changed = changes(base, await planOf(build, [cmd.name(), ...args]));
+          const changed = changes(base, await planOf(build, [cmd.name(), ...prereq, ...args]));
           if (changed.size > 0) {
-            hit = { command: cmd.name(), flag: opt.long!, args, changed };
+            hit = { command: cmd.name(), flag: opt.long!, args: [...prereq, ...args], changed, prereq };
             break;
           }
         } catch (error) {
@@ -155,7 +165,7 @@ describe('every CLI option reaches the part that uses it', () => {
       const dev = inDev.get(r.flag);
       expect(dev, `dev ${r.flag}`).toBeDefined();
       const devPlan = await planOf(realCli, ['dev', ...r.args]);
-      const basePlan = await planOf(realCli, ['dev']);
+      const basePlan = await planOf(realCli, ['dev', ...r.prereq]);
       const devChanges = changes(basePlan, devPlan);
       const own = (m: Map<string, string>) =>
         Object.fromEntries(

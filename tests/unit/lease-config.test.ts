@@ -18,7 +18,47 @@ describe('readApiConfig', () => {
       leaseCooldownMs: 15 * 60_000,
       maxLeaseTtlSeconds: 3600,
       defaultLeaseTtlSeconds: 300,
+      leaseStore: { kind: 'memory' },
     });
+  });
+
+  it('reads the Redis lease store: URL, password from a Secret file, CA for TLS', () => {
+    const password = join(dir, 'redis-password');
+    writeFileSync(password, 'p@ss\n');
+    const ca = join(dir, 'ca.pem');
+    writeFileSync(ca, '-----BEGIN CERTIFICATE-----\n');
+    expect(readApiConfig({}, { leaseStore: 'redis://redis.crawl:6379/2' }).leaseStore).toEqual({
+      kind: 'redis',
+      url: 'redis://redis.crawl:6379/2',
+    });
+    expect(
+      readApiConfig(
+        {},
+        {
+          leaseStore: 'rediss://default@redis.crawl:6380',
+          leaseStorePasswordFile: password,
+          leaseStoreCaFile: ca,
+        },
+      ).leaseStore,
+    ).toEqual({ kind: 'redis', url: 'rediss://default@redis.crawl:6380', password: 'p@ss', caFile: ca });
+  });
+
+  it('never quotes a Redis URL (it may hold a password) in its errors', () => {
+    for (const leaseStore of [
+      'http://:hunter2@redis:6379',
+      'redis://:hunter2@redis:6379/not-a-db',
+      'hunter2',
+    ]) {
+      let message = '';
+      try {
+        readApiConfig({}, { leaseStore });
+      } catch (err) {
+        expect(err).toBeInstanceOf(ApiConfigError);
+        message = (err as Error).message;
+      }
+      expect(message).toMatch(/--lease-store/);
+      expect(message).not.toContain('hunter2');
+    }
   });
 
   it('reads flags and DISCOVERY_TOKEN', () => {
@@ -51,6 +91,11 @@ describe('readApiConfig', () => {
     [{}, { discoveryAddr: ':70000' }, /discovery-addr/],
     [{ DISCOVERY_TOKEN: 'x' }, { discoveryTokenFile: '/nonexistent' }, /not both/],
     [{}, { discoveryTokenFile: '/nonexistent/token' }, /cannot read/],
+    [{}, { leaseStore: 'postgres://db:5432' }, /expected memory, redis:\/\/host:port/],
+    [{}, { leaseStore: 'redis://' }, /no host/],
+    [{}, { leaseStorePasswordFile: '/x' }, /needs --lease-store redis/],
+    [{}, { leaseStore: 'redis://r:6379', leaseStoreCaFile: '/x' }, /needs a rediss:\/\//],
+    [{}, { leaseStore: 'redis://r:6379', leaseStorePasswordFile: '/nonexistent/pw' }, /cannot read/],
   ])('rejects %j %j', (env, flags, message) => {
     expect(() => readApiConfig(env, flags)).toThrow(ApiConfigError);
     expect(() => readApiConfig(env, flags)).toThrow(message);

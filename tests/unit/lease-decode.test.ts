@@ -7,8 +7,7 @@
  * handlers.go, copied into a throwaway program).
  */
 import { describe, expect, it } from 'vitest';
-import { goQueryValues, goQuote } from '../../api/app.js';
-import { decodeLeaseRequest, decodeReportRequest } from '../../api/schemas.js';
+import { decodeLeaseRequest, decodeReportRequest, goQueryValues, goQuote } from '../../api/go-compat.js';
 
 type LeaseWant = { ttlSeconds: number; target?: string; selector?: Record<string, string> | null } | string;
 

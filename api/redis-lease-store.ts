@@ -1,0 +1,473 @@
+/**
+ * Lease state in Redis (7.x or Valkey), shared by every lease API replica.
+ *
+ * Each operation is one Lua script, so Redis runs it alone: choosing a
+ * proxy, taking its slot and recording the lease happen in one step, and two
+ * replicas can never hand out the same last slot. The replica sends its own
+ * candidates (healthy, selector-matching proxies from its informer) with
+ * each acquire; Redis holds only leases, slot counts and cooldowns, keyed by
+ * Proxy UID.
+ *
+ * Keys, under one prefix (default `egress-proxies:{leases}:`; the braces keep
+ * every key in one cluster hash slot):
+ *   lease:<id>  hash p (proxy uid), t (target), e (end, epoch ms); expires one
+ *               cooldown window (+1 s) after its end, the reporting window
+ *   active      hash uid -> slots held
+ *   ends        sorted set "<id> <uid>" by end: what expires next. Every
+ *               script first gives back the slots of the ended ones (a range
+ *               read, never a scan of every lease)
+ *   cool        hash "<uid>\t<target>" -> cooldown end ('' target = global)
+ *   coolends    sorted set of the same fields by end, to drop elapsed ones
+ *   epoch       a random value set when the state is first written; a
+ *               different one means Redis lost the state (restart, flush)
+ *
+ * Semantics are the memory store's, check for check (api/lease-store.ts):
+ * a lease ends at `end` (end <= now holds no slot), a cooldown holds while
+ * now < its end, an expired lease stays reportable until end + cooldown.
+ * Correctness never depends on key TTLs: every read compares with `now`.
+ * The TTLs only bound memory.
+ *
+ * `now` is Redis's own clock (TIME), so replicas with skewed clocks agree;
+ * tests inject a Clock, whose time is then sent with each call.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import {
+  DEFAULT_LEASE_COOLDOWN_MS,
+  LeaseStoreUnavailableError,
+  newLeaseId,
+  storeKey,
+  type AcquireOutcome,
+  type AcquireRequest,
+  type Candidate,
+  type Clock,
+  type LeaseStore,
+  type ReportOutcome,
+  type ReportResult,
+} from './lease-store.js';
+
+export const DEFAULT_REDIS_PREFIX = 'egress-proxies:{leases}:';
+
+// Shared by every script. ARGV[1] prefix, ARGV[2] now ('' = Redis TIME),
+// ARGV[3] a fresh epoch value to set when none is there.
+const PRELUDE = `
+local P = ARGV[1]
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local ep = redis.call('GET', P .. 'epoch')
+if not ep then
+  ep = ARGV[3]
+  redis.call('SET', P .. 'epoch', ep)
+end
+local function unhold(member, uid)
+  if redis.call('ZREM', P .. 'ends', member) == 1 then
+    if redis.call('HINCRBY', P .. 'active', uid, -1) <= 0 then redis.call('HDEL', P .. 'active', uid) end
+  end
+end
+local ended = redis.call('ZRANGEBYSCORE', P .. 'ends', '-inf', now)
+for i = 1, #ended do
+  local m = ended[i]
+  unhold(m, string.sub(m, string.find(m, ' ', 1, true) + 1))
+end
+local cooled = redis.call('ZRANGEBYSCORE', P .. 'coolends', '-inf', now)
+for i = 1, #cooled do
+  redis.call('HDEL', P .. 'cool', cooled[i])
+  redis.call('ZREM', P .. 'coolends', cooled[i])
+end
+`;
+
+// ARGV[4] ttlMs, [5] cooldownMs, [6] lease id, [7] target, [8] '1' when the
+// candidates are only the first of the list, then (uid, maxLeases) pairs
+// sorted by (latency, id): among equally loaded proxies the first wins, so
+// an eligible proxy with no lease ends the search. A partial list without
+// one proves nothing: the script writes nothing and answers -1, and the
+// caller sends the whole list.
+const ACQUIRE = `${PRELUDE}
+local target = ARGV[7]
+local partial = ARGV[8] == '1'
+local n = (#ARGV - 8) / 2
+local anyCool = redis.call('HLEN', P .. 'cool') > 0
+local examined, inCooldown, atCapacity, eligible = 0, 0, 0, 0
+local best, bestActive = nil, nil
+local i = 0
+while i < n do
+  local last = math.min(n, i + 128)
+  local uids, gf, tf = {}, {}, {}
+  for j = i + 1, last do
+    local uid = ARGV[7 + 2 * j]
+    uids[#uids + 1] = uid
+    if anyCool then
+      gf[#gf + 1] = uid .. '\\t'
+      tf[#tf + 1] = uid .. '\\t' .. target
+    end
+  end
+  local counts = redis.call('HMGET', P .. 'active', unpack(uids))
+  local g, t
+  if anyCool then
+    g = redis.call('HMGET', P .. 'cool', unpack(gf))
+    if target ~= '' then t = redis.call('HMGET', P .. 'cool', unpack(tf)) end
+  end
+  for k = 1, #uids do
+    examined = examined + 1
+    if anyCool and ((g[k] and tonumber(g[k]) > now) or (t and t[k] and tonumber(t[k]) > now)) then
+      inCooldown = inCooldown + 1
+    else
+      local active = tonumber(counts[k]) or 0
+      if active >= tonumber(ARGV[8 + 2 * (i + k)]) then
+        atCapacity = atCapacity + 1
+      else
+        eligible = eligible + 1
+        if best == nil or active < bestActive then
+          best = i + k
+          bestActive = active
+        end
+      end
+    end
+  end
+  i = last
+  if best ~= nil and bestActive == 0 then break end
+end
+if partial and (best == nil or bestActive > 0) then return {ep, -1} end
+if best == nil then return {ep, 0, examined, inCooldown, atCapacity} end
+local uid = ARGV[7 + 2 * best]
+local id = ARGV[6]
+local ends = now + tonumber(ARGV[4])
+local key = P .. 'lease:' .. id
+redis.call('HSET', key, 'p', uid, 't', target, 'e', ends)
+redis.call('PEXPIRE', key, ends + tonumber(ARGV[5]) - now + 1000)
+redis.call('ZADD', P .. 'ends', ends, id .. ' ' .. uid)
+redis.call('HINCRBY', P .. 'active', uid, 1)
+return {ep, 1, examined, inCooldown, atCapacity, eligible - 1, best, bestActive + 1, tostring(ends)}
+`;
+
+// ARGV[4] lease id.
+const RELEASE = `${PRELUDE}
+local key = P .. 'lease:' .. ARGV[4]
+local uid = redis.call('HGET', key, 'p')
+if uid then
+  unhold(ARGV[4] .. ' ' .. uid, uid)
+  redis.call('DEL', key)
+end
+return {ep}
+`;
+
+// ARGV[4] lease id, [5] result, [6] target, [7] cooldownMs.
+const REPORT = `${PRELUDE}
+local id = ARGV[4]
+local key = P .. 'lease:' .. id
+local rec = redis.call('HMGET', key, 'p', 't', 'e')
+if not rec[1] then return {ep, 'unknown_lease'} end
+local cooldown = tonumber(ARGV[7])
+if now > tonumber(rec[3]) + cooldown then
+  unhold(id .. ' ' .. rec[1], rec[1])
+  redis.call('DEL', key)
+  return {ep, 'unknown_lease'}
+end
+if ARGV[5] == 'ok' then return {ep, 'acknowledged'} end
+local target = ARGV[6]
+if target == '' then target = rec[2] end
+local field = rec[1] .. '\\t' .. target
+redis.call('HSET', P .. 'cool', field, now + cooldown)
+redis.call('ZADD', P .. 'coolends', now + cooldown, field)
+return {ep, 'cooldown'}
+`;
+
+const COUNTS = `${PRELUDE}
+return {ep, redis.call('HGETALL', P .. 'active')}
+`;
+
+type Reply = [string, ...unknown[]];
+
+/** How many of the fastest candidates a first acquire attempt sends. */
+const PREFIX_CANDIDATES = 128;
+
+interface Order {
+  sorted: Candidate[];
+  /** (uid, maxLeases) pairs in `sorted` order. */
+  args: string[];
+  /** The first PREFIX_CANDIDATES pairs. */
+  prefixArgs: string[];
+}
+
+interface LeaseCommands {
+  leaseAcquire(...args: string[]): Promise<Reply>;
+  leaseRelease(...args: string[]): Promise<Reply>;
+  leaseReport(...args: string[]): Promise<Reply>;
+  leaseCounts(...args: string[]): Promise<Reply>;
+}
+
+export interface RedisLeaseStoreOptions {
+  /** `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. */
+  url: string;
+  /** Overrides a password in the URL (a mounted Secret). */
+  password?: string;
+  /** PEM CA bundle for `rediss://` servers signed by a private CA. */
+  caFile?: string;
+  cooldownMs?: number;
+  prefix?: string;
+  logger: Logger;
+  /** Injected time (tests); by default Redis's TIME decides. */
+  clock?: Clock;
+  newId?: () => string;
+  /** Longest wait for one reply before answering `unavailable` (default 2 s). */
+  commandTimeoutMs?: number;
+}
+
+/**
+ * The URL without its password, for logs and errors. Only what the URL
+ * parser recognises is kept; a URL it cannot parse is not echoed at all.
+ */
+export function redactRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+export class RedisLeaseStore implements LeaseStore {
+  readonly cooldownMs: number;
+  private readonly redis: Redis & LeaseCommands;
+  private readonly prefix: string;
+  private readonly logger: Logger;
+  private readonly clock: Clock | undefined;
+  private readonly newId: () => string;
+  private readonly where: string;
+  /** The epoch seen last; undefined before the first reply. */
+  private epoch: string | undefined;
+  private readonly epochSeed = randomBytes(8).toString('hex');
+  private epochCounter = 0;
+  /**
+   * Candidates sorted by (latency, id) and their script arguments, by the
+   * caller's array identity: the API hands the same array until its catalog
+   * changes, so the sort runs once per change, not per acquire.
+   */
+  private readonly orderFor = new WeakMap<readonly Candidate[], Order>();
+  private downSince: number | undefined;
+  /** The connection's last error: a refused password shows here, while the command only sees "Connection is closed". */
+  private lastError: Error | undefined;
+
+  constructor(options: RedisLeaseStoreOptions) {
+    this.cooldownMs = options.cooldownMs ?? DEFAULT_LEASE_COOLDOWN_MS;
+    if (!(this.cooldownMs > 0)) throw new RangeError(`cooldownMs must be positive, got ${this.cooldownMs}`);
+    this.prefix = options.prefix ?? DEFAULT_REDIS_PREFIX;
+    this.logger = options.logger.child({ component: 'lease-store' });
+    this.clock = options.clock;
+    this.newId = options.newId ?? newLeaseId;
+    this.where = redactRedisUrl(options.url);
+    const url = new URL(options.url);
+    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+      throw new RangeError(`lease store URL must be redis:// or rediss://, got ${url.protocol}//`);
+    }
+    const redisOptions: RedisOptions = {
+      lazyConnect: true,
+      // Fail fast while disconnected: a request answers 503 at once rather
+      // than waiting in a queue whose commands would run after the client
+      // gave up (granting slots nobody receives).
+      enableOfflineQueue: false,
+      // A reply lost with the connection is never re-sent: the script may
+      // have run, and running it twice would take a second slot.
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: options.commandTimeoutMs ?? 2_000,
+      connectTimeout: 2_000,
+      retryStrategy: (attempt) => Math.min(100 * 2 ** Math.min(attempt, 5), 2_000),
+      ...(options.password !== undefined ? { password: options.password } : {}),
+      ...(url.protocol === 'rediss:' && options.caFile
+        ? { tls: { ca: readFileSync(options.caFile), servername: url.hostname } }
+        : {}),
+    };
+    this.redis = new Redis(options.url, redisOptions) as Redis & LeaseCommands;
+    this.redis.defineCommand('leaseAcquire', { numberOfKeys: 0, lua: ACQUIRE });
+    this.redis.defineCommand('leaseRelease', { numberOfKeys: 0, lua: RELEASE });
+    this.redis.defineCommand('leaseReport', { numberOfKeys: 0, lua: REPORT });
+    this.redis.defineCommand('leaseCounts', { numberOfKeys: 0, lua: COUNTS });
+    // ioredis reports every failed reconnect; one line per outage is enough.
+    this.redis.on('error', (err: Error) => {
+      this.lastError = err;
+      if (this.downSince === undefined) {
+        this.downSince = Date.now();
+        this.logger.error(
+          { err: { message: err.message }, redis: this.where },
+          'lease store: Redis unreachable; lease requests answer 503 until it is back',
+        );
+      }
+    });
+    this.redis.on('ready', () => {
+      if (this.downSince !== undefined) {
+        this.logger.info(
+          { redis: this.where, downMs: Date.now() - this.downSince },
+          'lease store: Redis reachable again',
+        );
+        this.downSince = undefined;
+      }
+    });
+  }
+
+  /** Connects and runs one command; throws a clear error when Redis cannot be reached or refuses us. */
+  async connect(): Promise<void> {
+    try {
+      await this.redis.connect();
+      await this.run(() => this.redis.leaseCounts(...this.head()));
+    } catch (err) {
+      this.redis.disconnect();
+      const message = (err as Error).message;
+      const cause =
+        this.lastError && this.lastError.message !== message
+          ? `${message} (${this.lastError.message})`
+          : message;
+      throw new Error(`lease store: cannot use Redis at ${this.where}: ${cause}`);
+    }
+    this.logger.info({ redis: this.where }, 'lease store: using Redis');
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.redis.quit();
+    } catch {
+      this.redis.disconnect();
+    }
+  }
+
+  async acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>> {
+    if (!Number.isFinite(req.ttlMs) || req.ttlMs <= 0)
+      throw new RangeError(`ttlMs must be positive, got ${req.ttlMs}`);
+    const { candidates, target } = req;
+    const order = this.sorted(candidates);
+    const id = this.newId();
+    const attempt = (partial: boolean) =>
+      this.run(() =>
+        this.redis.leaseAcquire(
+          ...this.head(),
+          String(req.ttlMs),
+          String(this.cooldownMs),
+          id,
+          target,
+          partial ? '1' : '0',
+          ...(partial ? order.prefixArgs : order.args),
+        ),
+      );
+    // Most acquires find an idle proxy among the fastest few: send those
+    // first (a long argument list is most of a script's cost), the whole
+    // list only when they are all busy.
+    const partial = order.prefixArgs.length < order.args.length;
+    let reply = await attempt(partial);
+    if (partial && reply[1] === -1) reply = await attempt(false);
+    const [, granted, examined, inCooldown, atCapacity] = reply as [string, number, number, number, number];
+    if (granted === 0) {
+      return { granted: null, stats: { considered: examined, inCooldown, atCapacity, outranked: 0 } };
+    }
+    const [, , , , , outranked, index, activeLeases, ends] = reply as [
+      string,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      string,
+    ];
+    const candidate = order.sorted[index - 1] as C;
+    return {
+      granted: { id, proxy: storeKey(candidate), target, expiresAt: Number(ends) },
+      candidate,
+      activeLeases,
+      stats: { considered: examined, inCooldown, atCapacity, outranked },
+    };
+  }
+
+  async release(id: string): Promise<void> {
+    await this.run(() => this.redis.leaseRelease(...this.head(), id));
+  }
+
+  async report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {
+    const reply = await this.run(() =>
+      this.redis.leaseReport(...this.head(), id, result, target, String(this.cooldownMs)),
+    );
+    return reply[1] as ReportOutcome;
+  }
+
+  async activeCounts(): Promise<ReadonlyMap<string, number>> {
+    const reply = await this.run(() => this.redis.leaseCounts(...this.head()));
+    const flat = reply[1] as string[];
+    const counts = new Map<string, number>();
+    for (let i = 0; i < flat.length; i += 2) {
+      const n = Number(flat[i + 1]);
+      if (n > 0) counts.set(flat[i]!, n);
+    }
+    return counts;
+  }
+
+  /** The arguments every script starts with. */
+  private head(): [string, string, string] {
+    return [
+      this.prefix,
+      this.clock ? String(this.clock.now()) : '',
+      `${this.epochSeed}-${++this.epochCounter}`,
+    ];
+  }
+
+  private sorted(candidates: readonly Candidate[]): Order {
+    let order = this.orderFor.get(candidates);
+    if (!order) {
+      const sorted = [...candidates].sort((a, b) =>
+        a.latencyMillis !== b.latencyMillis
+          ? a.latencyMillis - b.latencyMillis
+          : a.id < b.id
+            ? -1
+            : a.id > b.id
+              ? 1
+              : 0,
+      );
+      const args: string[] = [];
+      for (const c of sorted) args.push(storeKey(c), String(Math.max(0, Math.floor(c.maxLeases))));
+      order = { sorted, args, prefixArgs: args.slice(0, 2 * PREFIX_CANDIDATES) };
+      this.orderFor.set(candidates, order);
+    }
+    return order;
+  }
+
+  /** Runs one script; any failure to get its reply is `unavailable`; notes a lost state. */
+  private async run(call: () => Promise<Reply>): Promise<Reply> {
+    let reply: Reply;
+    try {
+      reply = await call();
+    } catch (err) {
+      const message = (err as Error).message ?? String(err);
+      // A script error is a bug here, not an outage: let it be a 500.
+      if (/^(ERR|WRONGTYPE)\b/.test(message) && !/NOSCRIPT|timed out/i.test(message)) throw err;
+      throw new LeaseStoreUnavailableError(`the lease store (Redis) is unavailable: ${message}`);
+    }
+    this.noteEpoch(reply[0]);
+    return reply;
+  }
+
+  private noteEpoch(epoch: string): void {
+    if (epoch === this.epoch) return;
+    const ours = epoch.startsWith(`${this.epochSeed}-`);
+    if (this.epoch === undefined) {
+      this.logger.info(
+        { redis: this.where },
+        ours
+          ? 'lease store: Redis held no lease state; starting empty'
+          : 'lease store: joined the lease state in Redis',
+      );
+    } else {
+      this.logger.warn(
+        { redis: this.where },
+        'lease store: lease state was lost (Redis came back empty: restarted without persistence, or flushed); leases and cooldowns granted before are forgotten, and their holders get unknown_lease',
+      );
+    }
+    this.epoch = epoch;
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * Debian's real redis-server for tests and benchmarks: installed (and
+ * cached) by infra/scripts/install-redis.sh, run from the extracted tree
+ * with LD_LIBRARY_PATH on 127.0.0.1 and a free port, no persistence, no
+ * config file.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { createServer, connect } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const INSTALL_SCRIPT = fileURLToPath(new URL('../../infra/scripts/install-redis.sh', import.meta.url));
+
+export interface RedisInstall {
+  bin: string;
+  env: NodeJS.ProcessEnv;
+}
+
+let installing: Promise<RedisInstall> | undefined;
+
+/** Runs the install script once per process; fails with its message (a test never skips for lack of Redis). */
+export function installRedis(): Promise<RedisInstall> {
+  installing ??= (async () => {
+    let stdout: string;
+    try {
+      ({ stdout } = await run('bash', [INSTALL_SCRIPT], { maxBuffer: 1 << 20 }));
+    } catch (error) {
+      const e = error as { code?: number; stderr?: string; message: string };
+      throw new Error(
+        `infra/scripts/install-redis.sh failed (exit ${e.code ?? '?'}): ${e.stderr?.trim() || e.message}`,
+      );
+    }
+    const bin = stdout.trim().split('\n').at(-1) ?? '';
+    if (!bin.endsWith('/usr/bin/redis-server') || !existsSync(bin)) {
+      throw new Error(`infra/scripts/install-redis.sh printed no redis-server: ${JSON.stringify(stdout)}`);
+    }
+    const root = dirname(dirname(dirname(bin)));
+    const libDirs = ['usr/lib', 'lib']
+      .map((d) => join(root, d))
+      .filter((d) => existsSync(d))
+      .flatMap((d) => readdirSync(d).map((name) => join(d, name)))
+      .filter((d) => /-linux-/.test(d) && statSync(d).isDirectory());
+    return { bin, env: { ...process.env, LD_LIBRARY_PATH: libDirs.join(':') } };
+  })();
+  return installing;
+}
+
+export interface RunningRedis {
+  port: number;
+  url: string;
+  /** Everything redis-server printed, for failure messages. */
+  output(): string;
+  /** Stops it (SIGTERM, then SIGKILL after 5 s); resolves when it has exited. */
+  stop(): Promise<void>;
+  /** Stops it and starts an empty one on the same port: what a restart without persistence looks like. */
+  restartEmpty(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Starts redis-server on 127.0.0.1 (a free port unless given); resolves once it accepts connections. */
+export async function startRedis(options: { port?: number; password?: string } = {}): Promise<RunningRedis> {
+  const install = await installRedis();
+  let port = options.port ?? (await freePort());
+  let child: ChildProcess;
+  let log = '';
+
+  const launch = async (): Promise<void> => {
+    log = '';
+    const args = [
+      '--bind',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--daemonize',
+      'no',
+      '--loglevel',
+      'warning',
+      ...(options.password ? ['--requirepass', options.password] : []),
+    ];
+    child = spawn(install.bin, args, { env: install.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.on('data', (d: Buffer) => (log += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (log += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      if (await accepts(port)) return;
+      const code = await Promise.race([
+        exited,
+        new Promise<'running'>((r) => setImmediate(() => r('running'))),
+      ]);
+      if (code !== 'running') throw new Error(`redis-server exited with ${code} on port ${port}: ${log}`);
+      if (Date.now() > deadline) {
+        child.kill('SIGKILL');
+        throw new Error(`redis-server did not accept connections on ${port} within 10 s: ${log}`);
+      }
+      await new Promise<void>((r) => setImmediate(r));
+    }
+  };
+
+  const stop = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.kill('SIGTERM');
+    const force = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(force);
+  };
+
+  // A port taken between freePort() and the bind: try another.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await launch();
+      break;
+    } catch (error) {
+      if (options.port !== undefined || attempt >= 3 || !/Address already in use/.test(String(error)))
+        throw error;
+      port = await freePort();
+    }
+  }
+
+  return {
+    port,
+    url: `redis://${options.password ? `:${encodeURIComponent(options.password)}@` : ''}127.0.0.1:${port}`,
+    output: () => log,
+    stop,
+    async restartEmpty() {
+      await stop();
+      await launch();
+    },
+  };
+}
