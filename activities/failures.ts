@@ -6,9 +6,17 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { classOf, isProviderError } from '../providers/errors.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
+import { ProviderPausedError } from './provider-circuit.js';
 
 export function toApplicationFailure(error: unknown): ApplicationFailure {
   if (error instanceof ApplicationFailure) return error;
+  if (error instanceof ProviderPausedError) {
+    return ApplicationFailure.create({
+      type: FailureType.Transient,
+      message: error.message,
+      nonRetryable: true,
+    });
+  }
   const errorClass = classOf(error);
   // Only a ProviderError's message is known to be safe to record in history.
   const message = isProviderError(error) ? error.message : 'provider call failed with an unclassified error';

@@ -11,8 +11,16 @@
  * Only Transient counts as failure: NotFound, Permanent and QuotaExceeded are
  * answers from a backend that works.
  */
-import { classOf, providerError } from '../providers/errors.js';
+import { classOf, ProviderError } from '../providers/errors.js';
 import type { ProviderOperation } from '../providers/types.js';
+
+/**
+ * A call the circuit did not let through. Transient, but not worth an
+ * activity retry a second later: the activity layer makes it non-retryable
+ * so the workflow's own wait (a minute when steady) paces the next try, and
+ * a paused provider costs one Temporal action per wait, not five.
+ */
+export class ProviderPausedError extends ProviderError {}
 
 export interface CircuitOptions {
   /** Consecutive Transient failures that pause calls. */
@@ -108,7 +116,7 @@ export function createProviderCircuits(
       if (c.openUntil !== 0) {
         const waitMs = c.openUntil - opts.now();
         if (waitMs > 0 || c.trialInFlight) {
-          throw providerError({
+          throw new ProviderPausedError({
             errorClass: 'Transient',
             operation,
             provider,

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { toApplicationFailure } from '../../activities/failures.js';
 import { createProviderCircuits, type CircuitView } from '../../activities/provider-circuit.js';
 import { classOf, providerError } from '../../providers/errors.js';
 
@@ -100,5 +101,14 @@ describe('provider circuit', () => {
     const h = harness();
     for (let i = 0; i < 3; i++) await h.call().catch(() => undefined);
     await expect(h.circuits.run('other', 'get', 'i', () => Promise.resolve(1))).resolves.toBe(1);
+  });
+
+  it('a paused call leaves the activity as a non-retryable Transient (the workflow paces the next try)', async () => {
+    const h = harness();
+    for (let i = 0; i < 3; i++) await h.call().catch(() => undefined);
+    const paused = toApplicationFailure(await h.call().catch((e: unknown) => e));
+    expect(paused).toMatchObject({ type: 'Transient', nonRetryable: true });
+    // A failure from the backend itself stays retryable.
+    expect(toApplicationFailure(transient())).toMatchObject({ type: 'Transient', nonRetryable: false });
   });
 });
