@@ -8,10 +8,18 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { parseDuration } from '../api/config.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
+import {
+  resolveTemporal,
+  type ResolvedTemporal,
+  type TemporalConnectionSettings,
+  type TemporalFlags,
+} from './temporal.js';
 
 export const commonConfigSchema = z.strictObject({
   temporalAddress: z.string().min(1),
   temporalNamespace: z.string().min(1),
+  /** TLS, API key and gRPC metadata for Temporal (cli/temporal.ts); undefined: plaintext, no key. */
+  temporalConnection: z.custom<TemporalConnectionSettings>().optional(),
   taskQueue: z.string().min(1),
   /** Path of a kubeconfig; undefined means in-cluster config, then the default loading rules. */
   kubeconfig: z.string().min(1).optional(),
@@ -53,9 +61,7 @@ export const commonConfigSchema = z.strictObject({
 export type CommonConfig = z.infer<typeof commonConfigSchema>;
 
 /** The flags every subcommand accepts, as commander parsed them (strings). */
-export interface CommonFlags {
-  temporalAddress?: string;
-  temporalNamespace?: string;
+export interface CommonFlags extends TemporalFlags {
   taskQueue?: string;
   kubeconfig?: string;
   providersConfig?: string;
@@ -117,9 +123,16 @@ export function readCommonConfig(
     driftPollMs: durationMs(flags.driftPoll, '--drift-poll', DEFAULT_TIMING.driftPollMs),
   };
   timing.deletionPollMs = timing.provisioningPollMs;
+  let temporal: ResolvedTemporal;
+  try {
+    temporal = resolveTemporal(env, flags);
+  } catch (error) {
+    throw new ConfigError((error as Error).message);
+  }
   const candidate = {
-    temporalAddress: flags.temporalAddress ?? env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
-    temporalNamespace: flags.temporalNamespace ?? env.TEMPORAL_NAMESPACE ?? 'default',
+    temporalAddress: temporal.address,
+    temporalNamespace: temporal.namespace,
+    temporalConnection: temporal.settings,
     taskQueue: flags.taskQueue ?? 'egress-proxies',
     kubeconfig: flags.kubeconfig ?? env.KUBECONFIG,
     providersConfig: flags.providersConfig ?? env.PROVIDERS_CONFIG,

@@ -79,6 +79,8 @@ export async function runDev(
     const devConfig: CommonConfig = {
       ...config,
       temporalAddress,
+      // Our own dev server speaks plaintext: TLS and key settings are for a given one.
+      temporalConnection: flags.temporalAddress ? config.temporalConnection : undefined,
       kubeconfig: kubeconfigPath,
       stateDir: join(root, 'state'),
     };

@@ -8,13 +8,51 @@ import { readCommonConfig, type CommonFlags } from './config.js';
 import { runDev } from './dev.js';
 import { loadKubeConfig } from './kube.js';
 import { createLogger } from './logger.js';
-import { startApi, startBridge, startWorker, type Running } from './processes.js';
+import { preflightWorkerConfig, startApi, startBridge, startWorker, type Running } from './processes.js';
+import { buildInfo } from './build-info.js';
 import { packageVersion } from './version.js';
 
 function commonOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--temporal-address <host:port>', 'Temporal frontend (env TEMPORAL_ADDRESS)'))
     .addOption(new Option('--temporal-namespace <ns>', 'Temporal namespace (env TEMPORAL_NAMESPACE)'))
+    .addOption(
+      new Option(
+        '--temporal-profile <name>',
+        'profile of the Temporal client config file (env TEMPORAL_PROFILE; default "default")',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-config-file <path>',
+        'Temporal client config TOML (env TEMPORAL_CONFIG_FILE; default ~/.config/temporalio/temporal.toml)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-tls-cert <path>',
+        'client certificate for mTLS (env TEMPORAL_TLS_CLIENT_CERT_PATH)',
+      ),
+    )
+    .addOption(new Option('--temporal-tls-key <path>', 'its private key (env TEMPORAL_TLS_CLIENT_KEY_PATH)'))
+    .addOption(
+      new Option(
+        '--temporal-tls-ca <path>',
+        'CA that signed the server (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-tls-server-name <name>',
+        'TLS server name to verify (env TEMPORAL_TLS_SERVER_NAME)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-api-key-file <path>',
+        'file holding a Temporal API key (or env TEMPORAL_API_KEY)',
+      ),
+    )
     .addOption(
       new Option('--task-queue <name>', 'task queue of the Proxy workflows').default('egress-proxies'),
     )
@@ -65,13 +103,26 @@ function apiOptions(cmd: Command): Command {
     .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'));
 }
 
+/**
+ * Runs until SIGTERM/SIGINT (stops everything, exits 0) or until a part
+ * stops by itself (stops the rest, then fails: a worker that died must not
+ * look like a clean exit to the kubelet).
+ */
 async function runUntilSignal(parts: Running[]): Promise<void> {
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
-    for (const p of parts) void p.done.finally(() => resolve());
+  const ended = await new Promise<{ part?: string; error?: unknown }>((resolve) => {
+    process.once('SIGINT', () => resolve({}));
+    process.once('SIGTERM', () => resolve({}));
+    for (const p of parts)
+      p.done.then(
+        () => resolve({ part: p.name }),
+        (error: unknown) => resolve({ part: p.name, error }),
+      );
   });
   for (const p of parts.reverse()) await p.stop();
+  if (ended.part !== undefined) {
+    const why = ended.error instanceof Error ? ended.error.message : 'stopped';
+    throw new Error(`${ended.part} stopped: ${why}`, { cause: ended.error });
+  }
 }
 
 export function buildCli(env: NodeJS.ProcessEnv): Command {
@@ -83,7 +134,10 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     .command('version')
     .description('print the version')
     .action(() => {
-      process.stdout.write(`egress-proxies ${packageVersion()} (node ${process.version})\n`);
+      const info = buildInfo();
+      process.stdout.write(
+        `egress-proxies ${info.version} (commit ${info.commit}, node ${process.version})\n`,
+      );
     });
 
   apiOptions(commonOptions(program.command('dev')))
@@ -92,6 +146,7 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     )
     .action(async (flags: CommonFlags & { discoveryAddr?: string }) => {
       const config = readCommonConfig(env, flags);
+      preflightWorkerConfig(config);
       const logger = createLogger(config.logLevel);
       await runDev(
         config,
@@ -138,11 +193,29 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
   return program;
 }
 
+/** One line for the operator: multi-line messages (a config file's issues) are joined. */
+export function oneLine(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '')
+    .join('; ');
+}
+
+/** How long a failed start may take to let go of what it held before the process exits anyway. */
+const EXIT_BACKSTOP_MS = 5_000;
+
 export async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
   try {
     await buildCli(env).parseAsync(argv);
   } catch (error) {
-    process.stderr.write(`egress-proxies: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`egress-proxies: ${oneLine(error)}\n`);
     process.exitCode = 1;
+    // Every start stops what it started; this is the backstop for a handle
+    // something else left open (a library's retry timer), so a failed
+    // process never keeps running. Unref'd: it does not itself hold the
+    // process open when nothing else does.
+    setTimeout(() => process.exit(1), EXIT_BACKSTOP_MS).unref();
   }
 }
