@@ -7,7 +7,10 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 let commit = process.env.EGRESS_PROXIES_COMMIT ?? '';
 if (commit === '') {
   try {
-    commit = execFileSync('git', ['rev-parse', 'HEAD'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    commit = execFileSync('git', ['rev-parse', 'HEAD'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
   } catch {
     commit = 'unknown';
   }
