@@ -147,7 +147,8 @@ export function buildCli(env: NodeJS.ProcessEnv): Command {
     .action(async (flags: CommonFlags & { discoveryAddr?: string }) => {
       const config = readCommonConfig(env, flags);
       preflightWorkerConfig(config);
-      const logger = createLogger(config.logLevel);
+      // People read `dev` on a terminal; piped or in CI it stays JSON.
+      const logger = createLogger(config.logLevel, undefined, { pretty: process.stdout.isTTY === true });
       await runDev(
         config,
         {
