@@ -137,6 +137,9 @@ export async function startWorker(
       logger,
       metrics,
       maxCachedWorkflows: config.maxCachedWorkflows,
+      // In-flight provider calls get this long to finish on SIGTERM; a
+      // Deployment's terminationGracePeriodSeconds must exceed it.
+      shutdownGraceTimeMs: 20_000,
     });
     // The worker owns the schedules that drive GC and provider checks:
     // created or updated to match this config at every start, before it polls.

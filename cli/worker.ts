@@ -80,6 +80,8 @@ export interface WorkerDeps {
   maxCachedWorkflows?: number;
   /** Where the provider-check gauges go (the process serving /metrics); a private registry when absent. */
   metrics?: Registry;
+  /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
+  shutdownGraceTimeMs?: number;
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -112,5 +114,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     ...(deps.workflowBundle ? { workflowBundle: deps.workflowBundle } : { workflowsPath: workflowsPath() }),
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
+    ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
   });
 }
