@@ -78,6 +78,13 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
   const lookup = (name: string): Provider => {
     const provider = deps.registry.get(name);
     if (!provider) {
+      const reason = deps.registry.unbuilt?.(name);
+      if (reason !== undefined) {
+        throw nonRetryable(
+          FailureType.ProviderNotConfigured,
+          `provider "${name}" is configured but was not built: ${reason}`,
+        );
+      }
       const known = deps.registry.names().join(', ') || 'none';
       throw nonRetryable(
         FailureType.ProviderNotConfigured,

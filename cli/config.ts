@@ -10,10 +10,18 @@ import { parseDuration } from '../api/config.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../workflows/drift-sweep/types.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from '../k8s-bridge/defaults.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
+import {
+  resolveTemporal,
+  type ResolvedTemporal,
+  type TemporalConnectionSettings,
+  type TemporalFlags,
+} from './temporal.js';
 
 export const commonConfigSchema = z.strictObject({
   temporalAddress: z.string().min(1),
   temporalNamespace: z.string().min(1),
+  /** TLS, API key and gRPC metadata for Temporal (cli/temporal.ts); undefined: plaintext, no key. */
+  temporalConnection: z.custom<TemporalConnectionSettings>().optional(),
   taskQueue: z.string().min(1),
   /** Path of a kubeconfig; undefined means in-cluster config, then the default loading rules. */
   kubeconfig: z.string().min(1).optional(),
@@ -61,9 +69,7 @@ export const commonConfigSchema = z.strictObject({
 export type CommonConfig = z.infer<typeof commonConfigSchema>;
 
 /** The flags every subcommand accepts, as commander parsed them (strings). */
-export interface CommonFlags {
-  temporalAddress?: string;
-  temporalNamespace?: string;
+export interface CommonFlags extends TemporalFlags {
   taskQueue?: string;
   kubeconfig?: string;
   providersConfig?: string;
@@ -133,9 +139,16 @@ export function readCommonConfig(
     safetyPollMs: durationMs(flags.safetyPoll, '--safety-poll', DEFAULT_TIMING.safetyPollMs),
   };
   timing.deletionPollMs = timing.provisioningPollMs;
+  let temporal: ResolvedTemporal;
+  try {
+    temporal = resolveTemporal(env, flags);
+  } catch (error) {
+    throw new ConfigError((error as Error).message);
+  }
   const candidate = {
-    temporalAddress: flags.temporalAddress ?? env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
-    temporalNamespace: flags.temporalNamespace ?? env.TEMPORAL_NAMESPACE ?? 'default',
+    temporalAddress: temporal.address,
+    temporalNamespace: temporal.namespace,
+    temporalConnection: temporal.settings,
     taskQueue: flags.taskQueue ?? 'egress-proxies',
     kubeconfig: flags.kubeconfig ?? env.KUBECONFIG,
     providersConfig: flags.providersConfig ?? env.PROVIDERS_CONFIG,

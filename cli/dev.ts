@@ -101,7 +101,12 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     await installCrds(kc);
 
     // Where the servers dev started are; everything else is as planned.
-    const servers = { temporalAddress, kubeconfig: kubeconfigPath };
+    const servers = {
+      temporalAddress,
+      kubeconfig: kubeconfigPath,
+      // Our own dev server speaks plaintext: TLS and key settings are for a given one.
+      temporalConnection: dev.temporalAddress ? workerConfig.temporalConnection : undefined,
+    };
     const apiOptions = dev.apiAddrGiven
       ? apiConfig.options
       : {

@@ -1,12 +1,18 @@
 import { pino, type Logger, type LevelWithSilent } from 'pino';
+import { PinoPretty } from 'pino-pretty';
 
 /**
  * One logger per process, built from validated config. Secrets never reach
  * it: the redact list is a second line of defence for fields that might
  * carry one by accident.
  */
-export function createLogger(level: LevelWithSilent = 'info', name = 'egress-proxies'): Logger {
-  return pino({
+export function createLogger(
+  level: LevelWithSilent = 'info',
+  name = 'egress-proxies',
+  /** Human-readable lines (`dev` on a terminal); JSON, one object a line, otherwise. */
+  opts: { pretty?: boolean } = {},
+): Logger {
+  const options = {
     name,
     level,
     redact: {
@@ -21,5 +27,9 @@ export function createLogger(level: LevelWithSilent = 'info', name = 'egress-pro
       ],
       censor: '[redacted]',
     },
-  });
+  };
+  // In-process and synchronous (not a transport worker): a line is written
+  // before the process can exit, and redaction applies before formatting.
+  if (opts.pretty) return pino(options, PinoPretty({ sync: true, ignore: 'pid,hostname' }));
+  return pino(options);
 }

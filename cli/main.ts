@@ -6,8 +6,9 @@ import { Command, Option } from 'commander';
 import { runDev } from './dev.js';
 import { loadKubeConfig } from './kube.js';
 import { createLogger } from './logger.js';
-import { startApi, startBridge, startWorker, type Running } from './processes.js';
+import { preflightWorkerConfig, startApi, startBridge, startWorker, type Running } from './processes.js';
 import { COMMANDS, planCommand, type CommandFlags, type CommandName, type CommandPlan } from './plan.js';
+import { buildInfo } from './build-info.js';
 import { packageVersion } from './version.js';
 
 /**
@@ -21,6 +22,43 @@ function connectionOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--temporal-address <host:port>', 'Temporal frontend (env TEMPORAL_ADDRESS)'))
     .addOption(new Option('--temporal-namespace <ns>', 'Temporal namespace (env TEMPORAL_NAMESPACE)'))
+    .addOption(
+      new Option(
+        '--temporal-profile <name>',
+        'profile of the Temporal client config file (env TEMPORAL_PROFILE; default "default")',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-config-file <path>',
+        'Temporal client config TOML (env TEMPORAL_CONFIG_FILE; default ~/.config/temporalio/temporal.toml)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-tls-cert <path>',
+        'client certificate for mTLS (env TEMPORAL_TLS_CLIENT_CERT_PATH)',
+      ),
+    )
+    .addOption(new Option('--temporal-tls-key <path>', 'its private key (env TEMPORAL_TLS_CLIENT_KEY_PATH)'))
+    .addOption(
+      new Option(
+        '--temporal-tls-ca <path>',
+        'CA that signed the server (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-tls-server-name <name>',
+        'TLS server name to verify (env TEMPORAL_TLS_SERVER_NAME)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--temporal-api-key-file <path>',
+        'file holding a Temporal API key (or env TEMPORAL_API_KEY)',
+      ),
+    )
     .addOption(new Option('--kubeconfig <path>', 'kubeconfig (env KUBECONFIG; in-cluster config when unset)'))
     .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'));
 }
@@ -128,13 +166,26 @@ function apiOptions(cmd: Command): Command {
     .addOption(new Option('--lease-store-ca-file <path>', 'PEM CA bundle for a rediss:// Redis'));
 }
 
+/**
+ * Runs until SIGTERM/SIGINT (stops everything, exits 0) or until a part
+ * stops by itself (stops the rest, then fails: a worker that died must not
+ * look like a clean exit to the kubelet).
+ */
 async function runUntilSignal(parts: Running[]): Promise<void> {
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
-    for (const p of parts) void p.done.finally(() => resolve());
+  const ended = await new Promise<{ part?: string; error?: unknown }>((resolve) => {
+    process.once('SIGINT', () => resolve({}));
+    process.once('SIGTERM', () => resolve({}));
+    for (const p of parts)
+      p.done.then(
+        () => resolve({ part: p.name }),
+        (error: unknown) => resolve({ part: p.name, error }),
+      );
   });
   for (const p of parts.reverse()) await p.stop();
+  if (ended.part !== undefined) {
+    const why = ended.error instanceof Error ? ended.error.message : 'stopped';
+    throw new Error(`${ended.part} stopped: ${why}`, { cause: ended.error });
+  }
 }
 
 /** Starts what a plan says and runs until a signal or a part stops by itself. */
@@ -143,11 +194,17 @@ export async function runPlan(
   plan: CommandPlan,
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
-  const logger = createLogger(plan.logger.level);
+  // Everything that can be checked without a connection, before anything
+  // starts (dev: before its servers): a bad flag must not leave a polling
+  // worker behind.
+  if (plan.worker) preflightWorkerConfig(plan.worker);
   if (command === 'dev') {
+    // People read `dev` on a terminal; piped or in CI it stays JSON.
+    const logger = createLogger(plan.logger.level, undefined, { pretty: process.stdout.isTTY === true });
     await runDev(plan, logger, env);
     return;
   }
+  const logger = createLogger(plan.logger.level);
   const parts: Running[] = [];
   try {
     if (plan.worker) {
@@ -181,7 +238,10 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     .command('version')
     .description('print the version')
     .action(() => {
-      process.stdout.write(`egress-proxies ${packageVersion()} (node ${process.version})\n`);
+      const info = buildInfo();
+      process.stdout.write(
+        `egress-proxies ${info.version} (commit ${info.commit}, node ${process.version})\n`,
+      );
     });
 
   const commands: Record<CommandName, { description: string; options: Array<(c: Command) => Command> }> = {
@@ -196,7 +256,7 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     },
     bridge: {
       description: 'run the Kubernetes bridge: Proxy and Secret events to workflow signals',
-      options: [connectionOptions, taskQueueOption, bridgeOptions],
+      options: [connectionOptions, taskQueueOption, metricsOption, bridgeOptions],
     },
     api: {
       description: 'run the lease API and health prober',
@@ -214,11 +274,29 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
   return program;
 }
 
+/** One line for the operator: multi-line messages (a config file's issues) are joined. */
+export function oneLine(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '')
+    .join('; ');
+}
+
+/** How long a failed start may take to let go of what it held before the process exits anyway. */
+const EXIT_BACKSTOP_MS = 5_000;
+
 export async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
   try {
     await buildCli(env).parseAsync(argv);
   } catch (error) {
-    process.stderr.write(`egress-proxies: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`egress-proxies: ${oneLine(error)}\n`);
     process.exitCode = 1;
+    // Every start stops what it started; this is the backstop for a handle
+    // something else left open (a library's retry timer), so a failed
+    // process never keeps running. Unref'd: it does not itself hold the
+    // process open when nothing else does.
+    setTimeout(() => process.exit(1), EXIT_BACKSTOP_MS).unref();
   }
 }

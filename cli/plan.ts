@@ -21,6 +21,7 @@ export type WorkerConfig = Pick<
   CommonConfig,
   | 'temporalAddress'
   | 'temporalNamespace'
+  | 'temporalConnection'
   | 'taskQueue'
   | 'kubeconfig'
   | 'providersConfig'
@@ -36,6 +37,7 @@ export type WorkerConfig = Pick<
 const WORKER_KEYS = [
   'temporalAddress',
   'temporalNamespace',
+  'temporalConnection',
   'taskQueue',
   'kubeconfig',
   'providersConfig',
@@ -52,11 +54,19 @@ const WORKER_KEYS = [
 /** The Kubernetes bridge: Proxy events to workflow starts and signals (timing is the worker's). */
 export type BridgeConfig = Pick<
   CommonConfig,
-  'temporalAddress' | 'temporalNamespace' | 'taskQueue' | 'kubeconfig' | 'reconcilePeriodMs'
+  | 'temporalAddress'
+  | 'temporalNamespace'
+  | 'temporalConnection'
+  | 'taskQueue'
+  | 'kubeconfig'
+  | 'reconcilePeriodMs'
+  | 'metricsAddr'
 >;
 const BRIDGE_KEYS = [
   'temporalAddress',
   'temporalNamespace',
+  'temporalConnection',
+  'metricsAddr',
   'kubeconfig',
   'taskQueue',
   'reconcilePeriodMs',
@@ -65,7 +75,7 @@ const BRIDGE_KEYS = [
 /** The lease API and the health prober (which signals workflows by ID: no task queue). */
 export type ApiPartConfig = Pick<
   CommonConfig,
-  'temporalAddress' | 'temporalNamespace' | 'kubeconfig' | 'metricsAddr'
+  'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'kubeconfig' | 'metricsAddr'
 > & {
   options: ApiOptions;
 };
@@ -122,7 +132,13 @@ export function planCommand(
   if (command === 'dev' || command === 'bridge') plan.bridge = pick(common, BRIDGE_KEYS);
   if (command === 'dev' || command === 'api') {
     plan.api = {
-      ...pick(common, ['temporalAddress', 'temporalNamespace', 'kubeconfig', 'metricsAddr'] as const),
+      ...pick(common, [
+        'temporalAddress',
+        'temporalNamespace',
+        'temporalConnection',
+        'kubeconfig',
+        'metricsAddr',
+      ] as const),
       options: readApiConfig(
         env,
         command === 'dev' ? { ...flags, discoveryAddr: flags.discoveryAddr ?? DEV_DISCOVERY_ADDR } : flags,

@@ -3,8 +3,8 @@
  * config and returning a stop function. `worker`, `bridge` and `api` run one
  * each; `dev` runs all three in one process.
  */
-import { Client, Connection } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
+import { Client, type Connection } from '@temporalio/client';
+import type { NativeConnection } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
@@ -27,10 +27,12 @@ import {
   devProvidersConfig,
   type ProvidersConfig,
 } from '../providers/config.js';
-import type { CommonConfig } from './config.js';
-import type { BridgeConfig, WorkerConfig } from './plan.js';
+import type { ApiPartConfig, BridgeConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
-import { serveMetrics } from './metrics-server.js';
+import { registerBuildInfo } from './build-info.js';
+import { serveMetrics, type Readiness } from './metrics-server.js';
+import { checkNamespace, registerSearchAttributes } from './temporal-setup.js';
+import { connectClient, connectNative, describeTemporal } from './temporal.js';
 import { ensureSchedules, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
 
@@ -43,39 +45,44 @@ export interface Running {
   describe(): string;
 }
 
-export async function startWorker(
-  config: WorkerConfig,
-  kc: KubeConfig,
-  logger: Logger,
-  opts: { dev?: boolean; metrics?: Registry } = {},
-): Promise<Running> {
-  let providersConfig: ProvidersConfig;
-  if (config.providersConfig) providersConfig = await loadProvidersConfig(config.providersConfig);
-  else if (opts.dev) providersConfig = devProvidersConfig();
-  else throw new Error('--providers-config (or PROVIDERS_CONFIG) is required for the worker');
-  const registry = buildProviders(providersConfig, { logger, stateRoot: config.stateDir });
-  const installation = config.installation ?? (await deriveInstallation(kc));
-  installTemporalRuntime(logger);
-  const connection = await NativeConnection.connect({ address: config.temporalAddress });
-  const metrics = opts.metrics ?? new Registry();
-  const worker = await createProxyWorker({
-    connection,
-    namespace: config.temporalNamespace,
-    taskQueue: config.taskQueue,
-    kubeConfig: kc,
-    registry,
-    installation,
-    logger,
-    metrics,
-    maxCachedWorkflows: config.maxCachedWorkflows,
-    timing: config.timing,
-    driftSweepOn: config.driftSweepMs > 0,
-  });
-  const done = worker.run();
-  logger.info({ taskQueue: config.taskQueue, providers: registry.names(), installation }, 'worker started');
+/** What a start has brought up so far; on a failure it is stopped, newest first, before the error goes on. */
+class StartStack {
+  private readonly parts: Array<{ what: string; stop: () => unknown }> = [];
+  constructor(private readonly logger: Logger) {}
+  push(what: string, stop: () => unknown): void {
+    this.parts.push({ what, stop });
+  }
+  async unwind(): Promise<void> {
+    for (const part of this.parts.reverse()) {
+      try {
+        await part.stop();
+      } catch (stopError) {
+        this.logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
+      }
+    }
+  }
+}
 
-  // The worker owns the schedules that drive GC and provider checks:
-  // created or updated to match this config at every start.
+/** Ready while the check passes; the answer is kept a few seconds so probes do not load Temporal. */
+function cachedReadiness(check: () => Promise<Readiness>, ttlMs = 5_000): () => Promise<Readiness> {
+  let last: { at: number; value: Promise<Readiness> } | undefined;
+  return () => {
+    if (last === undefined || Date.now() - last.at > ttlMs) last = { at: Date.now(), value: check() };
+    return last.value;
+  };
+}
+
+async function temporalReachable(connection: Connection | NativeConnection): Promise<Readiness> {
+  try {
+    await connection.workflowService.getSystemInfo({});
+    return { ready: true };
+  } catch (error) {
+    return { ready: false, reason: `Temporal: ${(error as Error).message.split('\n')[0]}` };
+  }
+}
+
+/** The worker's checks that need no connection; `dev` runs them before it starts any server. */
+export function preflightWorkerConfig(config: WorkerConfig): SchedulesConfig {
   const schedulesConfig: SchedulesConfig = {
     taskQueue: config.taskQueue,
     gc: { intervalMs: config.gc.intervalMs, minAgeMs: config.gc.minAgeMs, dryRun: config.gc.dryRun },
@@ -84,55 +91,155 @@ export async function startWorker(
   };
   const problems = validateSchedulesConfig(schedulesConfig);
   if (problems.length > 0) throw new Error(problems.join('; '));
-  const clientConnection = await Connection.connect({ address: config.temporalAddress });
-  const schedules = await ensureSchedules(
-    new Client({ connection: clientConnection, namespace: config.temporalNamespace }),
-    schedulesConfig,
-    logger,
-  );
-  await clientConnection.close();
+  return schedulesConfig;
+}
 
-  let metricsServer: { url: string; close(): Promise<void> } | undefined;
-  if (config.metricsAddr) {
-    const { host, port } = parseListenAddress(config.metricsAddr, '--metrics-addr');
-    metricsServer = await serveMetrics(metrics, host, port);
+export async function startWorker(
+  config: WorkerConfig,
+  kc: KubeConfig,
+  logger: Logger,
+  opts: { dev?: boolean; metrics?: Registry } = {},
+): Promise<Running> {
+  // Everything that can be checked without a connection first: a bad flag
+  // must not leave a polling worker behind (it used to run with no schedules).
+  const schedulesConfig = preflightWorkerConfig(config);
+  let providersConfig: ProvidersConfig;
+  if (config.providersConfig) providersConfig = await loadProvidersConfig(config.providersConfig);
+  else if (opts.dev) providersConfig = devProvidersConfig();
+  else throw new Error('--providers-config (or PROVIDERS_CONFIG) is required for the worker');
+  const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
+
+  const stack = new StartStack(logger);
+  try {
+    const registry = buildProviders(providersConfig, { logger, stateRoot: config.stateDir });
+    stack.push('providers', () => registry.close());
+    const metrics = opts.metrics ?? new Registry();
+    registerBuildInfo(metrics);
+    let readiness: () => Promise<Readiness> = () => Promise.resolve({ ready: false, reason: 'starting' });
+    let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
+    if (listen) {
+      metricsServer = await serveMetrics(metrics, listen.host, listen.port, () => readiness());
+      stack.push('metrics server', () => metricsServer!.close());
+      logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
+    }
+    const installation = config.installation ?? (await deriveInstallation(kc));
+    installTemporalRuntime(logger);
+    const connection = await connectNative(config.temporalAddress, config.temporalConnection);
+    stack.push('Temporal connection', () => connection.close());
+    const clientConnection = await connectClient(config.temporalAddress, config.temporalConnection);
+    stack.push('Temporal client connection', () => clientConnection.close());
+    const client = new Client({ connection: clientConnection, namespace: config.temporalNamespace });
+    await registerSearchAttributes(clientConnection, config.temporalNamespace, logger);
+    const worker = await createProxyWorker({
+      connection,
+      namespace: config.temporalNamespace,
+      taskQueue: config.taskQueue,
+      kubeConfig: kc,
+      registry,
+      installation,
+      logger,
+      metrics,
+      maxCachedWorkflows: config.maxCachedWorkflows,
+      timing: config.timing,
+      driftSweepOn: config.driftSweepMs > 0,
+      // In-flight provider calls get this long to finish on SIGTERM; a
+      // Deployment's terminationGracePeriodSeconds must exceed it.
+      shutdownGraceTimeMs: 20_000,
+    });
+    // The worker owns the schedules that drive GC, provider checks and the drift sweep:
+    // created or updated to match this config at every start, before it polls.
+    const schedules = await ensureSchedules(client, schedulesConfig, logger);
+    await clientConnection.close();
+    const done = worker.run();
+    readiness = cachedReadiness(async () =>
+      worker.getState() === 'RUNNING'
+        ? temporalReachable(connection)
+        : { ready: false, reason: `worker ${worker.getState().toLowerCase()}` },
+    );
+    logger.info(
+      {
+        taskQueue: config.taskQueue,
+        providers: registry.names(),
+        installation,
+        temporal: describeTemporal(config.temporalAddress, config.temporalConnection),
+      },
+      'worker started',
+    );
+    return {
+      name: 'worker',
+      done,
+      describe: () =>
+        `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}, drift sweep ${schedules.driftSweep ?? 'unchanged'}` +
+        (metricsServer ? `; metrics ${metricsServer.url}` : ''),
+      async stop() {
+        // Shutdown stops polling and waits for in-flight activities up to
+        // the worker's shutdownGraceTime, then cancels them.
+        if (worker.getState() === 'RUNNING') worker.shutdown();
+        await done.catch(() => undefined);
+        await metricsServer?.close();
+        await registry.close();
+        await connection.close();
+      },
+    };
+  } catch (error) {
+    await stack.unwind();
+    throw error;
   }
-  return {
-    name: 'worker',
-    done,
-    describe: () =>
-      `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}, drift sweep ${schedules.driftSweep ?? 'unchanged'}` +
-      (metricsServer ? `; metrics ${metricsServer.url}` : ''),
-    async stop() {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-      await done.catch(() => undefined);
-      await metricsServer?.close();
-      await registry.close();
-      await connection.close();
-    },
-  };
 }
 
 export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: Logger): Promise<Running> {
-  const connection = await Connection.connect({ address: config.temporalAddress });
-  const client = new Client({ connection, namespace: config.temporalNamespace });
-  const bridge = createBridge({
-    kubeConfig: kc,
-    client,
-    taskQueue: config.taskQueue,
-    logger,
-    reconcilePeriodMs: config.reconcilePeriodMs,
-  });
-  await bridge.start();
-  return {
-    name: 'bridge',
-    done: new Promise(() => undefined),
-    describe: () => 'bridge watching Proxies and cloud-init Secrets in all namespaces',
-    async stop() {
-      await bridge.stop();
-      await connection.close();
-    },
-  };
+  const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
+  const stack = new StartStack(logger);
+  try {
+    const metrics = new Registry();
+    registerBuildInfo(metrics);
+    let readiness: () => Promise<Readiness> = () =>
+      Promise.resolve({ ready: false, reason: 'connecting to Temporal' });
+    let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
+    if (listen) {
+      metricsServer = await serveMetrics(metrics, listen.host, listen.port, () => readiness());
+      stack.push('metrics server', () => metricsServer!.close());
+      logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
+    }
+    const connection = await connectClient(config.temporalAddress, config.temporalConnection);
+    stack.push('Temporal connection', () => connection.close());
+    await checkNamespace(connection, config.temporalNamespace);
+    const client = new Client({ connection, namespace: config.temporalNamespace });
+    const bridge = createBridge({
+      kubeConfig: kc,
+      client,
+      taskQueue: config.taskQueue,
+      logger,
+      reconcilePeriodMs: config.reconcilePeriodMs,
+      metrics,
+    });
+    let synced = false;
+    let stopping = false;
+    readiness = cachedReadiness(async () => {
+      if (stopping) return { ready: false, reason: 'stopping' };
+      if (!synced) return { ready: false, reason: 'informers not synced' };
+      return temporalReachable(connection);
+    });
+    stack.push('bridge', () => bridge.stop());
+    await bridge.start();
+    synced = true;
+    return {
+      name: 'bridge',
+      done: new Promise(() => undefined),
+      describe: () =>
+        'bridge watching Proxies and cloud-init Secrets in all namespaces' +
+        (metricsServer ? `; metrics ${metricsServer.url}` : ''),
+      async stop() {
+        stopping = true;
+        await bridge.stop();
+        await metricsServer?.close();
+        await connection.close();
+      },
+    };
+  } catch (error) {
+    await stack.unwind();
+    throw error;
+  }
 }
 
 /**
@@ -142,7 +249,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
  */
 export async function startApi(
   apiOptions: ApiOptions,
-  config: Pick<CommonConfig, 'temporalAddress' | 'temporalNamespace' | 'metricsAddr'>,
+  config: Pick<ApiPartConfig, 'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr'>,
   kc: KubeConfig,
   logger: Logger,
   registry: Registry = new Registry(),
@@ -202,8 +309,9 @@ export async function startApi(
     started.push({ what: 'lease API server', stop: () => server.close() });
     logger.info({ url: server.url }, 'lease API listening');
 
-    const connection = await Connection.connect({ address: config.temporalAddress });
+    const connection = await connectClient(config.temporalAddress, config.temporalConnection);
     started.push({ what: 'Temporal connection', stop: () => connection.close() });
+    await checkNamespace(connection, config.temporalNamespace);
     const signaller = createTemporalHealthSignaller(
       new Client({ connection, namespace: config.temporalNamespace }),
       {

@@ -87,6 +87,8 @@ export interface WorkerDeps {
   timing?: ProxyTiming;
   /** Whether the drift sweep Schedule runs (Proxies of swept providers then poll only at the safety poll). Default false. */
   driftSweepOn?: boolean;
+  /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
+  shutdownGraceTimeMs?: number;
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -138,5 +140,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     ...(deps.workflowBundle ? { workflowBundle: deps.workflowBundle } : { workflowsPath: workflowsPath() }),
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
+    ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
   });
 }

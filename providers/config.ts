@@ -49,6 +49,21 @@ function defineType<S extends z.ZodType>(def: ProviderTypeDefinition<S>): Provid
   return def;
 }
 
+/** A type whose name is reserved and whose blocks are accepted, but which this version cannot build. */
+export function notImplemented(type: string) {
+  return defineType({
+    // Its fields are not specified yet: accept any mapping so a config written
+    // for a later version fails with the clear message below, not a schema error.
+    configSchema: z.record(z.string(), z.unknown()),
+    build(name) {
+      throw new ProvidersConfigError(
+        `provider "${name}": type "${type}" is not implemented in this version`,
+        [`type: "${type}" is not implemented in this version`],
+      );
+    },
+  });
+}
+
 export const PROVIDER_TYPES = {
   local: defineType({
     configSchema: localConfigSchema,
@@ -222,6 +237,12 @@ export function devProvidersConfig(): ProvidersConfig {
 export interface ProviderRegistry {
   /** The provider configured under `name`, or undefined (the caller raises its own "unknown provider"). */
   get(name: string): Provider | undefined;
+  /**
+   * Why a configured provider could not be built (a type this version does
+   * not build, say), or undefined. Such a provider is in no other list: its
+   * Proxies fail ProviderNotConfigured with this reason.
+   */
+  unbuilt?(name: string): string | undefined;
   /** Configured names, in config order. */
   names(): string[];
   /** Releases every provider's listeners and connections. */
@@ -229,15 +250,35 @@ export interface ProviderRegistry {
 }
 
 /**
- * Constructs every configured provider (no dialling: contract §7). A config
- * error in one entry aborts the set and closes the ones already built.
+ * Constructs every configured provider (no dialling: contract §7). An entry
+ * whose build throws a ProvidersConfigError (a type this version does not
+ * build, a block its factory rejects) fails only that provider: it is
+ * logged and kept as unbuilt with its reason, so one unbuildable entry
+ * (the seed's sample config names gcp and kvm) does not stop the worker
+ * serving the others. Any other error aborts the set and closes the ones
+ * already built.
  */
-export function buildProviders(config: ProvidersConfig, deps: ProviderDeps): ProviderRegistry {
+export function buildProviders(
+  config: ProvidersConfig,
+  deps: ProviderDeps,
+  /** The factories by type; tests swap one for an unbuildable type whatever this version implements. */
+  types: Partial<Record<ProviderTypeName, Pick<ProviderTypeDefinition<z.ZodType>, 'build'>>> = PROVIDER_TYPES,
+): ProviderRegistry {
   const built = new Map<string, Provider>();
+  const unbuilt = new Map<string, string>();
   try {
     for (const entry of config.providers) {
-      const def = PROVIDER_TYPES[entry.type] as ProviderTypeDefinition<z.ZodType>;
-      built.set(entry.name, def.build(entry.name, entry.config, deps));
+      const def = types[entry.type] ?? PROVIDER_TYPES[entry.type];
+      try {
+        built.set(entry.name, def.build(entry.name, entry.config, deps));
+      } catch (err) {
+        if (!(err instanceof ProvidersConfigError)) throw err;
+        unbuilt.set(entry.name, err.message);
+        deps.logger.error(
+          { provider: entry.name, type: entry.type, reason: err.message },
+          'provider not built; its Proxies fail ProviderNotConfigured',
+        );
+      }
     }
   } catch (err) {
     void closeAll([...built.values()]);
@@ -245,6 +286,7 @@ export function buildProviders(config: ProvidersConfig, deps: ProviderDeps): Pro
   }
   return {
     get: (name) => built.get(name),
+    unbuilt: (name) => unbuilt.get(name),
     names: () => [...built.keys()],
     close: () => closeAll([...built.values()]),
   };

@@ -2,7 +2,7 @@
  * The `kubernetes` provider's config block. Pure: no I/O, no cluster access.
  *
  *   kubernetes:
- *     namespace: egress-proxies              # required: where the Squid pods go
+ *     namespace: egress-proxies              # optional: where the Squid pods go; unset, each in its Proxy's namespace (the seed's behaviour)
  *     image: ubuntu/squid:6.6-24.04_edge     # the seed's pinned tag
  *     kubeconfig: /etc/egress-proxies/kubeconfig   # optional; default: in-cluster, then the default rules
  *     context: prod                          # optional; the kubeconfig's current context otherwise
@@ -56,10 +56,15 @@ const quantity = (example: string) =>
   z.string().regex(QUANTITY, `must be a Kubernetes quantity like ${example}`);
 
 export const kubernetesConfigSchema = z.strictObject({
-  /** Namespace the pods are created in. Required: it must match the RBAC Role's namespace. */
+  /**
+   * Namespace the pods are created in; it must match the worker's RBAC Role.
+   * Unset: each pod goes in its Proxy's namespace (the seed's behaviour),
+   * which needs pod create/get/delete in every namespace Proxies live in.
+   */
   namespace: z
     .string()
-    .regex(DNS1123_LABEL, 'must be a lowercase DNS-1123 label of at most 63 characters (a namespace name)'),
+    .regex(DNS1123_LABEL, 'must be a lowercase DNS-1123 label of at most 63 characters (a namespace name)')
+    .optional(),
   /** Squid image. Must run `/bin/sh` and `squid` (the command writes the config, then execs Squid). */
   image: z
     .string()

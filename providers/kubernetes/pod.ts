@@ -76,6 +76,11 @@ export function squidConf(port: number, clientCidrs: readonly string[]): string 
   ].join('\n');
 }
 
+/** The configured namespace, else the Proxy's own (the seed put pods beside their Proxy). */
+export function podNamespace(req: Pick<CreateRequest, 'namespace'>, config: KubernetesConfig): string {
+  return config.namespace ?? req.namespace;
+}
+
 /** The pod `create` sends. `req` is validated by the caller (name, port, label values). */
 export function buildPod(req: CreateRequest, config: KubernetesConfig): V1Pod {
   return {
@@ -83,7 +88,7 @@ export function buildPod(req: CreateRequest, config: KubernetesConfig): V1Pod {
     kind: 'Pod',
     metadata: {
       name: req.name,
-      namespace: config.namespace,
+      namespace: podNamespace(req, config),
       // The GC marks, in the same call that creates the pod (contract §2.1).
       labels: {
         [MARK_MANAGED]: MARK_MANAGED_VALUE,

@@ -1,6 +1,7 @@
 /**
  * The `kubernetes` provider: every instance is one Squid pod (see pod.ts) in
- * the configured namespace, named by the deterministic instance name.
+ * the configured namespace (or, when none is configured, the Proxy's own),
+ * named by the deterministic instance name.
  *
  * Profile (contract §4): readiness immediate (seconds to schedule and pull);
  * create-return submit (returns after the apiserver accepts the pod);
@@ -48,7 +49,7 @@ import {
 } from '../types.js';
 import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
-import { buildPod } from './pod.js';
+import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
@@ -275,7 +276,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.op('create', instance, signal, async () => {
       this.validate(req, instance);
       const { api } = await this.api('create', instance);
-      const namespace = this.config.namespace;
+      const namespace = podNamespace(req, this.config);
       const id = formatProviderId(namespace, req.name);
       try {
         await this.call(signal, (o) =>
@@ -310,6 +311,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
     if (typeof req.name !== 'string' || !DNS1123_LABEL.test(req.name)) {
       throw this.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label (a pod name)');
     }
+    if (this.config.namespace === undefined && !DNS1123_LABEL.test(String(req.namespace))) {
+      throw this.fail('Permanent', 'create', instance, "the Proxy's namespace is not a DNS-1123 label");
+    }
     if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) {
       throw this.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
     }
@@ -332,7 +336,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     let existing: V1Pod;
     try {
       existing = await this.call(signal, (o) =>
-        api.readNamespacedPod({ namespace: this.config.namespace, name: req.name }, o),
+        api.readNamespacedPod({ namespace: podNamespace(req, this.config), name: req.name }, o),
       );
     } catch (err) {
       if (httpStatus(err) === 404) {
@@ -443,7 +447,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
           reason: 'Reachable',
           latencyMillis: Date.now() - started,
           details: {
-            namespace: this.config.namespace,
+            namespace: this.config.namespace ?? "each Proxy's own",
             managedPodsFound: page.items.length > 0 ? 'yes' : 'no',
           },
         },

@@ -76,6 +76,8 @@ function quietTemporalRuntime(): void {
 export async function startControlPlane(opts: {
   prefix: string;
   providersYaml?: (stateRoot: string, range: string) => string;
+  /** Factories swapped in by type (buildProviders' third argument). */
+  providerTypes?: Parameters<typeof buildProviders>[2];
   /** The worker's timing (FAST_TIMING by default). */
   timing?: Partial<ProxyTiming>;
   /** Whether the worker counts the drift sweep as on (default false: every Proxy polls at driftPollMs). */
@@ -99,10 +101,15 @@ export async function startControlPlane(opts: {
   const yaml =
     opts.providersYaml?.(stateRoot, range) ??
     `providers:\n  - name: local\n    type: local\n    local:\n      stateDir: ${stateRoot}/local\n      addressRange: ${range}\n`;
-  const base = buildProviders(parseProvidersConfig(yaml, 'test providers config'), { logger, stateRoot });
+  const base = buildProviders(
+    parseProvidersConfig(yaml, 'test providers config'),
+    { logger, stateRoot },
+    opts.providerTypes,
+  );
   const extra = new Map<string, Provider>();
   const registry: TestRegistry = {
     get: (name) => extra.get(name) ?? base.get(name),
+    unbuilt: (name) => (extra.has(name) ? undefined : base.unbuilt?.(name)),
     names: () => [...base.names(), ...extra.keys()],
     add: (p) => extra.set(p.name, p),
     close: async () => {

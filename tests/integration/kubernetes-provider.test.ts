@@ -297,10 +297,7 @@ async function writeKubeconfig(
   return path;
 }
 
-function makeProvider(
-  config: Partial<KubernetesConfig> & { namespace: string },
-  extra: Partial<KubernetesProviderOptions> = {},
-) {
+function makeProvider(config: Partial<KubernetesConfig>, extra: Partial<KubernetesProviderOptions> = {}) {
   const { logger, lines } = capturedLogger();
   const provider = createKubernetesProvider({
     name: extra.name ?? 'k8s-test',
@@ -417,6 +414,28 @@ describe('kubernetes provider: pods in a real apiserver', () => {
       installation: 'k8s-test',
       createdAt: stored.metadata!.creationTimestamp,
     });
+  });
+
+  it("with no namespace configured, the pod goes in the Proxy's namespace (the seed's behaviour), and get/delete/list find it there", async () => {
+    const { provider: anywhere } = makeProvider({}, { kubeConfig: kc });
+    try {
+      const req = request({ namespace });
+      const id = await anywhere.create(req, live());
+      expect(id).toBe(`${namespace}/${req.name}`);
+      expect((await core.readNamespacedPod({ namespace, name: req.name })).metadata?.namespace).toBe(
+        namespace,
+      );
+      // Created again: the 409 path reads the pod back from the same namespace and adopts it.
+      expect(await anywhere.create(req, live())).toBe(id);
+      expect((await anywhere.get(id, live())).uid).toBe(req.uid);
+      expect((await anywhere.listByTag(live())).map((i) => i.id)).toContain(id);
+      await anywhere.delete(id, live());
+      await eventually('the pod to go', async () =>
+        (await podGone(core, namespace, req.name)) ? true : undefined,
+      );
+    } finally {
+      await anywhere.close();
+    }
   });
 
   it('Running needs the kubelet’s IP and Ready; a pod being deleted is Terminated until it is gone', async () => {

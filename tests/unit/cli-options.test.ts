@@ -19,6 +19,12 @@ import { COMMANDS, type CommandName, type CommandPlan } from '../../cli/plan.js'
 const dir = mkdtempSync(join(tmpdir(), 'ep-cli-options-'));
 const tokenFile = join(dir, 'token');
 writeFileSync(tokenFile, 'cli-options-token\n');
+/** A Temporal client config file (envconfig's TOML) with two profiles at other addresses. */
+const temporalToml = join(dir, 'temporal.toml');
+writeFileSync(
+  temporalToml,
+  '[profile.default]\naddress = "127.0.0.9:17233"\n\n[profile.xq7-test]\naddress = "127.0.0.9:27233"\n',
+);
 /** No setting comes from the environment: every value is the code's default or the flag's. */
 const ENV: NodeJS.ProcessEnv = { HOME: dir, EGRESS_PROXIES_CACHE: join(dir, 'cache') };
 
@@ -66,7 +72,14 @@ function changes(base: CommandPlan, next: CommandPlan): Map<string, string> {
 }
 
 /** Options that mean something only with another one, and that other one's value. */
+/** Options given only together (neither alone is valid): compared with a plan that has neither. */
+const PAIRED: Record<string, string[]> = {
+  '--temporal-tls-cert': ['--temporal-tls-key', tokenFile],
+  '--temporal-tls-key': ['--temporal-tls-cert', tokenFile],
+};
+
 const PREREQUISITES: Record<string, string[]> = {
+  '--temporal-profile': ['--temporal-config-file', temporalToml],
   '--lease-store-password-file': ['--lease-store', 'redis://127.0.0.9:16379/2'],
   '--lease-store-ca-file': ['--lease-store', 'rediss://127.0.0.9:16379/2'],
 };
@@ -77,6 +90,8 @@ function candidates(opt: Option): string[][] {
   if (opt.argChoices) {
     return opt.argChoices.filter((c) => c !== opt.defaultValue).map((c) => [opt.long!, c]);
   }
+  // A path that must hold a particular format.
+  if (opt.long === '--temporal-config-file') return [[opt.long, temporalToml]];
   const placeholder = /<([^>]+)>|\[([^\]]+)\]/.exec(opt.flags);
   const kind = placeholder?.[1] ?? placeholder?.[2];
   const values: Record<string, string[]> = {
@@ -120,9 +135,16 @@ async function walkOptions(build: Build): Promise<{ reached: Reached[]; problems
       let hit: Reached | undefined;
       for (const args of candidates(opt)) {
         try {
-          const changed = changes(base, await planOf(build, [cmd.name(), ...prereq, ...args]));
+          const pair = PAIRED[opt.long!] ?? [];
+          const changed = changes(base, await planOf(build, [cmd.name(), ...prereq, ...pair, ...args]));
           if (changed.size > 0) {
-            hit = { command: cmd.name(), flag: opt.long!, args: [...prereq, ...args], changed, prereq };
+            hit = {
+              command: cmd.name(),
+              flag: opt.long!,
+              args: [...prereq, ...pair, ...args],
+              changed,
+              prereq,
+            };
             break;
           }
         } catch (error) {

@@ -18,7 +18,13 @@ import {
   DEFAULT_SQUID_IMAGE,
   kubernetesConfigSchema,
 } from '../../providers/kubernetes/config.js';
-import { buildPod, SQUID_COMMAND, SQUID_CONF_PATH, squidConf } from '../../providers/kubernetes/pod.js';
+import {
+  buildPod,
+  podNamespace,
+  SQUID_COMMAND,
+  SQUID_CONF_PATH,
+  squidConf,
+} from '../../providers/kubernetes/pod.js';
 import {
   formatProviderId,
   instanceFromPod,
@@ -154,6 +160,15 @@ describe('buildPod', () => {
     expect(c.env).toEqual([{ name: 'SQUID_CONF', value: squidConf(3128, ['10.244.0.0/16']) }]);
     expect(c.env![0]!.value).toContain('acl clients src 10.244.0.0/16\n');
     expect(c.resources).toEqual({ requests: { cpu: '200m', memory: '128Mi' }, limits: { memory: '1Gi' } });
+  });
+});
+
+describe('the pod namespace', () => {
+  it("is the Proxy's own when none is configured, the configured one otherwise", () => {
+    const unset = kubernetesConfigSchema.parse({});
+    expect(buildPod(request, unset).metadata!.namespace).toBe(request.namespace);
+    expect(podNamespace(request, unset)).toBe(request.namespace);
+    expect(buildPod(request, config).metadata!.namespace).toBe('egress-proxies');
   });
 });
 
@@ -317,10 +332,10 @@ describe('config block', () => {
     expect(DEFAULT_SQUID_IMAGE).toBe('ubuntu/squid:6.6-24.04_edge');
   });
 
-  it('requires the namespace, also when the block is left out', () => {
-    expect(issues('')).toEqual([
-      'providers[0].kubernetes.namespace: Invalid input: expected string, received undefined',
-    ]);
+  it('leaves the namespace unset when the block is left out (pods go beside their Proxy, as in the seed)', () => {
+    const entry = parse('').providers[0]!;
+    expect(entry.type).toBe('kubernetes');
+    expect((entry.config as { namespace?: string }).namespace).toBeUndefined();
   });
 
   it.each([

@@ -1,13 +1,16 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import {
   buildProviders,
   devProvidersConfig,
   loadProvidersConfig,
   parseProvidersConfig,
+  notImplemented,
   ProvidersConfigError,
 } from '../../providers/config.js';
 import { candidateAddresses, parseLoopbackCidr } from '../../providers/local/config.js';
@@ -202,6 +205,67 @@ describe('buildProviders', () => {
     expect(registry.get('one')).toMatchObject({ name: 'one', type: 'local' });
     expect(registry.get('three')).toBeUndefined();
     await registry.close();
+  });
+
+  it('an entry whose type this version cannot build fails only that provider, naming why', async () => {
+    const cfg = parseProvidersConfig(
+      'providers:\n  - name: one\n    type: local\n  - name: cloud\n    type: gcp\n    gcp:\n      project: my-project-1\n',
+      'x',
+    );
+    // Swapped in so the test holds whichever types this version implements.
+    const registry = buildProviders(cfg, deps, { gcp: notImplemented('gcp') });
+    expect(registry.names()).toEqual(['one']);
+    expect(registry.get('cloud')).toBeUndefined();
+    expect(registry.unbuilt?.('cloud')).toBe(
+      'provider "cloud": type "gcp" is not implemented in this version',
+    );
+    expect(registry.unbuilt?.('one')).toBeUndefined();
+    expect(registry.unbuilt?.('absent')).toBeUndefined();
+    await registry.close();
+  });
+
+  it('an error that is not a config problem still aborts the set', () => {
+    const cfg = parseProvidersConfig('providers:\n  - name: one\n    type: local\n', 'x');
+    const boom = {
+      build(): never {
+        throw new Error('boom');
+      },
+    };
+    expect(() => buildProviders(cfg, deps, { local: boom })).toThrow('boom');
+  });
+});
+
+/** The seed's providers config files, as shipped (copied from /work/shared/seeds/files). */
+describe("the seed's providers config files load", () => {
+  const deps = { logger: pino({ level: 'silent' }), stateRoot: '/nonexistent/never-touched' };
+  const seed = (path: string) =>
+    readFileSync(new URL(`../fixtures/seed-providers/${path}`, import.meta.url), 'utf8');
+  const types = (cfg: { providers: Array<{ name: string; type: string }> }) =>
+    cfg.providers.map((p) => `${p.name}:${p.type}`);
+
+  it('config/samples/providers-config.yaml', () => {
+    const cfg = parseProvidersConfig(seed('config/samples/providers-config.yaml'), 'providers-config.yaml');
+    expect(types(cfg)).toEqual(['kubernetes:kubernetes', 'gcp-eu:gcp', 'kvm-home:kvm']);
+    const k = cfg.providers[0]!;
+    expect(k.type === 'kubernetes' && k.config.namespace).toBeUndefined();
+  });
+
+  it('hack/providers-dev.yaml', () => {
+    const cfg = parseProvidersConfig(seed('hack/providers-dev.yaml'), 'providers-dev.yaml');
+    expect(types(cfg)).toEqual(['kubernetes:kubernetes']);
+    const registry = buildProviders(cfg, deps);
+    expect(registry.names()).toEqual(['kubernetes']);
+    return registry.close();
+  });
+
+  it('config/manager/providers_config.yaml (the ConfigMap; its providers.yaml key is the file the worker reads)', () => {
+    const manifest = parseYaml(seed('config/manager/providers_config.yaml')) as {
+      kind: string;
+      data: Record<string, string>;
+    };
+    expect(manifest.kind).toBe('ConfigMap');
+    const cfg = parseProvidersConfig(manifest.data['providers.yaml']!, 'providers_config.yaml');
+    expect(types(cfg)).toEqual(['kubernetes:kubernetes', 'kvm-home:kvm']);
   });
 });
 

@@ -1,0 +1,45 @@
+# The control plane's image: one executable, `egress-proxies`, whose
+# subcommand (worker, bridge, api) picks the process. Compiled JavaScript and
+# production dependencies only; runs as a non-root user and writes nothing
+# outside /tmp (mount an emptyDir there with readOnlyRootFilesystem: true).
+#
+#   podman build --build-arg COMMIT=$(git rev-parse HEAD) -t egress-proxies:0.1.0 .
+#
+# tests/integration/image-contents.test.ts builds the same tree (tsc, then a
+# production install into a temporary directory) and runs all three
+# processes from it, so a file this image would lack shows there.
+ARG NODE_IMAGE=docker.io/library/node:22-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY infra/scripts/write-build-info.mjs infra/scripts/
+COPY activities activities
+COPY api api
+COPY cli cli
+COPY k8s-bridge k8s-bridge
+COPY kube kube
+COPY providers providers
+COPY resources resources
+COPY workflows workflows
+ARG COMMIT=unknown
+RUN EGRESS_PROXIES_COMMIT=${COMMIT} npm run build
+
+FROM ${NODE_IMAGE} AS prod-deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+FROM ${NODE_IMAGE}
+ENV NODE_ENV=production HOME=/tmp
+WORKDIR /app
+COPY --from=prod-deps /app/node_modules node_modules
+COPY --from=build /src/dist dist
+COPY package.json ./
+COPY bin bin
+# The image's own unprivileged user; no shell login, no home outside /tmp.
+USER 65532:65532
+ENTRYPOINT ["node", "/app/bin/egress-proxies.js"]
+CMD ["--help"]

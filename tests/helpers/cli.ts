@@ -1,0 +1,73 @@
+/**
+ * The `egress-proxies` executable as a real child process: output captured,
+ * exit awaited with a deadline, log lines waited for.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { eventually } from './temporal.js';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface CliProcess {
+  proc: ChildProcess;
+  /** stdout and stderr so far, interleaved. */
+  output(): string;
+  stderr(): string;
+  /** The exit code (null when killed by a signal), or a rejection after `timeoutMs`. */
+  exited(timeoutMs: number): Promise<number | null>;
+  /** Waits for a captured line matching `re`; returns the match. */
+  waitFor(re: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
+  /** SIGTERM (once) and wait for the exit. */
+  stop(timeoutMs?: number): Promise<number | null>;
+}
+
+export function startCli(
+  args: string[],
+  opts: { env?: Record<string, string | undefined>; entry?: string[]; cwd?: string } = {},
+): CliProcess {
+  const entry = opts.entry ?? ['--import', 'tsx', join(ROOT, 'cli/entry.ts')];
+  const proc = spawn(process.execPath, [...entry, ...args], {
+    cwd: opts.cwd ?? ROOT,
+    env: { ...process.env, LOG_LEVEL: 'info', ...opts.env },
+    stdio: 'pipe',
+  });
+  let output = '';
+  let stderr = '';
+  proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => {
+    output += d.toString();
+    stderr += d.toString();
+  });
+  const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const exited = (timeoutMs: number) =>
+    Promise.race([
+      exit,
+      new Promise<never>((_, reject) => {
+        const timer = setTimeout(() => {
+          proc.kill('SIGKILL');
+          reject(new Error(`still running after ${timeoutMs} ms; output:\n${output}`));
+        }, timeoutMs);
+        void exit.then(() => clearTimeout(timer));
+      }),
+    ]);
+  return {
+    proc,
+    output: () => output,
+    stderr: () => stderr,
+    exited,
+    waitFor: (re, timeoutMs = 60_000) =>
+      eventually(
+        `${re.source} in the output of ${args[0] ?? ''}`,
+        () => {
+          if (proc.exitCode !== null) throw new Error(`exited ${proc.exitCode}; output:\n${output}`);
+          return Promise.resolve(re.exec(output) ?? undefined);
+        },
+        { timeoutMs, intervalMs: 100 },
+      ),
+    stop: (timeoutMs = 30_000) => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      return exited(timeoutMs);
+    },
+  };
+}

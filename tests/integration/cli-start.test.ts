@@ -1,0 +1,151 @@
+/**
+ * Every process as a real child: a failed start stops what it started and
+ * exits non-zero with one line naming the problem; a good start serves
+ * /healthz, /readyz and /metrics (worker, bridge) and SIGTERM exits 0.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { startCli, type CliProcess } from '../helpers/cli.js';
+import { uniqueTaskQueue } from '../helpers/temporal.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'ep-cli-start-'));
+const providers = join(dir, 'providers.yaml');
+writeFileSync(
+  providers,
+  `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.77.9.0/24 }\n`,
+);
+const children: CliProcess[] = [];
+afterAll(async () => {
+  for (const c of children) await c.stop(15_000).catch(() => undefined);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function run(args: string[], env: Record<string, string> = {}): CliProcess {
+  const child = startCli(args, { env: { DISCOVERY_TOKEN: 't', ...env } });
+  children.push(child);
+  return child;
+}
+
+const common = () => [
+  '--kubeconfig',
+  inject('kubeconfigPath'),
+  '--temporal-address',
+  inject('temporalAddress'),
+  '--temporal-namespace',
+  inject('temporalNamespace'),
+  '--task-queue',
+  uniqueTaskQueue('cli-start'),
+  '--installation',
+  'cli-start-test',
+];
+
+/** A loopback port with nothing listening: connection refused, at once. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** Exactly one non-empty stderr line, the CLI's, naming the problem. */
+function oneErrorLine(child: CliProcess): string {
+  const lines = child
+    .stderr()
+    .split('\n')
+    .filter((l) => l.startsWith('egress-proxies: '));
+  expect(lines, child.output()).toHaveLength(1);
+  return lines[0]!;
+}
+
+describe('a failed start exits non-zero with one line', () => {
+  it('worker --gc-interval 30s: rejected before anything starts (it used to poll on with no schedules)', async () => {
+    const child = run(['worker', ...common(), '--providers-config', providers, '--gc-interval', '30s']);
+    expect(await child.exited(90_000)).toBe(1);
+    expect(oneErrorLine(child)).toMatch(/gc interval must be 0 \(off\) or at least 1m/);
+    expect(child.output()).not.toContain('worker started');
+  });
+
+  it('dev --gc-interval 30s: rejected before it starts any server', async () => {
+    const child = run(['dev', '--gc-interval', '30s'], { EGRESS_PROXIES_CACHE: join(dir, 'dev-cache') });
+    expect(await child.exited(90_000)).toBe(1);
+    expect(oneErrorLine(child)).toMatch(/gc interval/);
+  });
+
+  it('worker with a broken providers config names the field, in one line', async () => {
+    const bad = join(dir, 'bad.yaml');
+    writeFileSync(
+      bad,
+      'providers:\n  - name: a\n    type: local\n    local: { startDelay: 3 }\n  - name: A\n    type: local\n',
+    );
+    const child = run(['worker', ...common(), '--providers-config', bad]);
+    expect(await child.exited(90_000)).toBe(1);
+    const line = oneErrorLine(child);
+    expect(line).toContain('providers[0].local.startDelay: unknown field');
+    expect(line).toContain('providers[1].name');
+  });
+
+  it.each(['worker', 'bridge', 'api'])(
+    '%s with Temporal unreachable: stops what it started and exits 1 naming the address',
+    async (command) => {
+      const port = await closedPort();
+      const args = [...common(), '--temporal-address', `127.0.0.1:${port}`, '--metrics-addr', '127.0.0.1:0'];
+      if (command === 'worker') args.push('--providers-config', providers);
+      if (command === 'api') args.push('--discovery-addr', '127.0.0.1:0');
+      const child = run([command, ...args]);
+      expect(await child.exited(90_000)).toBe(1);
+      expect(oneErrorLine(child)).toContain(`cannot connect to Temporal at 127.0.0.1:${port}`);
+    },
+  );
+
+  it.each(['bridge', 'api'])(
+    '%s with a Temporal namespace that does not exist: exits 1 naming it',
+    async (command) => {
+      const args = [...common(), '--temporal-namespace', 'no-such-namespace-here'];
+      if (command === 'api') args.push('--discovery-addr', '127.0.0.1:0');
+      const child = run([command, ...args]);
+      expect(await child.exited(90_000)).toBe(1);
+      expect(oneErrorLine(child)).toContain('Temporal namespace "no-such-namespace-here" cannot be used');
+    },
+  );
+
+  it('a TLS client certificate that cannot be read: exits 1 naming the file', async () => {
+    const child = run(['bridge', ...common()], {
+      TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'missing.crt'),
+      TEMPORAL_TLS_CLIENT_KEY_PATH: join(dir, 'missing.key'),
+    });
+    expect(await child.exited(90_000)).toBe(1);
+    expect(oneErrorLine(child)).toBe(
+      `egress-proxies: Temporal TLS client certificate: cannot read ${join(dir, 'missing.crt')} (ENOENT)`,
+    );
+  });
+});
+
+describe('health, readiness and graceful stop', () => {
+  async function get(url: string): Promise<{ status: number; body: string }> {
+    const res = await fetch(url);
+    return { status: res.status, body: await res.text() };
+  }
+
+  it.each(['worker', 'bridge'])(
+    '%s serves /healthz, /readyz and /metrics (with build_info), and SIGTERM exits 0',
+    async (command) => {
+      const args = [...common(), '--metrics-addr', '127.0.0.1:0'];
+      if (command === 'worker') args.push('--providers-config', providers);
+      const child = run([command, ...args]);
+      const base = (
+        await child.waitFor(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*health and metrics listening/)
+      )[1]!;
+      expect((await get(`${base}/healthz`)).status).toBe(200);
+      await child.waitFor(command === 'worker' ? /worker started/ : /bridge started/);
+      const ready = await get(`${base}/readyz`);
+      expect(ready, child.output()).toEqual({ status: 200, body: 'ready\n' });
+      const metrics = await get(`${base}/metrics`);
+      expect(metrics.body).toMatch(/egress_proxies_build_info\{version="0\.1\.0",commit="[^"]+",node="v\d+/);
+      expect(await child.stop(60_000)).toBe(0);
+    },
+  );
+});

@@ -1,0 +1,129 @@
+/**
+ * What the image holds, run for real: the same tree the Dockerfile builds
+ * (tsc into dist/ with the commit baked, then a production-only install of
+ * package.json + package-lock.json) in a temporary directory with no
+ * sources and no dev dependencies; worker, bridge and api started from its
+ * bin/egress-proxies.js run a Proxy through its life. A file the image
+ * would lack (a workflow module, a runtime dependency filed under
+ * devDependencies) fails here.
+ */
+import { execFile } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { privateLoopbackRange } from '../helpers/control-plane.js';
+import { ROOT, startCli, type CliProcess } from '../helpers/cli.js';
+import {
+  createNamespace,
+  createProxy,
+  customObjects,
+  deleteProxy,
+  isProvisioned,
+  kubeConfig,
+  waitForProxy,
+  waitForProxyGone,
+} from '../helpers/kube.js';
+import { uniqueTaskQueue } from '../helpers/temporal.js';
+
+const run = promisify(execFile);
+
+describe('the image contents: the built tree with production dependencies only', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ep-image-'));
+  const app = join(dir, 'app');
+  const children: CliProcess[] = [];
+
+  beforeAll(async () => {
+    // The Dockerfile's build stage: tsc into dist/, then the commit baked.
+    await run(
+      join(ROOT, 'node_modules/.bin/tsc'),
+      ['-p', 'tsconfig.build.json', '--outDir', join(app, 'dist')],
+      {
+        cwd: ROOT,
+      },
+    );
+    await run(process.execPath, [join(ROOT, 'infra/scripts/write-build-info.mjs')], {
+      cwd: app,
+      env: { ...process.env, EGRESS_PROXIES_COMMIT: 'feedc0de' },
+    });
+    // Its final stage: package.json, the lock, bin/, and `npm ci --omit=dev`.
+    for (const f of ['package.json', 'package-lock.json', 'bin'])
+      cpSync(join(ROOT, f), join(app, f), { recursive: true });
+    await run('npm', ['ci', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline'], {
+      cwd: app,
+      timeout: 300_000,
+    });
+  }, 420_000);
+  afterAll(async () => {
+    for (const c of children) await c.stop(30_000).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const start = (args: string[], env: Record<string, string> = {}) => {
+    // No tsx, no sources: the image's entrypoint, from a directory holding only the tree.
+    const child = startCli(args, {
+      entry: [join(app, 'bin/egress-proxies.js')],
+      cwd: app,
+      env: { HOME: dir, DISCOVERY_TOKEN: 'image-test', ...env },
+    });
+    children.push(child);
+    return child;
+  };
+
+  it('holds no sources and no dev dependencies, and names its version and commit', async () => {
+    expect(existsSync(join(app, 'cli'))).toBe(false);
+    expect(existsSync(join(app, 'node_modules/typescript'))).toBe(false);
+    expect(existsSync(join(app, 'node_modules/tsx'))).toBe(false);
+    const version = start(['version']);
+    expect(await version.exited(60_000)).toBe(0);
+    expect(version.output()).toMatch(/^egress-proxies 0\.1\.0 \(commit feedc0de, node v\d+/);
+  });
+
+  it('runs worker, bridge and api through a Proxy’s life', async () => {
+    const providers = join(dir, 'providers.yaml');
+    writeFileSync(
+      providers,
+      `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
+    );
+    const common = [
+      '--kubeconfig',
+      inject('kubeconfigPath'),
+      '--temporal-address',
+      inject('temporalAddress'),
+      '--temporal-namespace',
+      inject('temporalNamespace'),
+      '--task-queue',
+      uniqueTaskQueue('image'),
+      '--installation',
+      'image-test',
+    ];
+    const worker = start([
+      'worker',
+      ...common,
+      '--providers-config',
+      providers,
+      '--metrics-addr',
+      '127.0.0.1:0',
+    ]);
+    const bridge = start(['bridge', ...common]);
+    const api = start(['api', ...common, '--discovery-addr', '127.0.0.1:0']);
+    const base = (
+      await worker.waitFor(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*health and metrics listening/, 120_000)
+    )[1]!;
+    await worker.waitFor(/worker started/, 180_000);
+    await bridge.waitFor(/bridge started/, 120_000);
+    await api.waitFor(/lease API listening/, 120_000);
+    expect(await (await fetch(`${base}/metrics`)).text()).toContain('commit="feedc0de"');
+
+    const kc = kubeConfig();
+    const objects = customObjects(kc);
+    const namespace = await createNamespace(kc, 'image');
+    await createProxy(objects, namespace, 'from-image', { mode: 'Managed', provider: 'local', port: 18401 });
+    const running = await waitForProxy(objects, namespace, 'from-image', 'Running', isProvisioned);
+    expect(running.status?.ip).toBeTruthy();
+    await deleteProxy(objects, namespace, 'from-image');
+    await waitForProxyGone(objects, namespace, 'from-image');
+    for (const child of [worker, bridge, api]) expect(await child.stop(60_000), child.output()).toBe(0);
+  }, 400_000);
+});
