@@ -12,9 +12,13 @@
  */
 import { stat, readFile } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import { Client, utils, type ClientChannel } from 'ssh2';
+// ssh2 is CommonJS and sets `utils` in a way Node's ESM named-export
+// detection cannot see: take it from the default export.
+import ssh2, { type Client as SshClient, type ClientChannel } from 'ssh2';
 import { parseKnownHosts, hostKeyAccepted, type KnownHostEntry } from './known-hosts.js';
 import { parseAddress } from './config.js';
+
+const { Client, utils } = ssh2;
 
 /** Why an SSH-level step failed; decides the error class and the check reason. */
 export type SshStage =
@@ -106,7 +110,7 @@ export class ExecEnded extends Error {
 }
 
 interface Connection {
-  client: Client;
+  client: SshClient;
   ready: Promise<void>;
   retired: boolean;
   channels: number;
