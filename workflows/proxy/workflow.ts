@@ -190,6 +190,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const timing: WorkerTiming = rules.lookOnlyWhenDue
     ? await workerConfig.proxyTiming({ provider: state.desired.provider ?? '' })
     : legacyTiming(input, LEGACY_DEFAULT_TIMING);
+  // A new run looks first: the deadline it carries was set under the last
+  // run's timing, which its worker may have changed since.
+  if (rules.lookOnlyWhenDue) state.nextLookAtMs = undefined;
 
   const publish = async (): Promise<void> => {
     const status = buildStatus(state, new Date(), rules);
