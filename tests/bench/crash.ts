@@ -198,18 +198,27 @@ async function run(): Promise<number> {
     temporal!.address,
     '--kubeconfig',
     kube!.kubeconfigPath,
-    '--task-queue',
-    TASK_QUEUE,
-    '--installation',
-    'bench-crash',
     '--log-level',
     'info',
-    '--provisioning-poll',
-    '2s',
   ];
+  // Each command takes only the flags of the part it runs.
   const argsOf: Record<PartName, string[]> = {
-    worker: [...common, '--providers-config', providersConfig, '--state-dir', stateDir, '--gc-min-age', '1m'],
-    bridge: [...common, '--reconcile-period', '30s'],
+    worker: [
+      ...common,
+      '--task-queue',
+      TASK_QUEUE,
+      '--installation',
+      'bench-crash',
+      '--provisioning-poll',
+      '2s',
+      '--providers-config',
+      providersConfig,
+      '--state-dir',
+      stateDir,
+      '--gc-min-age',
+      '1m',
+    ],
+    bridge: [...common, '--task-queue', TASK_QUEUE, '--reconcile-period', '30s'],
     api: [...common, '--discovery-addr', new URL(apiUrl).host],
   };
   /** When the api last started: leases granted before it are forgotten by its in-memory store. */

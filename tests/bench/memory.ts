@@ -324,16 +324,23 @@ async function run(): Promise<void> {
     temporal.address,
     '--kubeconfig',
     kube.kubeconfigPath,
-    '--task-queue',
-    TASK_QUEUE,
-    '--installation',
-    'bench-memory',
     '--log-level',
     'info',
   ];
+  // Each command takes only the flags of the part it runs.
   const argsOf = {
-    worker: [...common, '--providers-config', providersConfig, '--state-dir', join(dir, 'state')],
-    bridge: common,
+    worker: [
+      ...common,
+      '--task-queue',
+      TASK_QUEUE,
+      '--installation',
+      'bench-memory',
+      '--providers-config',
+      providersConfig,
+      '--state-dir',
+      join(dir, 'state'),
+    ],
+    bridge: [...common, '--task-queue', TASK_QUEUE],
     api: [...common, '--discovery-addr', apiAddr],
   };
   // Bench-only instrumentation, loaded before the CLI: on SIGWINCH (not SIGUSR2: the Temporal

@@ -92,8 +92,6 @@ describe('two lease API processes on one Redis', () => {
         inject('temporalAddress'),
         '--temporal-namespace',
         inject('temporalNamespace'),
-        '--task-queue',
-        `replicas-${process.pid}`,
       ],
       { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: TOKEN }, stdio: 'pipe' },
     );

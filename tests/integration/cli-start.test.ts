@@ -29,17 +29,16 @@ function run(args: string[], env: Record<string, string> = {}): CliProcess {
   return child;
 }
 
-const common = () => [
+/** The flags each command offers (a command refuses the flags of parts it does not run). */
+const common = (command: string) => [
   '--kubeconfig',
   inject('kubeconfigPath'),
   '--temporal-address',
   inject('temporalAddress'),
   '--temporal-namespace',
   inject('temporalNamespace'),
-  '--task-queue',
-  uniqueTaskQueue('cli-start'),
-  '--installation',
-  'cli-start-test',
+  ...(command === 'api' ? [] : ['--task-queue', uniqueTaskQueue('cli-start')]),
+  ...(command === 'worker' ? ['--installation', 'cli-start-test'] : []),
 ];
 
 /** A loopback port with nothing listening: connection refused, at once. */
@@ -63,7 +62,14 @@ function oneErrorLine(child: CliProcess): string {
 
 describe('a failed start exits non-zero with one line', () => {
   it('worker --gc-interval 30s: rejected before anything starts (it used to poll on with no schedules)', async () => {
-    const child = run(['worker', ...common(), '--providers-config', providers, '--gc-interval', '30s']);
+    const child = run([
+      'worker',
+      ...common('worker'),
+      '--providers-config',
+      providers,
+      '--gc-interval',
+      '30s',
+    ]);
     expect(await child.exited(90_000)).toBe(1);
     expect(oneErrorLine(child)).toMatch(/gc interval must be 0 \(off\) or at least 1m/);
     expect(child.output()).not.toContain('worker started');
@@ -81,7 +87,7 @@ describe('a failed start exits non-zero with one line', () => {
       bad,
       'providers:\n  - name: a\n    type: local\n    local: { startDelay: 3 }\n  - name: A\n    type: local\n',
     );
-    const child = run(['worker', ...common(), '--providers-config', bad]);
+    const child = run(['worker', ...common('worker'), '--providers-config', bad]);
     expect(await child.exited(90_000)).toBe(1);
     const line = oneErrorLine(child);
     expect(line).toContain('providers[0].local.startDelay: unknown field');
@@ -92,7 +98,13 @@ describe('a failed start exits non-zero with one line', () => {
     '%s with Temporal unreachable: stops what it started and exits 1 naming the address',
     async (command) => {
       const port = await closedPort();
-      const args = [...common(), '--temporal-address', `127.0.0.1:${port}`, '--metrics-addr', '127.0.0.1:0'];
+      const args = [
+        ...common(command),
+        '--temporal-address',
+        `127.0.0.1:${port}`,
+        '--metrics-addr',
+        '127.0.0.1:0',
+      ];
       if (command === 'worker') args.push('--providers-config', providers);
       if (command === 'api') args.push('--discovery-addr', '127.0.0.1:0');
       const child = run([command, ...args]);
@@ -104,7 +116,7 @@ describe('a failed start exits non-zero with one line', () => {
   it.each(['bridge', 'api'])(
     '%s with a Temporal namespace that does not exist: exits 1 naming it',
     async (command) => {
-      const args = [...common(), '--temporal-namespace', 'no-such-namespace-here'];
+      const args = [...common(command), '--temporal-namespace', 'no-such-namespace-here'];
       if (command === 'api') args.push('--discovery-addr', '127.0.0.1:0');
       const child = run([command, ...args]);
       expect(await child.exited(90_000)).toBe(1);
@@ -113,7 +125,7 @@ describe('a failed start exits non-zero with one line', () => {
   );
 
   it('a TLS client certificate that cannot be read: exits 1 naming the file', async () => {
-    const child = run(['bridge', ...common()], {
+    const child = run(['bridge', ...common('bridge')], {
       TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'missing.crt'),
       TEMPORAL_TLS_CLIENT_KEY_PATH: join(dir, 'missing.key'),
     });
@@ -133,7 +145,7 @@ describe('health, readiness and graceful stop', () => {
   it.each(['worker', 'bridge'])(
     '%s serves /healthz, /readyz and /metrics (with build_info), and SIGTERM exits 0',
     async (command) => {
-      const args = [...common(), '--metrics-addr', '127.0.0.1:0'];
+      const args = [...common(command), '--metrics-addr', '127.0.0.1:0'];
       if (command === 'worker') args.push('--providers-config', providers);
       const child = run([command, ...args]);
       const base = (

@@ -86,28 +86,28 @@ describe('the image contents: the built tree with production dependencies only',
       providers,
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
     );
-    const common = [
+    const taskQueue = uniqueTaskQueue('image');
+    // The flags each command offers (a command refuses the flags of parts it does not run).
+    const common = (command: string) => [
       '--kubeconfig',
       inject('kubeconfigPath'),
       '--temporal-address',
       inject('temporalAddress'),
       '--temporal-namespace',
       inject('temporalNamespace'),
-      '--task-queue',
-      uniqueTaskQueue('image'),
-      '--installation',
-      'image-test',
+      ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
+      ...(command === 'worker' ? ['--installation', 'image-test'] : []),
     ];
     const worker = start([
       'worker',
-      ...common,
+      ...common('worker'),
       '--providers-config',
       providers,
       '--metrics-addr',
       '127.0.0.1:0',
     ]);
-    const bridge = start(['bridge', ...common]);
-    const api = start(['api', ...common, '--discovery-addr', '127.0.0.1:0']);
+    const bridge = start(['bridge', ...common('bridge')]);
+    const api = start(['api', ...common('api'), '--discovery-addr', '127.0.0.1:0']);
     const base = (
       await worker.waitFor(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*health and metrics listening/, 120_000)
     )[1]!;

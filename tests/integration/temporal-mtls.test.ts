@@ -52,13 +52,12 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
     ...(key ? { TEMPORAL_TLS_CLIENT_KEY_PATH: key } : {}),
     DISCOVERY_TOKEN: 'mtls-test-token',
   });
-  const common = [
+  /** The flags each command offers (a command refuses the flags of parts it does not run). */
+  const common = (command: string) => [
     '--kubeconfig',
     inject('kubeconfigPath'),
-    '--task-queue',
-    taskQueue,
-    '--installation',
-    'mtls-test',
+    ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
+    ...(command === 'worker' ? ['--installation', 'mtls-test'] : []),
   ];
   const run = (args: string[], env: Record<string, string>) => {
     const child = startCli(args, { env });
@@ -81,9 +80,9 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
     );
     const env = tlsEnv(pki.clientCert, pki.clientKey);
-    const worker = run(['worker', ...common, '--providers-config', providers], env);
-    const bridge = run(['bridge', ...common], env);
-    const api = run(['api', ...common, '--discovery-addr', '127.0.0.1:0'], env);
+    const worker = run(['worker', ...common('worker'), '--providers-config', providers], env);
+    const bridge = run(['bridge', ...common('bridge')], env);
+    const api = run(['api', ...common('api'), '--discovery-addr', '127.0.0.1:0'], env);
     await worker.waitFor(/worker started/, 120_000);
     expect(worker.output()).toContain(`"temporal":"${terminator.address}, mTLS"`);
     await bridge.waitFor(/bridge started/, 120_000);
@@ -105,7 +104,7 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
 
   it('a client certificate from another CA: exit 1 with one line naming the address', async () => {
     const child = run(
-      ['worker', ...common, '--providers-config', join(dir, 'providers.yaml')],
+      ['worker', ...common('worker'), '--providers-config', join(dir, 'providers.yaml')],
       tlsEnv(pki.strangerCert, pki.strangerKey),
     );
     expect(await child.exited(120_000)).toBe(1);
@@ -118,7 +117,7 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
     '%s with no client certificate: exit 1 with one line',
     async (command) => {
       const args = command === 'api' ? ['--discovery-addr', '127.0.0.1:0'] : [];
-      const child = run([command, ...common, ...args], tlsEnv(undefined, undefined));
+      const child = run([command, ...common(command), ...args], tlsEnv(undefined, undefined));
       expect(await child.exited(120_000)).toBe(1);
       expect(oneErrorLine(child)).toContain(
         `egress-proxies: cannot connect to Temporal at ${terminator.address}, TLS:`,
