@@ -33,7 +33,7 @@ import { registerBuildInfo } from './build-info.js';
 import { serveMetrics, type Readiness } from './metrics-server.js';
 import { checkNamespace, registerSearchAttributes } from './temporal-setup.js';
 import { connectClient, connectNative, describeTemporal } from './temporal.js';
-import { ensureSchedules, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
+import { ensureSchedules, scheduleIds, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
 
 export interface Running {
@@ -149,6 +149,18 @@ export async function startWorker(
     // The worker owns the schedules that drive GC, provider checks and the drift sweep:
     // created or updated to match this config at every start, before it polls.
     const schedules = await ensureSchedules(client, schedulesConfig, logger);
+    if (config.driftSweepMs > 0) {
+      // A sweep now rather than in up to one period: a worker that restarts
+      // (a deploy, a crash, `dev` again) looks at every provider at once, and
+      // the local provider, whose instances live in this process, reopens
+      // their listeners on its first call.
+      await client.schedule
+        .getHandle(scheduleIds().driftSweep)
+        .trigger()
+        .catch((error: unknown) =>
+          logger.warn({ err: (error as Error).message }, 'could not start a drift sweep at start'),
+        );
+    }
     await clientConnection.close();
     const done = worker.run();
     readiness = cachedReadiness(async () =>

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { startCli, type CliProcess } from '../helpers/cli.js';
-import { uniqueTaskQueue } from '../helpers/temporal.js';
+import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ep-cli-start-'));
 const providers = join(dir, 'providers.yaml');
@@ -153,7 +153,15 @@ describe('health, readiness and graceful stop', () => {
       )[1]!;
       expect((await get(`${base}/healthz`)).status).toBe(200);
       await child.waitFor(command === 'worker' ? /worker started/ : /bridge started/);
-      const ready = await get(`${base}/readyz`);
+      // Ready once started and (bridge) its informers have synced; the answer is cached 5 s.
+      const ready = await eventually(
+        'readyz to answer 200',
+        async () => {
+          const r = await get(`${base}/readyz`);
+          return r.status === 200 ? r : undefined;
+        },
+        { timeoutMs: 30_000, intervalMs: 500 },
+      );
       expect(ready, child.output()).toEqual({ status: 200, body: 'ready\n' });
       const metrics = await get(`${base}/metrics`);
       expect(metrics.body).toMatch(/egress_proxies_build_info\{version="0\.1\.0",commit="[^"]+",node="v\d+/);
