@@ -28,7 +28,10 @@
  * Construction does nothing (contract §7): the clients are built on the
  * first call, and ADC is resolved by the SDK then.
  */
-import { InstancesClient, ZoneOperationsClient, type protos } from '@google-cloud/compute';
+// Types only at import: the client library (with its protobuf descriptors,
+// ~190 MiB of heap) loads on the first call, so processes that configure no
+// gcp provider (the bridge, the api, a local-only worker) never pay for it.
+import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
 import type { AuthClient } from 'google-auth-library';
 import type { Logger } from 'pino';
 import { providerError, ProviderError } from '../errors.js';
@@ -71,6 +74,10 @@ export const GCP_PROVIDER_TYPE = 'gcp';
 export const COMPUTE_ADDRESS = 'compute.googleapis.com';
 
 type Operation = protos.google.cloud.compute.v1.IOperation;
+type ComputeModule = {
+  InstancesClient: typeof InstancesClient;
+  ZoneOperationsClient: typeof ZoneOperationsClient;
+};
 
 export interface GcpProviderOptions {
   /** The configured name. */
@@ -137,6 +144,7 @@ class GcpProviderImpl implements GcpProvider {
   readonly name: string;
   readonly config: GcpConfig;
   private clients: Clients | undefined;
+  private loading: Promise<ComputeModule> | undefined;
   private readonly callTimeoutMs: number;
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
@@ -236,7 +244,10 @@ class GcpProviderImpl implements GcpProvider {
     return { timeout: this.callTimeoutMs, maxRetries: 0 };
   }
 
-  private api(): Clients {
+  private async api(): Promise<Clients> {
+    if (this.clients !== undefined) return this.clients;
+    this.loading ??= import('@google-cloud/compute');
+    const compute = await this.loading;
     if (this.clients !== undefined) return this.clients;
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
@@ -247,7 +258,10 @@ class GcpProviderImpl implements GcpProvider {
       opts.protocol = protocol;
     }
     if (this.options.authClient !== undefined) opts.authClient = this.options.authClient;
-    this.clients = { instances: new InstancesClient(opts), operations: new ZoneOperationsClient(opts) };
+    this.clients = {
+      instances: new compute.InstancesClient(opts),
+      operations: new compute.ZoneOperationsClient(opts),
+    };
     this.log.info(
       {
         project: this.config.project,
@@ -282,7 +296,7 @@ class GcpProviderImpl implements GcpProvider {
    * (the API's targetLink host is not ours to predict).
    */
   private async unfinishedOperations(zone: string, name: string, signal: AbortSignal): Promise<Operation[]> {
-    const { operations } = this.api();
+    const { operations } = await this.api();
     const suffix = `/zones/${zone}/instances/${name}`;
     const [ops] = await this.call(signal, () =>
       operations.list(
@@ -300,7 +314,7 @@ class GcpProviderImpl implements GcpProvider {
     return this.op('create', instance, signal, async () => {
       const zone = this.validate(req, instance);
       const id = formatProviderId(zone, req.name);
-      const { instances } = this.api();
+      const { instances } = await this.api();
       const body = buildInsertBody(req, this.config, zone);
       let operation: Operation;
       try {
@@ -345,7 +359,7 @@ class GcpProviderImpl implements GcpProvider {
    * bound is left to get, which reports the VM as it provisions.
    */
   private async watchInsert(zone: string, first: Operation, id: string, signal: AbortSignal): Promise<void> {
-    const { operations } = this.api();
+    const { operations } = await this.api();
     const deadline = Date.now() + this.insertWaitMs;
     let op = first;
     while (op.status !== 'DONE') {
@@ -423,7 +437,7 @@ class GcpProviderImpl implements GcpProvider {
 
   /** 409 on insert: a VM of this name exists. It is ours only if its UID label says so. */
   private async adopt(req: CreateRequest, zone: string, id: string, signal: AbortSignal): Promise<string> {
-    const { instances } = this.api();
+    const { instances } = await this.api();
     let existing: ComputeInstance;
     try {
       [existing] = await this.call(signal, () =>
@@ -451,7 +465,7 @@ class GcpProviderImpl implements GcpProvider {
   get(id: string, signal: AbortSignal): Promise<Instance> {
     return this.op('get', String(id), signal, async () => {
       const { zone, name } = this.parseId('get', id);
-      const { instances } = this.api();
+      const { instances } = await this.api();
       try {
         const [inst] = await this.call(signal, () =>
           instances.get({ project: this.config.project, zone, instance: name }, this.callOptions),
@@ -483,7 +497,7 @@ class GcpProviderImpl implements GcpProvider {
   delete(id: string, signal: AbortSignal): Promise<void> {
     return this.op('delete', String(id), signal, async () => {
       const { zone, name } = this.parseId('delete', id);
-      const { instances } = this.api();
+      const { instances } = await this.api();
       const running = await this.unfinishedOperations(zone, name, signal);
       const deleting = running.find((o) => o.operationType === 'delete');
       if (deleting !== undefined) {
@@ -518,7 +532,7 @@ class GcpProviderImpl implements GcpProvider {
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
     return this.op('list', '', signal, async () => {
-      const { instances } = this.api();
+      const { instances } = await this.api();
       const out: Instance[] = [];
       // Every page repeats the warning for an unreachable zone: a set.
       const unreachable = new Set<string>();
@@ -575,7 +589,7 @@ class GcpProviderImpl implements GcpProvider {
       return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
     }
     try {
-      const { instances } = this.api();
+      const { instances } = await this.api();
       await this.call(signal, async () => {
         const pages = instances.aggregatedListAsync(
           { project: this.config.project, filter: MANAGED_FILTER, maxResults: 1, returnPartialSuccess: true },
