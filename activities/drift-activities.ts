@@ -12,6 +12,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
+import { mapLimit } from '../providers/concurrency.js';
 import { classOf, isProviderError } from '../providers/errors.js';
 import type { Instance } from '../providers/types.js';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
@@ -73,18 +74,6 @@ function recordedOf(proxy: Proxy): RecordedProxy {
     ip: proxy.status?.ip,
     ...(provisioned ? { provisioned: { status: provisioned.status, reason: provisioned.reason } } : {}),
   };
-}
-
-async function mapLimit<T>(
-  items: readonly T[],
-  limit: number,
-  each: (item: T) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) await each(items[next++]!);
-  });
-  await Promise.all(lanes);
 }
 
 export function createDriftActivities(deps: DriftActivityDeps): DriftActivities {

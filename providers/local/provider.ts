@@ -24,6 +24,7 @@ import { randomUUID } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { KeyedMutex, mapLimit } from '../concurrency.js';
 import type { Logger } from 'pino';
 import { providerError, ProviderError } from '../errors.js';
 import {
@@ -99,39 +100,6 @@ export function parseLocalProviderId(id: string): string | undefined {
   if (!id.startsWith(ID_PREFIX)) return undefined;
   const name = id.slice(ID_PREFIX.length);
   return NAME_RE.test(name) ? name : undefined;
-}
-
-/** Serialises async work per key (two calls for the same instance never interleave). */
-class KeyedMutex {
-  private readonly tails = new Map<string, Promise<void>>();
-
-  async run<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const previous = this.tails.get(key) ?? Promise.resolve();
-    let release!: () => void;
-    const mine = new Promise<void>((resolve) => (release = resolve));
-    const tail = previous.then(() => mine);
-    this.tails.set(key, tail);
-    await previous;
-    try {
-      return await fn();
-    } finally {
-      release();
-      if (this.tails.get(key) === tail) this.tails.delete(key);
-    }
-  }
-}
-
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
 }
 
 function errCode(err: unknown): string | undefined {
