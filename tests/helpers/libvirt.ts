@@ -36,30 +36,55 @@ async function waitFor(what: string, deadlineMs: number, check: () => Promise<bo
   }
 }
 
-/** Installs the packages when missing and makes sure a libvirtd answers on the system socket. */
+/** Whether something accepts connections on a unix socket (a socket file alone can be stale). */
+function socketAnswers(path: string): Promise<boolean> {
+  return new Promise((r) => {
+    const s = connect(path);
+    s.once('connect', () => {
+      s.destroy();
+      r(true);
+    });
+    s.once('error', () => r(false));
+  });
+}
+
+const VIRTLOGD_SOCKET = '/run/libvirt/virtlogd-sock';
+
+/**
+ * Installs the packages when missing and makes sure virtlogd and libvirtd
+ * answer. Each daemon is judged by whether its socket accepts a connection:
+ * a daemon killed without cleanup (a machine restored from a snapshot, a
+ * killed container) leaves its socket file behind, and libvirtd then starts
+ * but fails every `virsh start` because it cannot reach virtlogd.
+ */
 export async function ensureLibvirt(): Promise<void> {
   await run('bash', [join(REPO, 'infra/scripts/install-libvirt.sh')], { timeout: 600_000 });
-  const answers = () =>
+  const libvirtdAnswers = () =>
     run('virsh', ['-c', VIRSH_URI, 'version'], { timeout: 20_000 }).then(
       () => true,
       () => false,
     );
   await kvmDeviceForQemu();
-  if (await answers()) return;
+  if ((await socketAnswers(VIRTLOGD_SOCKET)) && (await libvirtdAnswers())) return;
   // Under a machine-wide lock: two test runs must not both start a daemon.
+  // The shell re-checks inside the lock (another run may have started them).
+  const virtlogdAnswers = `python3 -c "import socket; socket.socket(socket.AF_UNIX).connect('${VIRTLOGD_SOCKET}')" 2>/dev/null`;
   await run(
     'flock',
     [
+      // -o: the daemons must not inherit the lock's descriptor and hold it for life.
+      '-o',
       '/tmp/egress-proxies-libvirtd.lock',
       'sh',
       '-c',
-      'virsh -c qemu:///system version >/dev/null 2>&1 && exit 0; ' +
-        '[ -S /run/libvirt/virtlogd-sock ] || virtlogd -d -p /run/virtlogd.pid; ' +
-        'libvirtd -d -p /run/libvirtd.pid',
+      `${virtlogdAnswers} || { rm -f ${VIRTLOGD_SOCKET} /run/libvirt/virtlogd-admin-sock /run/virtlogd.pid; ` +
+        'virtlogd -d -p /run/virtlogd.pid; }; ' +
+        'virsh -c qemu:///system version >/dev/null 2>&1 || libvirtd -d -p /run/libvirtd.pid',
     ],
     { timeout: 60_000 },
   );
-  await waitFor('libvirtd', 30_000, answers);
+  await waitFor('virtlogd', 30_000, () => socketAnswers(VIRTLOGD_SOCKET));
+  await waitFor('libvirtd', 30_000, libvirtdAnswers);
 }
 
 /**
