@@ -32,6 +32,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import {
@@ -325,7 +326,13 @@ export class RedisLeaseStore implements LeaseStore {
       retryStrategy: (attempt) => Math.min(100 * 2 ** Math.min(attempt, 5), 2_000),
       ...(options.password !== undefined ? { password: options.password } : {}),
       ...(url.protocol === 'rediss:' && options.caFile
-        ? { tls: { ca: readFileSync(options.caFile), servername: url.hostname } }
+        ? {
+            tls: {
+              ca: readFileSync(options.caFile),
+              // SNI carries host names only (RFC 6066); an IP is checked against the certificate's IP SANs.
+              ...(isIP(url.hostname.replace(/^\[|\]$/g, '')) ? {} : { servername: url.hostname }),
+            },
+          }
         : {}),
     };
     this.redis = new Redis(options.url, redisOptions) as Redis & LeaseCommands;
