@@ -30,8 +30,9 @@
  * `now` is Redis's own clock (TIME), so replicas with skewed clocks agree;
  * tests inject a Clock, whose time is then sent with each call.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import {
@@ -83,29 +84,36 @@ for i = 1, #cooled do
 end
 `;
 
-// ARGV[4] ttlMs, [5] cooldownMs, [6] lease id, [7] target, [8] '1' when the
-// candidates are only the first of the list, then (uid, maxLeases) pairs
-// sorted by (latency, id): among equally loaded proxies the first wins, so
-// an eligible proxy with no lease ends the search. A partial list without
-// one proves nothing: the script writes nothing and answers -1, and the
-// caller sends the whole list.
+// ARGV[4] ttlMs, [5] cooldownMs, [6] lease id, [7] target, [8] the digest
+// of the caller's candidate list ('' = no candidates). The list itself was
+// registered once (REGISTER) under cands:<digest> as (uid, maxLeases) pairs
+// sorted by (latency, id); an unknown digest (never registered, expired,
+// Redis flushed) answers -2 having written nothing, and the caller
+// registers it and asks again. Among equally loaded proxies the first wins,
+// so an eligible proxy with no lease ends the search: the list is read in
+// growing chunks from the front, and most acquires read only the first.
 const ACQUIRE = `${PRELUDE}
 local target = ARGV[7]
-local partial = ARGV[8] == '1'
-local n = (#ARGV - 8) / 2
+local digest = ARGV[8]
+local ckey = P .. 'cands:' .. digest
 local anyCool = redis.call('HLEN', P .. 'cool') > 0
 local examined, inCooldown, atCapacity, eligible = 0, 0, 0, 0
-local best, bestActive = nil, nil
-local i = 0
-while i < n do
-  local last = math.min(n, i + 128)
+local best, bestActive, bestUid = nil, nil, nil
+local i, size = 0, 32
+while digest ~= '' do
+  local list = redis.call('LRANGE', ckey, 2 * i, 2 * (i + size) - 1)
+  local got = #list / 2
+  if got == 0 then
+    if i == 0 then return {ep, -2} end
+    break
+  end
   local uids, gf, tf = {}, {}, {}
-  for j = i + 1, last do
-    local uid = ARGV[7 + 2 * j]
-    uids[#uids + 1] = uid
+  for k = 1, got do
+    local uid = list[2 * k - 1]
+    uids[k] = uid
     if anyCool then
-      gf[#gf + 1] = uid .. '\\t'
-      tf[#tf + 1] = uid .. '\\t' .. target
+      gf[k] = uid .. '\t'
+      tf[k] = uid .. '\t' .. target
     end
   end
   local counts = redis.call('HMGET', P .. 'active', unpack(uids))
@@ -114,37 +122,61 @@ while i < n do
     g = redis.call('HMGET', P .. 'cool', unpack(gf))
     if target ~= '' then t = redis.call('HMGET', P .. 'cool', unpack(tf)) end
   end
-  for k = 1, #uids do
+  for k = 1, got do
     examined = examined + 1
     if anyCool and ((g[k] and tonumber(g[k]) > now) or (t and t[k] and tonumber(t[k]) > now)) then
       inCooldown = inCooldown + 1
     else
       local active = tonumber(counts[k]) or 0
-      if active >= tonumber(ARGV[8 + 2 * (i + k)]) then
+      if active >= tonumber(list[2 * k]) then
         atCapacity = atCapacity + 1
       else
         eligible = eligible + 1
         if best == nil or active < bestActive then
           best = i + k
           bestActive = active
+          bestUid = uids[k]
         end
       end
     end
   end
-  i = last
   if best ~= nil and bestActive == 0 then break end
+  if got < size then break end
+  i = i + got
+  if size < 256 then size = size * 2 end
 end
-if partial and (best == nil or bestActive > 0) then return {ep, -1} end
 if best == nil then return {ep, 0, examined, inCooldown, atCapacity} end
-local uid = ARGV[7 + 2 * best]
 local id = ARGV[6]
 local ends = now + tonumber(ARGV[4])
 local key = P .. 'lease:' .. id
-redis.call('HSET', key, 'p', uid, 't', target, 'e', ends)
+redis.call('HSET', key, 'p', bestUid, 't', target, 'e', ends)
 redis.call('PEXPIRE', key, ends + tonumber(ARGV[5]) - now + 1000)
-redis.call('ZADD', P .. 'ends', ends, id .. ' ' .. uid)
-redis.call('HINCRBY', P .. 'active', uid, 1)
-return {ep, 1, examined, inCooldown, atCapacity, eligible - 1, best, bestActive + 1, tostring(ends)}
+redis.call('ZADD', P .. 'ends', ends, id .. ' ' .. bestUid)
+redis.call('HINCRBY', P .. 'active', bestUid, 1)
+return {ep, 1, examined, inCooldown, atCapacity, eligible - 1, best, bestActive + 1, tostring(ends), bestUid}
+`;
+
+// ARGV[4] digest, [5] key lifetime (ms), [6] the digest this replica
+// registered before ('' = none), then the (uid, maxLeases) pairs. Writes the
+// list only when it is absent (another replica with the same catalog may
+// have written it), so a concurrent acquire never reads a half-written list:
+// the script runs alone. The previous list is dropped to bound memory; a
+// replica still using it re-registers it. The lifetime is the backstop for
+// replicas that stop without registering again.
+const REGISTER = `${PRELUDE}
+local ckey = P .. 'cands:' .. ARGV[4]
+if ARGV[6] ~= '' and ARGV[6] ~= ARGV[4] then redis.call('DEL', P .. 'cands:' .. ARGV[6]) end
+if redis.call('EXISTS', ckey) == 0 then
+  local n = #ARGV
+  local i = 7
+  while i <= n do
+    local last = math.min(n, i + 999)
+    redis.call('RPUSH', ckey, unpack(ARGV, i, last))
+    i = last + 1
+  end
+end
+redis.call('PEXPIRE', ckey, tonumber(ARGV[5]))
+return {ep}
 `;
 
 // ARGV[4] lease id.
@@ -185,19 +217,24 @@ return {ep, redis.call('HGETALL', P .. 'active')}
 
 type Reply = [string, ...unknown[]];
 
-/** How many of the fastest candidates a first acquire attempt sends. */
-const PREFIX_CANDIDATES = 128;
+/**
+ * How long a registered candidate list lives in Redis after its last
+ * registration. Only a memory bound: an acquire that finds it gone
+ * registers it again.
+ */
+const CANDIDATES_TTL_MS = 60 * 60_000;
 
 interface Order {
   sorted: Candidate[];
-  /** (uid, maxLeases) pairs in `sorted` order. */
+  /** (uid, maxLeases) pairs in `sorted` order: the registered list. */
   args: string[];
-  /** The first PREFIX_CANDIDATES pairs. */
-  prefixArgs: string[];
+  /** SHA-256 of `args` (hex); '' for an empty list. */
+  digest: string;
 }
 
 interface LeaseCommands {
   leaseAcquire(...args: string[]): Promise<Reply>;
+  leaseRegister(...args: string[]): Promise<Reply>;
   leaseRelease(...args: string[]): Promise<Reply>;
   leaseReport(...args: string[]): Promise<Reply>;
   leaseCounts(...args: string[]): Promise<Reply>;
@@ -252,6 +289,8 @@ export class RedisLeaseStore implements LeaseStore {
    * changes, so the sort runs once per change, not per acquire.
    */
   private readonly orderFor = new WeakMap<readonly Candidate[], Order>();
+  /** The digest of the candidate list this replica registered last. */
+  private registered: string | undefined;
   private downSince: number | undefined;
   /** The connection's last error: a refused password shows here, while the command only sees "Connection is closed". */
   private lastError: Error | undefined;
@@ -280,14 +319,25 @@ export class RedisLeaseStore implements LeaseStore {
       maxRetriesPerRequest: 0,
       commandTimeout: options.commandTimeoutMs ?? 2_000,
       connectTimeout: 2_000,
+      // Commands issued in one tick go out in one write (and are read by
+      // Redis in one read): with many concurrent requests the syscalls per
+      // command were the largest cost left in the api process.
+      enableAutoPipelining: true,
       retryStrategy: (attempt) => Math.min(100 * 2 ** Math.min(attempt, 5), 2_000),
       ...(options.password !== undefined ? { password: options.password } : {}),
       ...(url.protocol === 'rediss:' && options.caFile
-        ? { tls: { ca: readFileSync(options.caFile), servername: url.hostname } }
+        ? {
+            tls: {
+              ca: readFileSync(options.caFile),
+              // SNI carries host names only (RFC 6066); an IP is checked against the certificate's IP SANs.
+              ...(isIP(url.hostname.replace(/^\[|\]$/g, '')) ? {} : { servername: url.hostname }),
+            },
+          }
         : {}),
     };
     this.redis = new Redis(options.url, redisOptions) as Redis & LeaseCommands;
     this.redis.defineCommand('leaseAcquire', { numberOfKeys: 0, lua: ACQUIRE });
+    this.redis.defineCommand('leaseRegister', { numberOfKeys: 0, lua: REGISTER });
     this.redis.defineCommand('leaseRelease', { numberOfKeys: 0, lua: RELEASE });
     this.redis.defineCommand('leaseReport', { numberOfKeys: 0, lua: REPORT });
     this.redis.defineCommand('leaseCounts', { numberOfKeys: 0, lua: COUNTS });
@@ -344,7 +394,7 @@ export class RedisLeaseStore implements LeaseStore {
     const { candidates, target } = req;
     const order = this.sorted(candidates);
     const id = this.newId();
-    const attempt = (partial: boolean) =>
+    const attempt = () =>
       this.run(() =>
         this.redis.leaseAcquire(
           ...this.head(),
@@ -352,21 +402,28 @@ export class RedisLeaseStore implements LeaseStore {
           String(this.cooldownMs),
           id,
           target,
-          partial ? '1' : '0',
-          ...(partial ? order.prefixArgs : order.args),
+          order.digest,
         ),
       );
-    // Most acquires find an idle proxy among the fastest few: send those
-    // first (a long argument list is most of a script's cost), the whole
-    // list only when they are all busy.
-    const partial = order.prefixArgs.length < order.args.length;
-    let reply = await attempt(partial);
-    if (partial && reply[1] === -1) reply = await attempt(false);
+    // The candidate list travels once per catalog change (REGISTER), not
+    // with every acquire: an argument list of hundreds of strings was most
+    // of an acquire's cost on both sides.
+    let reply = await attempt();
+    for (let tries = 0; reply[1] === -2; tries++) {
+      // Two tries cover a flush between registering and acquiring; more
+      // means Redis is dropping keys as fast as we write them.
+      if (tries === 2)
+        throw new LeaseStoreUnavailableError(
+          'the lease store (Redis) is unavailable: it keeps losing the registered candidate list (maxmemory eviction?)',
+        );
+      await this.register(order);
+      reply = await attempt();
+    }
     const [, granted, examined, inCooldown, atCapacity] = reply as [string, number, number, number, number];
     if (granted === 0) {
       return { granted: null, stats: { considered: examined, inCooldown, atCapacity, outranked: 0 } };
     }
-    const [, , , , , outranked, index, activeLeases, ends] = reply as [
+    const [, , , , , outranked, index, activeLeases, ends, uid] = reply as [
       string,
       number,
       number,
@@ -375,9 +432,14 @@ export class RedisLeaseStore implements LeaseStore {
       number,
       number,
       number,
+      string,
       string,
     ];
     const candidate = order.sorted[index - 1] as C;
+    // The slot is taken under `uid`; a list that disagreed with ours would be a bug.
+    if (!candidate || storeKey(candidate) !== uid) {
+      throw new Error(`lease store: Redis granted ${uid} at ${index}, which is not our candidate there`);
+    }
     return {
       granted: { id, proxy: storeKey(candidate), target, expiresAt: Number(ends) },
       candidate,
@@ -431,10 +493,26 @@ export class RedisLeaseStore implements LeaseStore {
       );
       const args: string[] = [];
       for (const c of sorted) args.push(storeKey(c), String(Math.max(0, Math.floor(c.maxLeases))));
-      order = { sorted, args, prefixArgs: args.slice(0, 2 * PREFIX_CANDIDATES) };
+      // Store keys are UIDs or namespace/name ids: neither holds a newline.
+      const digest = args.length === 0 ? '' : createHash('sha256').update(args.join('\n')).digest('hex');
+      order = { sorted, args, digest };
       this.orderFor.set(candidates, order);
     }
     return order;
+  }
+
+  /** Writes the order's candidate list under its digest (a no-op when another replica already did). */
+  private async register(order: Order): Promise<void> {
+    await this.run(() =>
+      this.redis.leaseRegister(
+        ...this.head(),
+        order.digest,
+        String(CANDIDATES_TTL_MS),
+        this.registered ?? '',
+        ...order.args,
+      ),
+    );
+    this.registered = order.digest;
   }
 
   /** Runs one script; any failure to get its reply is `unavailable`; notes a lost state. */

@@ -20,10 +20,17 @@
  * production: auth on, info-level request logs (to /dev/null), process
  * metrics, the sweep (memory store). Redis is Debian's redis-server from
  * infra/scripts/install-redis.sh, on 127.0.0.1, no persistence.
+ *
+ * Beside the ratios, each target's server CPU time per pair (its api
+ * processes, plus Redis's for the Redis targets, from INFO cpu; warm-up
+ * included): on a machine loaded by other work the ratios measure the
+ * scheduler's share as much as cost (a target with one more process gets
+ * more of the CPUs), while CPU time per pair stays near the cost.
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import { parseArgs } from 'node:util';
 import { Hono } from 'hono';
 import { pino } from 'pino';
@@ -37,6 +44,8 @@ import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-sch
 import { startRedis } from '../helpers/redis.js';
 
 const TOKEN = 'bench-token';
+/** Fewer measured pairs than this in any target leaves its round out of the summary. */
+const MIN_PAIRS = 100;
 type Kind = 'bare' | 'memory' | 'redis';
 type Target = 'bare' | 'memory' | 'redis' | 'redis2';
 
@@ -107,6 +116,12 @@ async function serve(kind: Kind, proxies: number, redisUrl: string): Promise<voi
     });
   }
   const server = await serveApi(app, { host: '127.0.0.1', port: 0 });
+  process.on('message', (m: { cpu?: boolean }) => {
+    if (m.cpu) {
+      const u = process.cpuUsage();
+      process.send?.({ cpuMicros: u.user + u.system });
+    }
+  });
   process.send?.({ port: server.port });
 }
 
@@ -117,6 +132,10 @@ interface Sample {
   release: number[];
   pair: number[];
   errors: number;
+  /** Pairs completed, warm-up included. */
+  allPairs: number;
+  /** Server CPU microseconds per pair (api processes + Redis), warm-up included. */
+  cpuPerPair: number;
 }
 
 function call(
@@ -161,6 +180,8 @@ async function load(ports: number[], clients: number, warmupMs: number, measureM
     release: [],
     pair: [],
     errors: 0,
+    allPairs: 0,
+    cpuPerPair: NaN,
   };
   const start = performance.now();
   const measureFrom = start + warmupMs;
@@ -183,6 +204,7 @@ async function load(ports: number[], clients: number, warmupMs: number, measureM
       const released = await call(agent, releasePort, 'DELETE', `/v1/leases/${id}`);
       const t2 = performance.now();
       if (released.status !== 204) sample.errors++;
+      sample.allPairs++;
       if (t0 >= measureFrom && t2 <= stopAt) {
         sample.pairs++;
         sample.acquire.push(t1 - t0);
@@ -199,6 +221,24 @@ async function load(ports: number[], clients: number, warmupMs: number, measureM
 function quantile(values: number[], q: number): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+}
+
+function childCpu(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    const on = (m: { cpuMicros?: number }) => {
+      if (m.cpuMicros === undefined) return;
+      child.off('message', on);
+      resolve(m.cpuMicros);
+    };
+    child.on('message', on);
+    child.send({ cpu: true });
+  });
+}
+
+async function redisCpuMicros(admin: Redis): Promise<number> {
+  const info = await admin.info('cpu');
+  const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? NaN);
+  return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
 }
 
 async function startChild(
@@ -223,19 +263,26 @@ async function startChild(
 
 async function measure(
   target: Target,
-  opts: { clients: number; proxies: number; seconds: number; redisUrl: string },
+  opts: { clients: number; proxies: number; seconds: number; redisUrl: string; admin: Redis },
 ): Promise<Sample> {
   const kind: Kind = target === 'redis2' ? 'redis' : target;
   const children = await Promise.all(
     Array.from({ length: target === 'redis2' ? 2 : 1 }, () => startChild(kind, opts.proxies, opts.redisUrl)),
   );
+  const cpu = async () =>
+    (await Promise.all(children.map((c) => childCpu(c.child)))).reduce((a, b) => a + b, 0) +
+    (kind === 'redis' ? await redisCpuMicros(opts.admin) : 0);
   try {
-    return await load(
+    const before = await cpu();
+    const sample = await load(
       children.map((c) => c.port),
       opts.clients,
       1500,
       opts.seconds * 1000,
     );
+    sample.cpuPerPair = (await cpu()) - before;
+    sample.cpuPerPair /= sample.allPairs;
+    return sample;
   } finally {
     for (const { child } of children) child.kill('SIGTERM');
   }
@@ -259,7 +306,9 @@ async function main(): Promise<void> {
   const rounds = Number(values.rounds);
 
   const redis = await startRedis();
+  const admin = new Redis(redis.url);
   const opts = {
+    admin,
     clients: Number(values.clients),
     proxies,
     seconds: Number(values.seconds),
@@ -277,7 +326,9 @@ async function main(): Promise<void> {
   const targets = ['bare', 'memory', 'redis', 'redis2'] as const;
   const throughput = new Map<Target, number[]>(targets.map((t) => [t, []]));
   const p99x = new Map<Target, number[]>(targets.map((t) => [t, []]));
+  const cpux = new Map<Target, number[]>(targets.map((t) => [t, []]));
   let errors = 0;
+  let skipped = 0;
   try {
     for (let round = 1; round <= rounds; round++) {
       const results: Array<[Target, Sample]> = [];
@@ -296,16 +347,30 @@ async function main(): Promise<void> {
           'pair p50': ms(quantile(s.pair, 0.5)),
           'pair p99': ms(quantile(s.pair, 0.99)),
           'p99 x bare': (quantile(s.pair, 0.99) / bareP99).toFixed(2),
+          'CPU us/pair': Math.round(s.cpuPerPair),
+          'CPU x bare': (s.cpuPerPair / bare.cpuPerPair).toFixed(2),
           errors: s.errors,
         })),
       );
+      for (const [, s] of results) errors += s.errors;
+      // A machine so loaded that a target completes almost nothing gives
+      // ratios of noise (or 0/0): such a round is shown but not counted.
+      const starved = results.filter(([, s]) => s.pairs < MIN_PAIRS).map(([t]) => labels[t]);
+      if (starved.length > 0) {
+        skipped++;
+        console.log(
+          `round ${round} not counted: fewer than ${MIN_PAIRS} measured pairs for ${starved.join(', ')} (machine too loaded)`,
+        );
+        continue;
+      }
       for (const [target, s] of results) {
         throughput.get(target)!.push(s.pairs / bare.pairs);
         p99x.get(target)!.push(quantile(s.pair, 0.99) / bareP99);
-        errors += s.errors;
+        cpux.get(target)!.push(s.cpuPerPair / bare.cpuPerPair);
       }
     }
   } finally {
+    admin.disconnect();
     await redis.stop();
   }
 
@@ -315,9 +380,15 @@ async function main(): Promise<void> {
   for (const target of targets.slice(1)) {
     const t = throughput.get(target)!;
     const p = p99x.get(target)!;
+    const c = cpux.get(target)!;
     console.log(
-      `${labels[target]}: throughput ${median(t).toFixed(3)}${span(t)} of bare Hono, pair p99 ${median(p).toFixed(2)}x${span(p)} bare Hono's`,
+      `${labels[target]}: throughput ${median(t).toFixed(3)}${span(t)} of bare Hono, pair p99 ${median(p).toFixed(2)}x${span(p)} bare Hono's, server CPU per pair ${median(c).toFixed(2)}x${span(c)} bare Hono's`,
     );
+  }
+  if (skipped === rounds) {
+    console.log('no round counted: the machine was too loaded to compare anything; run again');
+    process.exitCode = 1;
+    return;
   }
   const met = median(throughput.get('redis')!) >= 0.3 && median(p99x.get('redis')!) <= 3;
   console.log(

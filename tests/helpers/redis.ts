@@ -79,8 +79,21 @@ function accepts(port: number): Promise<boolean> {
   });
 }
 
-/** Starts redis-server on 127.0.0.1 (a free port unless given); resolves once it accepts connections. */
-export async function startRedis(options: { port?: number; password?: string } = {}): Promise<RunningRedis> {
+export interface RedisTls {
+  /** PEM files: the server's certificate and key, and the CA that signed it. */
+  cert: string;
+  key: string;
+  ca: string;
+}
+
+/**
+ * Starts redis-server on 127.0.0.1 (a free port unless given); resolves once it accepts connections.
+ * With `tls` it serves TLS only (`tls-port`, the plaintext port off; clients need no certificate)
+ * and the URL is `rediss://`.
+ */
+export async function startRedis(
+  options: { port?: number; password?: string; tls?: RedisTls } = {},
+): Promise<RunningRedis> {
   const install = await installRedis();
   let port = options.port ?? (await freePort());
   let child: ChildProcess;
@@ -91,8 +104,22 @@ export async function startRedis(options: { port?: number; password?: string } =
     const args = [
       '--bind',
       '127.0.0.1',
-      '--port',
-      String(port),
+      ...(options.tls
+        ? [
+            '--port',
+            '0',
+            '--tls-port',
+            String(port),
+            '--tls-cert-file',
+            options.tls.cert,
+            '--tls-key-file',
+            options.tls.key,
+            '--tls-ca-cert-file',
+            options.tls.ca,
+            '--tls-auth-clients',
+            'no',
+          ]
+        : ['--port', String(port)]),
       '--save',
       '',
       '--appendonly',
@@ -146,7 +173,7 @@ export async function startRedis(options: { port?: number; password?: string } =
 
   return {
     port,
-    url: `redis://${options.password ? `:${encodeURIComponent(options.password)}@` : ''}127.0.0.1:${port}`,
+    url: `${options.tls ? 'rediss' : 'redis'}://${options.password ? `:${encodeURIComponent(options.password)}@` : ''}127.0.0.1:${port}`,
     output: () => log,
     stop,
     async restartEmpty() {
