@@ -16,7 +16,9 @@ import {
 } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { Registry } from 'prom-client';
+import { hostname } from 'node:os';
+import { Counter, Registry } from 'prom-client';
+import { createEventRecorder, type EventRecorder } from '../kube/events.js';
 import { createDriftActivities, createTimingActivities } from '../activities/drift-activities.js';
 import { createGcActivities } from '../activities/gc-activities.js';
 import { createProviderCircuits } from '../activities/provider-circuit.js';
@@ -89,6 +91,29 @@ export interface WorkerDeps {
   driftSweepOn?: boolean;
   /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
   shutdownGraceTimeMs?: number;
+  /** Where Proxy Events go; a recorder on `kubeConfig` when absent. */
+  events?: EventRecorder;
+}
+
+/** The worker's Event recorder, counting into `metrics`. */
+export function createWorkerEventRecorder(
+  kubeConfig: KubeConfig,
+  logger: Logger,
+  metrics: Registry,
+): EventRecorder {
+  return createEventRecorder({
+    kubeConfig,
+    logger,
+    reportingInstance: `egress-proxies-worker-${hostname()}-${process.pid}`,
+    counter:
+      (metrics.getSingleMetric('egress_kube_events_total') as Counter<'type' | 'outcome'> | undefined) ??
+      new Counter({
+        name: 'egress_kube_events_total',
+        help: 'Kubernetes Events about Proxies by type and outcome (created; series: a repeat marked on its Event; counted: a repeat kept for the next series update; failed)',
+        labelNames: ['type', 'outcome'] as const,
+        registers: [metrics],
+      }),
+  });
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -99,8 +124,11 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     onChange: (provider, view) =>
       circuitLog.warn({ provider, ...view }, view.open ? 'provider calls paused' : 'provider calls resumed'),
   });
+  const metrics = deps.metrics ?? new Registry();
+  const events = deps.events ?? createWorkerEventRecorder(deps.kubeConfig, deps.logger, metrics);
   const activities = {
     ...createProviderActivities({
+      events,
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
@@ -118,7 +146,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       timing: deps.timing ?? DEFAULT_TIMING,
       sweepOn: deps.driftSweepOn ?? false,
     }),
-    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger }),
+    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
     ...createGcActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
@@ -130,7 +158,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
       logger: deps.logger,
-      metrics: deps.metrics ?? new Registry(),
+      metrics,
     }),
   };
   return Worker.create({
