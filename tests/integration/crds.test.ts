@@ -179,7 +179,9 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
     expect(stored.status?.conditions?.map((c) => c.type)).toEqual(['Provisioned', 'Healthy', 'Ready']);
     const out = await kubectl(['wait', '--for=condition=Ready', '--timeout=10s', '-n', ns, 'px/ready']);
     expect(out).toContain('condition met');
-    expect(await kubectl(['get', 'px', '-n', ns, 'ready'])).toMatch(/ready\s+External\s+(<none>\s+)?Ready\s+(<none>\s+)?True\s+True/);
+    expect(await kubectl(['get', 'px', '-n', ns, 'ready'])).toMatch(
+      /ready\s+External\s+(<none>\s+)?Ready\s+(<none>\s+)?True\s+True/,
+    );
   });
 
   it('kubectl get ph shows TYPE, READY, TARGETS, LAST CHECK, AGE for a cluster-scoped ProviderHealth', async () => {
