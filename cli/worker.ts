@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { NativeConnection } from '@temporalio/worker';
+import { IllegalStateError } from '@temporalio/common';
 import {
   bundleWorkflowCode,
   DefaultLogger,
@@ -40,18 +41,43 @@ const SDK_LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'
  * Routes the SDK's own logs (worker state, workflow `log`, webpack output)
  * through our logger at WARN and above: at INFO the SDK narrates every state
  * change and bundle step. Must run before the first NativeConnection.
+ *
+ * With `prometheusBindAddress` the SDK's own metrics (Core's Prometheus
+ * exporter) are served there; the worker's /metrics appends them. Returns
+ * whether this call installed the runtime with those metrics.
  */
-export function installTemporalRuntime(logger: Logger, level: LogLevel = 'WARN'): void {
-  const sdk = logger.child({ component: 'temporal-sdk' });
+export function installTemporalRuntime(
+  logger: Logger,
+  level: LogLevel = 'WARN',
+  prometheusBindAddress?: string,
+): boolean {
+  const sdk = loggerFor(logger);
+  const options = {
+    logger: new DefaultLogger(level, (entry) =>
+      sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message),
+    ),
+  };
   try {
-    Runtime.install({
-      logger: new DefaultLogger(level, (entry) =>
-        sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message),
-      ),
-    });
-  } catch {
-    // Already installed in this process (dev runs several parts in one).
+    Runtime.install(
+      prometheusBindAddress
+        ? {
+            ...options,
+            telemetryOptions: { metrics: { prometheus: { bindAddress: prometheusBindAddress } } },
+          }
+        : options,
+    );
+    return prometheusBindAddress !== undefined;
+  } catch (error) {
+    // Already installed in this process (dev runs several parts in one; tests).
+    if (error instanceof IllegalStateError) return false;
+    // The exporter could not bind: run without SDK metrics rather than not at all.
+    logger.warn({ err: String(error) }, 'Temporal SDK metrics unavailable');
+    return prometheusBindAddress ? installTemporalRuntime(logger, level) && false : false;
   }
+}
+
+function loggerFor(logger: Logger): Logger {
+  return logger.child({ component: 'temporal-sdk' });
 }
 
 /** The workflows entry point, from source (tsx, vitest) or from dist/. */
