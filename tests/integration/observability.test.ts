@@ -269,7 +269,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
 
     // The examples under infra/observability name only metrics these processes export.
     const exposed = metricsExposed([workerText, bridgeText, apiText]);
-    const dashboard = JSON.parse(
+    const dashboard: unknown = JSON.parse(
       readFileSync(join(ROOT, 'infra/observability/grafana-dashboard.json'), 'utf8'),
     );
     const rules = readFileSync(join(ROOT, 'infra/observability/prometheus-rules.yaml'), 'utf8');
