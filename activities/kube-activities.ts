@@ -10,11 +10,21 @@ import {
   type KubeConfig,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { FINALIZER, GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../resources/proxy-schema.js';
+import {
+  ANNOTATION_SKIP_CLEANUP,
+  FINALIZER,
+  GROUP,
+  LABEL_CLOUD_INIT,
+  PROXY_PLURAL,
+  VERSION,
+  type ProxyStatus,
+} from '../resources/proxy-schema.js';
+import type { EventRecorder } from '../kube/events.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
 import { createProxyReader, httpCode, isProxyNotFound, type ProxyReader } from '../kube/proxy-reader.js';
 import { nonRetryable } from './failures.js';
+import { statusEvents } from './proxy-events.js';
 import type { KubeActivities } from './types.js';
 
 /**
@@ -57,13 +67,32 @@ export async function resolveCloudInit(
   return Buffer.from(encoded, 'base64').toString('utf8');
 }
 
-export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Logger }): KubeActivities {
+export function createKubeActivities(deps: {
+  kubeConfig: KubeConfig;
+  logger: Logger;
+  /** Where the Events a status write stands for go; none when absent. */
+  events?: EventRecorder;
+}): KubeActivities {
   const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
   const log = deps.logger.child({ component: 'kube-activities' });
   const reader = createProxyReader(deps.kubeConfig);
 
+  /** The status as the apiserver has it, for the Events of the transition; 'unknown' when it cannot be read. */
+  const statusNow = async (ref: ProxyRef): Promise<ProxyStatus | undefined | 'unknown'> => {
+    if (!deps.events) return 'unknown';
+    try {
+      return (await reader.readProxy(ref))?.status;
+    } catch {
+      return 'unknown';
+    }
+  };
+
   return {
     async writeProxyStatus({ ref, status }) {
+      // Read before the write: Events report what changed from what people
+      // saw, whichever run of the workflow wrote it last. One GET per status
+      // write, and status writes are transition-only.
+      const before = await statusNow(ref);
       // The UID test makes the write fail (422) instead of landing on a
       // recreated Proxy of the same name.
       try {
@@ -81,6 +110,9 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
           },
           setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
         );
+        if (deps.events && before !== 'unknown') {
+          for (const event of statusEvents(before, status)) await deps.events.record(ref, event);
+        }
         return 'written';
       } catch (error) {
         const code = httpCode(error);
@@ -121,6 +153,14 @@ export function createKubeActivities(deps: { kubeConfig: KubeConfig; logger: Log
         throw error;
       }
       log.info({ proxy: `${ref.namespace}/${ref.name}`, uid: ref.uid }, 'finalizer removed');
+      const instance = proxy.status?.providerID;
+      const note =
+        proxy.metadata.annotations?.[ANNOTATION_SKIP_CLEANUP] === 'true'
+          ? `finalizer removed; instance ${instance ?? '(none recorded)'} left in place (skip-cleanup)`
+          : instance
+            ? `instance ${instance} deleted; finalizer removed`
+            : 'no instance to delete; finalizer removed';
+      await deps.events?.record(ref, { type: 'Normal', reason: 'Deleted', action: 'Delete', note });
       return 'removed';
     },
   };

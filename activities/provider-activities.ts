@@ -19,6 +19,7 @@ import { createProxyReader } from '../kube/proxy-reader.js';
 import { resolveCloudInit } from './kube-activities.js';
 import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { ProviderActivities } from './types.js';
+import type { EventRecorder } from '../kube/events.js';
 
 export interface ProviderActivityDeps {
   registry: ProviderRegistry;
@@ -28,6 +29,8 @@ export interface ProviderActivityDeps {
   logger: Logger;
   /** Shared by every activity of this worker; a fresh set of circuits when absent. */
   circuits?: ProviderCircuits;
+  /** Where an instance creation is reported on its Proxy; nowhere when absent. */
+  events?: EventRecorder;
 }
 
 function abortSignal(): AbortSignal {
@@ -130,6 +133,14 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
             },
             'instance created',
           );
+          // Reason as the Provisioned condition's next one; create adopts an
+          // instance that already carries this Proxy's UID mark.
+          await deps.events?.record(input.ref, {
+            type: 'Normal',
+            reason: 'Provisioning',
+            action: 'Create',
+            note: `instance ${id} created by provider ${provider.name}`,
+          });
           return { id, specHash: hash };
         } catch (error) {
           throw toApplicationFailure(error);

@@ -72,8 +72,13 @@ export function registerApiMetrics(
   return { leaseRequest: (outcome) => requests.inc({ outcome }) };
 }
 
-/** Node process metrics (CPU, memory, event loop, GC) on the given registry. Call once per registry. */
+/**
+ * Node process metrics (CPU, memory, event loop, GC) on the given registry.
+ * A second call on the same registry does nothing (`dev` gives worker and
+ * api one registry).
+ */
 export function registerProcessMetrics(registry: Registry): void {
+  if (registry.getSingleMetric('process_cpu_user_seconds_total')) return;
   collectDefaultMetrics({ register: registry });
 }
 

@@ -18,6 +18,8 @@ export async function serveMetrics(
   host: string,
   port: number,
   readiness: () => Promise<Readiness> = () => Promise.resolve({ ready: true }),
+  /** More exposition text appended to the registry's (the Temporal SDK's metrics on the worker). */
+  extra?: () => Promise<string>,
 ): Promise<{ url: string; baseUrl: string; close(): Promise<void> }> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '').split('?')[0];
@@ -42,8 +44,11 @@ export async function serveMetrics(
       res.writeHead(404).end();
       return;
     }
-    registry.metrics().then(
-      (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
+    Promise.all([registry.metrics(), extra ? extra().catch(() => '') : '']).then(
+      ([text, more]) =>
+        res
+          .writeHead(200, { 'content-type': registry.contentType })
+          .end(more ? `${text.endsWith('\n') ? text : `${text}\n`}${more}` : text),
       () => res.writeHead(500).end(),
     );
   });
@@ -61,5 +66,19 @@ export async function serveMetrics(
         server.close(() => r());
         server.closeAllConnections();
       }),
+  };
+}
+
+/**
+ * Reads another exporter's text (the Temporal SDK's, on a loopback port only
+ * this process knows) for appending to /metrics. Gives up after `timeoutMs`
+ * so a stuck exporter cannot hold a scrape; the scrape then has our own
+ * metrics only.
+ */
+export function scrapeText(url: string, timeoutMs = 2_000): () => Promise<string> {
+  return async () => {
+    const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    if (!response.ok) return '';
+    return response.text();
   };
 }

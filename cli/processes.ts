@@ -14,6 +14,7 @@ import {
   MemoryLeaseStore,
   parseListenAddress,
   RedisLeaseStore,
+  registerProcessMetrics,
   serveApi,
   type ApiOptions,
   type LeaseStore,
@@ -27,10 +28,12 @@ import {
   devProvidersConfig,
   type ProvidersConfig,
 } from '../providers/config.js';
+import { registerProviderRequestMetrics } from '../providers/metrics.js';
 import type { ApiPartConfig, BridgeConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
 import { registerBuildInfo } from './build-info.js';
-import { serveMetrics, type Readiness } from './metrics-server.js';
+import { scrapeText, serveMetrics, type Readiness } from './metrics-server.js';
+import { freePort } from './local-servers/ports.js';
 import { checkNamespace, registerSearchAttributes } from './temporal-setup.js';
 import { connectClient, connectNative, describeTemporal } from './temporal.js';
 import { ensureSchedules, scheduleIds, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
@@ -111,19 +114,39 @@ export async function startWorker(
 
   const stack = new StartStack(logger);
   try {
-    const registry = buildProviders(providersConfig, { logger, stateRoot: config.stateDir });
-    stack.push('providers', () => registry.close());
     const metrics = opts.metrics ?? new Registry();
     registerBuildInfo(metrics);
+    const registry = buildProviders(providersConfig, {
+      logger,
+      stateRoot: config.stateDir,
+      requestMetrics: registerProviderRequestMetrics(metrics),
+    });
+    stack.push('providers', () => registry.close());
+    registerProcessMetrics(metrics);
     let readiness: () => Promise<Readiness> = () => Promise.resolve({ ready: false, reason: 'starting' });
+    let temporalMetrics: (() => Promise<string>) | undefined;
     let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
     if (listen) {
-      metricsServer = await serveMetrics(metrics, listen.host, listen.port, () => readiness());
+      metricsServer = await serveMetrics(
+        metrics,
+        listen.host,
+        listen.port,
+        () => readiness(),
+        () => temporalMetrics?.() ?? Promise.resolve(''),
+      );
       stack.push('metrics server', () => metricsServer!.close());
       logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
     }
     const installation = config.installation ?? (await deriveInstallation(kc));
-    installTemporalRuntime(logger);
+    if (listen) {
+      // The SDK's Prometheus exporter serves its own endpoint; it gets a
+      // loopback port nobody else sees, and /metrics appends what it says.
+      const sdkAddress = `127.0.0.1:${await freePort()}`;
+      if (installTemporalRuntime(logger, 'WARN', sdkAddress))
+        temporalMetrics = scrapeText(`http://${sdkAddress}/metrics`);
+    } else {
+      installTemporalRuntime(logger);
+    }
     const connection = await connectNative(config.temporalAddress, config.temporalConnection);
     stack.push('Temporal connection', () => connection.close());
     const clientConnection = await connectClient(config.temporalAddress, config.temporalConnection);
@@ -205,6 +228,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
   try {
     const metrics = new Registry();
     registerBuildInfo(metrics);
+    registerProcessMetrics(metrics);
     let readiness: () => Promise<Readiness> = () =>
       Promise.resolve({ ready: false, reason: 'connecting to Temporal' });
     let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;

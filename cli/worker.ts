@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { NativeConnection } from '@temporalio/worker';
+import { IllegalStateError } from '@temporalio/common';
 import {
   bundleWorkflowCode,
   DefaultLogger,
@@ -16,7 +17,9 @@ import {
 } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { Registry } from 'prom-client';
+import { hostname } from 'node:os';
+import { Counter, Registry } from 'prom-client';
+import { createEventRecorder, type EventRecorder } from '../kube/events.js';
 import { createDriftActivities, createTimingActivities } from '../activities/drift-activities.js';
 import { createGcActivities } from '../activities/gc-activities.js';
 import { createProviderCircuits } from '../activities/provider-circuit.js';
@@ -38,18 +41,43 @@ const SDK_LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'
  * Routes the SDK's own logs (worker state, workflow `log`, webpack output)
  * through our logger at WARN and above: at INFO the SDK narrates every state
  * change and bundle step. Must run before the first NativeConnection.
+ *
+ * With `prometheusBindAddress` the SDK's own metrics (Core's Prometheus
+ * exporter) are served there; the worker's /metrics appends them. Returns
+ * whether this call installed the runtime with those metrics.
  */
-export function installTemporalRuntime(logger: Logger, level: LogLevel = 'WARN'): void {
-  const sdk = logger.child({ component: 'temporal-sdk' });
+export function installTemporalRuntime(
+  logger: Logger,
+  level: LogLevel = 'WARN',
+  prometheusBindAddress?: string,
+): boolean {
+  const sdk = loggerFor(logger);
+  const options = {
+    logger: new DefaultLogger(level, (entry) =>
+      sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message),
+    ),
+  };
   try {
-    Runtime.install({
-      logger: new DefaultLogger(level, (entry) =>
-        sdk[SDK_LEVELS[entry.level]]({ ...entry.meta }, entry.message),
-      ),
-    });
-  } catch {
-    // Already installed in this process (dev runs several parts in one).
+    Runtime.install(
+      prometheusBindAddress
+        ? {
+            ...options,
+            telemetryOptions: { metrics: { prometheus: { bindAddress: prometheusBindAddress } } },
+          }
+        : options,
+    );
+    return prometheusBindAddress !== undefined;
+  } catch (error) {
+    // Already installed in this process (dev runs several parts in one; tests).
+    if (error instanceof IllegalStateError) return false;
+    // The exporter could not bind: run without SDK metrics rather than not at all.
+    logger.warn({ err: String(error) }, 'Temporal SDK metrics unavailable');
+    return prometheusBindAddress ? installTemporalRuntime(logger, level) && false : false;
   }
+}
+
+function loggerFor(logger: Logger): Logger {
+  return logger.child({ component: 'temporal-sdk' });
 }
 
 /** The workflows entry point, from source (tsx, vitest) or from dist/. */
@@ -89,6 +117,29 @@ export interface WorkerDeps {
   driftSweepOn?: boolean;
   /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
   shutdownGraceTimeMs?: number;
+  /** Where Proxy Events go; a recorder on `kubeConfig` when absent. */
+  events?: EventRecorder;
+}
+
+/** The worker's Event recorder, counting into `metrics`. */
+export function createWorkerEventRecorder(
+  kubeConfig: KubeConfig,
+  logger: Logger,
+  metrics: Registry,
+): EventRecorder {
+  return createEventRecorder({
+    kubeConfig,
+    logger,
+    reportingInstance: `egress-proxies-worker-${hostname()}-${process.pid}`,
+    counter:
+      (metrics.getSingleMetric('egress_kube_events_total') as Counter<'type' | 'outcome'> | undefined) ??
+      new Counter({
+        name: 'egress_kube_events_total',
+        help: 'Kubernetes Events about Proxies by type and outcome (created; series: a repeat marked on its Event; counted: a repeat kept for the next series update; failed)',
+        labelNames: ['type', 'outcome'] as const,
+        registers: [metrics],
+      }),
+  });
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -99,8 +150,11 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     onChange: (provider, view) =>
       circuitLog.warn({ provider, ...view }, view.open ? 'provider calls paused' : 'provider calls resumed'),
   });
+  const metrics = deps.metrics ?? new Registry();
+  const events = deps.events ?? createWorkerEventRecorder(deps.kubeConfig, deps.logger, metrics);
   const activities = {
     ...createProviderActivities({
+      events,
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
@@ -118,7 +172,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       timing: deps.timing ?? DEFAULT_TIMING,
       sweepOn: deps.driftSweepOn ?? false,
     }),
-    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger }),
+    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
     ...createGcActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
@@ -130,7 +184,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
       logger: deps.logger,
-      metrics: deps.metrics ?? new Registry(),
+      metrics,
     }),
   };
   return Worker.create({

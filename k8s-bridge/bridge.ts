@@ -118,12 +118,17 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const sentAt = new Map<string, number>();
   /** The last UID seen per key, to address the workflow after the object is gone. */
   const lastRef = new Map<string, ProxyRef>();
+  const metrics = opts.metrics ? bridgeMetrics(opts.metrics) : undefined;
   const proxies = createProxyInformer({
     kubeConfig: opts.kubeConfig,
     logger: log,
     namespace: opts.namespace,
+    onRestart: () => metrics?.informerRestarts.inc({ resource: 'proxies' }),
   });
-  proxies.onChange((obj) => enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name)));
+  proxies.onChange((obj, event) => {
+    metrics?.watchEvents.inc({ resource: 'proxies', event });
+    enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name));
+  });
   proxies.onReconnect(() => {
     // The informer replays what changed during an outage; a full pass on top
     // is the safety net for what it cannot see (a run an operator terminated
@@ -144,8 +149,10 @@ export function createBridge(opts: BridgeOptions): Bridge {
         ? core.listNamespacedSecret({ namespace: opts.namespace, labelSelector: `${LABEL_CLOUD_INIT}=true` })
         : core.listSecretForAllNamespaces({ labelSelector: `${LABEL_CLOUD_INIT}=true` }),
     logger: log,
+    onRestart: () => metrics?.informerRestarts.inc({ resource: 'secrets' }),
   });
-  secrets.onChange((secret) => {
+  secrets.onChange((secret, event) => {
+    metrics?.watchEvents.inc({ resource: 'secrets', event });
     const ns = secret.metadata?.namespace ?? 'default';
     const name = secret.metadata?.name;
     for (const p of proxies.list(ns)) {
@@ -159,7 +166,6 @@ export function createBridge(opts: BridgeOptions): Bridge {
     return { labels: s.metadata?.labels ?? {}, data: s.data ?? {} };
   };
 
-  const metrics = opts.metrics ? bridgeMetrics(opts.metrics) : undefined;
   const queue = createWorkQueue({
     concurrency,
     baseDelayMs: opts.retryBaseMs ?? 1_000,
@@ -168,6 +174,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     onFailure(k, error, failures, delayMs) {
       counters.retries += 1;
       metrics?.retries.inc();
+      metrics?.errors.inc({ stage: 'reconcile' });
       log.warn(
         {
           proxy: k,
@@ -211,6 +218,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
         setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
       );
       counters.finalizersAdded += 1;
+      metrics?.finalizers.inc();
     } catch (error) {
       // 409: someone else (another bridge) changed it; the update event brings us back.
       const code = (error as { code?: number }).code;
@@ -235,6 +243,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
           .getHandle(proxyWorkflowId(ref))
           .signal(deletionRequestedSignal, { skipCleanup: false });
         counters.deletion += 1;
+        metrics?.signals.inc({ signal: 'deletionRequested' });
       } catch (error) {
         if (!(error instanceof WorkflowNotFoundError)) throw error;
       }
@@ -276,6 +285,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
         ],
       });
       counters.signalWithStart += 1;
+      metrics?.signals.inc({ signal: 'specChanged' });
     } catch (error) {
       if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
       log.debug({ proxy: k }, 'workflow already completed; not restarting');
@@ -324,6 +334,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
           .getHandle(run.workflowId)
           .signal(deletionRequestedSignal, { skipCleanup: false });
         counters.orphanedRuns += 1;
+        metrics?.signals.inc({ signal: 'deletionRequested' });
         log.warn(
           { workflowId: run.workflowId },
           'the Proxy of a running workflow is gone; asked it to delete',
@@ -332,6 +343,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
         // Visibility lags: a run that just completed may still be listed.
         if (error instanceof WorkflowNotFoundError) continue;
         failures += 1;
+        metrics?.errors.inc({ stage: 'check_run' });
         log.warn(
           { workflowId: run.workflowId, err: error instanceof Error ? error.message : String(error) },
           'could not check whether the Proxy of a running workflow is gone; next sweep tries again',
@@ -380,6 +392,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
   function reconcileRuns(): Promise<void> {
     sweeping ??= reconcileRunsOnce()
       .catch((error: unknown) => {
+        metrics?.errors.inc({ stage: 'list_runs' });
         log.warn(
           { err: error instanceof Error ? error.message : String(error) },
           'could not list the running Proxy workflows; the next pass tries again',
@@ -427,6 +440,15 @@ export function createBridge(opts: BridgeOptions): Bridge {
 }
 
 function bridgeMetrics(registry: Registry) {
+  const metrics = createBridgeMetrics(registry);
+  // Every series exists from the start, so rate() and alerts work before the first occurrence.
+  for (const signal of ['specChanged', 'deletionRequested']) metrics.signals.inc({ signal }, 0);
+  for (const stage of ['reconcile', 'list_runs', 'check_run']) metrics.errors.inc({ stage }, 0);
+  for (const resource of ['proxies', 'secrets']) metrics.informerRestarts.inc({ resource }, 0);
+  return metrics;
+}
+
+function createBridgeMetrics(registry: Registry) {
   return {
     depth: new Gauge({
       name: 'egress_bridge_workqueue_depth',
@@ -452,6 +474,35 @@ function bridgeMetrics(registry: Registry) {
     passes: new Counter({
       name: 'egress_bridge_reconcile_passes_total',
       help: 'Passes comparing cached Proxies with running Proxy workflows',
+      registers: [registry],
+    }),
+    watchEvents: new Counter({
+      name: 'egress_bridge_watch_events_total',
+      help: 'Watch events handled by the bridge, by resource (proxies, secrets) and event (add, update, delete)',
+      labelNames: ['resource', 'event'] as const,
+      registers: [registry],
+    }),
+    signals: new Counter({
+      name: 'egress_bridge_signals_total',
+      help: 'Signals sent to Proxy workflows (specChanged through signalWithStart, deletionRequested)',
+      labelNames: ['signal'] as const,
+      registers: [registry],
+    }),
+    errors: new Counter({
+      name: 'egress_bridge_errors_total',
+      help: 'Bridge failures by stage: reconcile (a key, retried), list_runs (a pass could not list workflows), check_run (one run could not be checked)',
+      labelNames: ['stage'] as const,
+      registers: [registry],
+    }),
+    informerRestarts: new Counter({
+      name: 'egress_bridge_informer_restarts_total',
+      help: 'Watches restarted after an error, by resource',
+      labelNames: ['resource'] as const,
+      registers: [registry],
+    }),
+    finalizers: new Counter({
+      name: 'egress_bridge_finalizers_added_total',
+      help: 'Finalizers added to Managed Proxies',
       registers: [registry],
     }),
     restarts: new Counter({

@@ -61,6 +61,8 @@ export interface ResilientInformerOptions {
   initialBackoffMs?: number;
   /** Cap of the restart delay (default 30 s). */
   maxBackoffMs?: number;
+  /** Called each time a stopped watch is scheduled to restart (metrics). */
+  onRestart?: () => void;
 }
 
 export function createResilientInformer<T extends object>(
@@ -125,6 +127,7 @@ export function createResilientInformer<T extends object>(
     const wait = delayMs;
     delayMs = Math.min(delayMs * 2, maxBackoffMs);
     logger.warn({ err: describeError(err), retryInMs: wait, synced }, 'watch stopped; restarting');
+    options.onRestart?.();
     if (synced) recovering = true;
     // Not unref'd: while the first listing is pending this timer may be the
     // only thing keeping the process alive, and an exit there would be silent.

@@ -14,6 +14,8 @@ export interface ProxyInformerOptions {
   namespace?: string;
   initialBackoffMs?: number;
   maxBackoffMs?: number;
+  /** Called each time the watch is scheduled to restart after an error. */
+  onRestart?: () => void;
 }
 
 export function createProxyInformer(options: ProxyInformerOptions): ResilientInformer<Proxy> {
@@ -31,5 +33,6 @@ export function createProxyInformer(options: ProxyInformerOptions): ResilientInf
     logger: options.logger,
     initialBackoffMs: options.initialBackoffMs,
     maxBackoffMs: options.maxBackoffMs,
+    ...(options.onRestart ? { onRestart: options.onRestart } : {}),
   });
 }

@@ -30,12 +30,18 @@ import { createGcpProvider } from './gcp/provider.js';
 import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
 import { createKvmProvider } from './kvm/provider.js';
 import type { Provider } from './types.js';
+import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
 
 /** What a provider factory may use; passed in by the composition root. */
 export interface ProviderDeps {
   logger: Logger;
   /** Root for providers that keep state on disk (each uses a subdirectory unless configured). */
   stateRoot: string;
+  /**
+   * When set, `buildProviders` wraps every provider it builds in
+   * `withMetrics` (the contract's WithMetrics): no provider counts its own calls.
+   */
+  requestMetrics?: ProviderRequestMetrics;
 }
 
 export interface ProviderTypeDefinition<S extends z.ZodType> {
@@ -270,7 +276,8 @@ export function buildProviders(
     for (const entry of config.providers) {
       const def = types[entry.type] ?? PROVIDER_TYPES[entry.type];
       try {
-        built.set(entry.name, def.build(entry.name, entry.config, deps));
+        const provider = def.build(entry.name, entry.config, deps);
+        built.set(entry.name, deps.requestMetrics ? withMetrics(provider, deps.requestMetrics) : provider);
       } catch (err) {
         if (!(err instanceof ProvidersConfigError)) throw err;
         unbuilt.set(entry.name, err.message);

@@ -57,6 +57,7 @@ export function proxyCrd(): Json {
             { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
             { name: 'IP', type: 'string', jsonPath: '.status.ip' },
             { name: 'Healthy', type: 'string', jsonPath: '.status.conditions[?(@.type=="Healthy")].status' },
+            { name: 'Ready', type: 'string', jsonPath: '.status.conditions[?(@.type=="Ready")].status' },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
           ],
           schema: {

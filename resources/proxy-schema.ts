@@ -162,7 +162,12 @@ export const proxyStatusSchema = {
     providerID: { type: 'string' },
     ip: { type: 'string' },
     latencyMillis: { type: 'integer', format: 'int64' },
-    lastHealthCheckTime: { type: 'string', format: 'date-time' },
+    lastHealthReportTime: {
+      type: 'string',
+      format: 'date-time',
+      description:
+        "When the prober last reported this Proxy's health to the control plane: a verdict change, a latency change (at most every 10 minutes) or a re-send. The prober probes every healthCheck.intervalSeconds but reports only changes; probe recency is in the proxy_operator_healthcheck_* metrics.",
+    },
     observedGeneration: { type: 'integer', format: 'int64' },
     specHash: { type: 'string' },
     message: { type: 'string' },

@@ -1,5 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import {
+  PatchStrategy,
+  setHeaderOptions,
+  type CustomObjectsApi,
+  type KubeConfig,
+} from '@kubernetes/client-node';
 import {
   DEFAULT_HEALTH_CHECK,
   DEFAULT_MAX_LEASES,
@@ -123,15 +128,60 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
     expect((await getProxy(api, ns, 'zero-leases')).spec.maxLeases).toBe(0);
   });
 
-  it('kubectl get px shows MODE, PROVIDER, PHASE, IP, HEALTHY, AGE', async () => {
+  it('kubectl get px shows MODE, PROVIDER, PHASE, IP, HEALTHY, READY, AGE', async () => {
     await createProxy(api, ns, 'columns', {
       mode: 'External',
       endpoint: { host: '203.0.113.7', port: 8080 },
     });
     const out = await kubectl(['get', 'px', '-n', ns, 'columns']);
     const header = out.split('\n')[0]!.trim().split(/\s+/);
-    expect(header).toEqual(['NAME', 'MODE', 'PROVIDER', 'PHASE', 'IP', 'HEALTHY', 'AGE']);
+    expect(header).toEqual(['NAME', 'MODE', 'PROVIDER', 'PHASE', 'IP', 'HEALTHY', 'READY', 'AGE']);
     expect(out).toMatch(/columns\s+External/);
+  });
+
+  it('keeps a Ready condition and lastHealthReportTime in status; kubectl wait --for=condition=Ready returns on it', async () => {
+    await createProxy(api, ns, 'ready', { mode: 'External', endpoint: { host: '203.0.113.8' } });
+    const at = '2026-12-01T00:00:00Z';
+    const condition = (type: string, reason: string) => ({
+      type,
+      status: 'True',
+      reason,
+      message: '',
+      lastTransitionTime: at,
+    });
+    await api.patchNamespacedCustomObjectStatus(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: ns,
+        plural: PROXY_PLURAL,
+        name: 'ready',
+        body: [
+          {
+            op: 'add',
+            path: '/status',
+            value: {
+              phase: 'Ready',
+              lastHealthReportTime: at,
+              conditions: [
+                condition('Provisioned', 'External'),
+                condition('Healthy', 'ProbeSucceeded'),
+                condition('Ready', 'Ready'),
+              ],
+            },
+          },
+        ],
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
+    );
+    const stored = await getProxy(api, ns, 'ready');
+    expect(stored.status?.lastHealthReportTime).toBe(at);
+    expect(stored.status?.conditions?.map((c) => c.type)).toEqual(['Provisioned', 'Healthy', 'Ready']);
+    const out = await kubectl(['wait', '--for=condition=Ready', '--timeout=10s', '-n', ns, 'px/ready']);
+    expect(out).toContain('condition met');
+    expect(await kubectl(['get', 'px', '-n', ns, 'ready'])).toMatch(
+      /ready\s+External\s+(<none>\s+)?Ready\s+(<none>\s+)?True\s+True/,
+    );
   });
 
   it('kubectl get ph shows TYPE, READY, TARGETS, LAST CHECK, AGE for a cluster-scoped ProviderHealth', async () => {

@@ -97,7 +97,7 @@ describe('prober with the control plane', () => {
     ip = ready.status!.ip!;
     expect(ip).toMatch(/^127\./);
     expect(ready.status?.latencyMillis).toEqual(expect.any(Number));
-    expect(ready.status?.lastHealthCheckTime).toEqual(expect.any(String));
+    expect(ready.status?.lastHealthReportTime).toEqual(expect.any(String));
     expect(target.requests.length).toBeGreaterThan(0);
 
     target.status = 500;

@@ -5,7 +5,7 @@
  * lost run, cloud-init Secrets that never reach history, and the search
  * attributes operators filter on.
  */
-import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { CoreV1Api, EventsV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ANNOTATION_SKIP_CLEANUP,
@@ -264,6 +264,16 @@ describe('Proxy workflow edges', () => {
       expect(text).not.toContain(inlineSentinel);
       expect(text).not.toContain(Buffer.from(sentinel).toString('base64').slice(0, 16));
     }
+    // Nor in the Proxies' Events (there are some: created, running, replacing).
+    const events = await cp.kc.makeApiClient(EventsV1Api).listNamespacedEvent({ namespace: cp.namespace });
+    const mine = events.items.filter((e) => ['secret', 'inline'].includes(e.regarding?.name ?? ''));
+    expect(mine.map((e) => e.reason)).toEqual(
+      expect.arrayContaining(['Provisioning', 'Running', 'Replacing']),
+    );
+    const eventText = JSON.stringify(mine);
+    expect(eventText).not.toContain(sentinel);
+    expect(eventText).not.toContain(inlineSentinel);
+    expect(eventText).not.toContain(Buffer.from(sentinel).toString('base64').slice(0, 16));
     await remove('secret');
     await remove('inline');
     await gone('secret');

@@ -297,6 +297,61 @@ describe('conditions and status', () => {
   });
 });
 
+describe('the Ready condition: leasable by the lease API’s rule', () => {
+  const ready = (s: ProxyState) => buildConditions(s, T0).find((c) => c.type === 'Ready');
+
+  it('is False with the blocking condition’s reason until running and healthy, then True', () => {
+    const s = state();
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'Pending' });
+    s.instanceId = 'local/proxy-x';
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'Provisioning' });
+    running(s);
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'NotProbed' });
+    applyHealth(s, { ip: '127.0.0.5', healthy: false, checkedAt: T0.toISOString(), reason: 'ProxyRefused' });
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'ProxyRefused' });
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: T0.toISOString() });
+    expect(ready(s)).toMatchObject({ status: 'True', reason: 'Ready' });
+  });
+
+  it('follows the lease API, not the phase: a latched Permanent error on a healthy running proxy is still leasable', () => {
+    const s = running(state());
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: T0.toISOString() });
+    latch(s, FailureType.Permanent, 'bad zone', T0);
+    expect(derivePhase(s)).toBe('Failed');
+    expect(ready(s)).toMatchObject({ status: 'True' });
+  });
+
+  it('is False while replacing and once deletion is requested', () => {
+    const s = running(state());
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: T0.toISOString() });
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    s.replacing = 'spec-changed';
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'Replacing' });
+    s.replacing = undefined;
+    applyDeletion(s, { skipCleanup: false });
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'Deleting' });
+  });
+
+  it('an External proxy is Ready once healthy', () => {
+    const s = state({ mode: 'External', provider: undefined, endpoint: { host: '203.0.113.9', port: 3128 } });
+    expect(ready(s)).toMatchObject({ status: 'False', reason: 'NotProbed' });
+    applyHealth(s, { ip: '203.0.113.9', healthy: true, checkedAt: T0.toISOString() });
+    expect(ready(s)).toMatchObject({ status: 'True' });
+  });
+
+  it('changes only when the rest of the status does, so it adds no status write', () => {
+    const s = running(state());
+    const before = JSON.stringify(buildStatus(s, T0));
+    expect(JSON.stringify(buildStatus(s, new Date(T0.getTime() + 60_000)))).toBe(before);
+  });
+
+  it('lastHealthReportTime is the time of the report the workflow last heard', () => {
+    const s = running(state());
+    applyHealth(s, { ip: '127.0.0.5', healthy: true, checkedAt: '2026-11-29T10:05:00.000Z' });
+    expect(buildStatus(s, T0).lastHealthReportTime).toBe('2026-11-29T10:05:00.000Z');
+  });
+});
+
 describe('proxy workflow IDs', () => {
   it('parse back to the reference they were made from, and reject anything else', () => {
     const ref = { namespace: 'crawl-a', name: 'px-1', uid: '6f1c2a9e-0b1d-4c1e-9a57-1d2f3e4a5b6c' };

@@ -479,11 +479,45 @@ function flagCondition(
   return undefined;
 }
 
+/**
+ * Ready: the Proxy can be leased now, by the lease API's own rule (not being
+ * deleted, an address, the Healthy condition True), so `kubectl wait
+ * --for=condition=Ready` returns exactly when crawlers can use it. A
+ * function of the rest of the status: it changes only when something else
+ * written does, so it adds no status write (nor any Temporal action).
+ * When False, the reason is the first thing in the way, taken from the
+ * condition that says so.
+ */
+function readyCondition(
+  state: ProxyState,
+  provisioned: ConditionSpec,
+  healthy: ConditionSpec,
+): ConditionSpec {
+  const c = (status: ConditionSpec['status'], reason: string, message: string) => ({
+    type: 'Ready',
+    status,
+    reason,
+    message,
+  });
+  if (state.desired.deletionRequested) return c('False', 'Deleting', 'the Proxy is being deleted');
+  const ip = effectiveIp(state);
+  if (!ip) {
+    return provisioned.status === 'True'
+      ? c('False', 'NoAddress', 'the proxy has no address yet')
+      : c('False', provisioned.reason, provisioned.message);
+  }
+  if (healthy.status !== 'True') return c('False', healthy.reason, healthy.message);
+  return c('True', 'Ready', `leasable at ${ip}`);
+}
+
 /** Conditions with Kubernetes semantics: lastTransitionTime moves only when status changes. */
 export function buildConditions(state: ProxyState, now: Date, rules: Rules = CURRENT_RULES): Condition[] {
+  const provisioned = provisionedCondition(state);
+  const healthy = healthyCondition(state);
   const specs = [
-    provisionedCondition(state),
-    healthyCondition(state),
+    provisioned,
+    healthy,
+    readyCondition(state, provisioned, healthy),
     flagCondition(state, 'QuotaExceeded', rules),
     flagCondition(state, 'CloudInitError', rules),
   ].filter((c): c is ConditionSpec => c !== undefined);
@@ -518,7 +552,7 @@ export function buildStatus(state: ProxyState, now: Date, rules: Rules = CURRENT
   if (state.health.latencyMillis !== undefined && state.health.verdict === 'Healthy') {
     status.latencyMillis = state.health.latencyMillis;
   }
-  if (state.health.checkedAt) status.lastHealthCheckTime = state.health.checkedAt;
+  if (state.health.checkedAt) status.lastHealthReportTime = state.health.checkedAt;
   if (state.failure && state.failure.generation === state.desired.generation)
     status.message = state.failure.message;
   return status;

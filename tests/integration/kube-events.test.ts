@@ -1,0 +1,117 @@
+/**
+ * The Event recorder on the real apiserver: events.k8s.io/v1 objects about
+ * a Proxy, what `kubectl describe` shows, and aggregation (a repeat within
+ * the window is a series count on the same Event, not a new object).
+ */
+import { EventsV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { Counter, Registry } from 'prom-client';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createEventRecorder } from '../../kube/events.js';
+import { createNamespace, createProxy, customObjects, kubeConfig, kubectl } from '../helpers/kube.js';
+
+describe('Proxy Events on the real apiserver', () => {
+  let kc: KubeConfig;
+  let ns: string;
+  let uid: string;
+
+  beforeAll(async () => {
+    kc = kubeConfig();
+    ns = await createNamespace(kc, 'events');
+    const proxy = await createProxy(customObjects(kc), ns, 'flappy', {
+      mode: 'External',
+      endpoint: { host: '203.0.113.7' },
+    });
+    uid = proxy.metadata.uid!;
+  });
+
+  const eventsOf = async (reason?: string) =>
+    (await kc.makeApiClient(EventsV1Api).listNamespacedEvent({ namespace: ns })).items.filter(
+      (e) => e.regarding?.uid === uid && (reason === undefined || e.reason === reason),
+    );
+
+  it('a flapping reason is one Event whose series counts the repeats; describe shows it', async () => {
+    let clock = Date.parse('2026-12-01T00:00:00Z');
+    const registry = new Registry();
+    const counter = new Counter({
+      name: 'egress_kube_events_total',
+      help: 'test',
+      labelNames: ['type', 'outcome'] as const,
+      registers: [registry],
+    });
+    const recorder = createEventRecorder({
+      kubeConfig: kc,
+      logger: pino({ level: 'silent' }),
+      reportingInstance: 'events-test',
+      counter,
+      now: () => clock,
+    });
+    const regarding = { namespace: ns, name: 'flappy', uid };
+    const unhealthy = {
+      type: 'Warning',
+      reason: 'BadStatus',
+      action: 'HealthCheck',
+      note: 'became unhealthy: 500',
+    } as const;
+    const healthy = {
+      type: 'Normal',
+      reason: 'ProbeSucceeded',
+      action: 'HealthCheck',
+      note: 'became healthy',
+    } as const;
+    const outcomes: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      clock += 5_000;
+      outcomes.push(await recorder.record(regarding, unhealthy));
+      outcomes.push(await recorder.record(regarding, healthy));
+    }
+    expect(outcomes.slice(0, 4)).toEqual(['created', 'created', 'series', 'series']);
+    expect(outcomes.slice(4).every((o) => o === 'counted')).toBe(true);
+    await recorder.flush();
+
+    const bad = await eventsOf('BadStatus');
+    const good = await eventsOf('ProbeSucceeded');
+    expect(bad).toHaveLength(1);
+    expect(good).toHaveLength(1);
+    expect(bad[0]).toMatchObject({
+      type: 'Warning',
+      action: 'HealthCheck',
+      note: 'became unhealthy: 500',
+      reportingController: 'crawl.example.com/egress-proxies',
+      reportingInstance: 'events-test',
+      regarding: { kind: 'Proxy', name: 'flappy', namespace: ns },
+      series: { count: 10 },
+    });
+    expect(good[0]?.series?.count).toBe(10);
+
+    // After the window without a repeat the key is forgotten: the next occurrence is a new Event.
+    clock += 7 * 60_000;
+    await recorder.flush();
+    expect(await recorder.record(regarding, unhealthy)).toBe('created');
+    expect(await eventsOf('BadStatus')).toHaveLength(2);
+    await recorder.close();
+
+    const described = await kubectl(['describe', 'px', 'flappy', '-n', ns]);
+    expect(described).toMatch(/Events:/);
+    expect(described).toMatch(/Warning\s+BadStatus/);
+    expect(described).toMatch(/Normal\s+ProbeSucceeded/);
+    expect(await registry.metrics()).toMatch(
+      /egress_kube_events_total\{type="Warning",outcome="counted"\} 8/,
+    );
+  });
+
+  it('a failure to write is counted and logged, never thrown', async () => {
+    const recorder = createEventRecorder({
+      kubeConfig: kc,
+      logger: pino({ level: 'silent' }),
+      reportingInstance: 'events-test',
+    });
+    await expect(
+      recorder.record(
+        { namespace: 'no-such-namespace-x9', name: 'p', uid: 'u' },
+        { type: 'Normal', reason: 'Running', action: 'Provision', note: 'n' },
+      ),
+    ).resolves.toBe('failed');
+    await recorder.close();
+  });
+});

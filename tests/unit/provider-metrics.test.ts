@@ -1,0 +1,93 @@
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
+import { ProviderError } from '../../providers/errors.js';
+import { registerProviderRequestMetrics } from '../../providers/metrics.js';
+import type { Instance, Provider } from '../../providers/types.js';
+
+/** A backend that answers from a script: the decorator around it is what is under test. */
+function scripted(name: string): Provider {
+  const fail = (
+    errorClass: 'NotFound' | 'QuotaExceeded' | 'Permanent' | 'Transient',
+    operation: 'get' | 'create',
+  ) =>
+    new ProviderError({ errorClass, operation, provider: name, instance: 'x', message: `${errorClass} x` });
+  return {
+    name,
+    type: 'local',
+    capabilities: { cheapListByTag: true },
+    create: (req) =>
+      req.name === 'quota'
+        ? Promise.reject(fail('QuotaExceeded', 'create'))
+        : Promise.resolve(`id-${req.name}`),
+    get: (id) =>
+      id === 'gone'
+        ? Promise.reject(fail('NotFound', 'get'))
+        : id === 'boom'
+          ? Promise.reject(new Error('socket hang up'))
+          : Promise.resolve({
+              id,
+              state: 'Running',
+              ip: '10.0.0.1',
+              uid: 'u',
+              installation: 'i',
+            } as Instance),
+    delete: () => Promise.resolve(),
+    listByTag: () => Promise.resolve([]),
+    check: () => Promise.resolve([]),
+  };
+}
+
+describe('provider request metrics: every provider buildProviders makes is counted', () => {
+  const yaml = 'providers:\n  - name: one\n    type: local\n  - name: two\n    type: local\n';
+
+  it('counts each call by provider, op and result class, and leaves checks and capabilities alone', async () => {
+    const metrics = new Registry();
+    const registry = buildProviders(
+      parseProvidersConfig(yaml, 'test'),
+      {
+        logger: pino({ level: 'silent' }),
+        stateRoot: '/nonexistent',
+        requestMetrics: registerProviderRequestMetrics(metrics),
+      },
+      { local: { build: (name) => scripted(name) } },
+    );
+    const one = registry.get('one')!;
+    const two = registry.get('two')!;
+    const signal = new AbortController().signal;
+    const req = { uid: 'u', namespace: 'n', proxyName: 'p', placement: {}, port: 3128, installation: 'i' };
+    await one.create({ ...req, name: 'a' }, signal);
+    await expect(one.create({ ...req, name: 'quota' }, signal)).rejects.toThrow('QuotaExceeded');
+    await one.get('x', signal);
+    await expect(one.get('gone', signal)).rejects.toThrow();
+    await expect(two.get('boom', signal)).rejects.toThrow('socket hang up');
+    await two.delete('x', signal);
+    await two.listByTag(signal);
+    await two.check!(signal);
+    expect(one.capabilities).toEqual({ cheapListByTag: true });
+    expect(one.name).toBe('one');
+
+    const text = await metrics.metrics();
+    const count = (labels: string) =>
+      Number(new RegExp(`egress_provider_requests_total\\{${labels}\\} (\\d+)`).exec(text)?.[1] ?? 'NaN');
+    expect(count('provider="one",op="create",result="ok"')).toBe(1);
+    expect(count('provider="one",op="create",result="quota_exceeded"')).toBe(1);
+    expect(count('provider="one",op="get",result="ok"')).toBe(1);
+    expect(count('provider="one",op="get",result="not_found"')).toBe(1);
+    // An error that is not a ProviderError counts as the class the activity layer gives it: transient.
+    expect(count('provider="two",op="get",result="transient"')).toBe(1);
+    expect(count('provider="two",op="delete",result="ok"')).toBe(1);
+    expect(count('provider="two",op="list",result="ok"')).toBe(1);
+    expect(text).not.toMatch(/op="check"/);
+    expect(text).toMatch(/egress_provider_request_duration_seconds_count\{provider="one",op="create"\} 2/);
+    // Bounded labels: no instance IDs or names.
+    expect(text).not.toMatch(/id-a|quota"|gone|boom/);
+  });
+
+  it('registers once per registry (a second worker in the same process reuses the metrics)', () => {
+    const metrics = new Registry();
+    registerProviderRequestMetrics(metrics).observe('p', 'get', 'ok', 0.1);
+    expect(() => registerProviderRequestMetrics(metrics).observe('p', 'get', 'ok', 0.1)).not.toThrow();
+  });
+});
