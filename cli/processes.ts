@@ -111,7 +111,11 @@ export async function startWorker(
 
   const stack = new StartStack(logger);
   try {
-    const registry = buildProviders(providersConfig, { logger, stateRoot: config.stateDir });
+    const registry = buildProviders(providersConfig, {
+      logger,
+      stateRoot: config.stateDir,
+      ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
+    });
     stack.push('providers', () => registry.close());
     const metrics = opts.metrics ?? new Registry();
     registerBuildInfo(metrics);
@@ -142,6 +146,7 @@ export async function startWorker(
       maxCachedWorkflows: config.maxCachedWorkflows,
       timing: config.timing,
       driftSweepOn: config.driftSweepMs > 0,
+      ...(config.watchNamespaces ? { namespaces: config.watchNamespaces } : {}),
       // In-flight provider calls get this long to finish on SIGTERM; a
       // Deployment's terminationGracePeriodSeconds must exceed it.
       shutdownGraceTimeMs: 20_000,
@@ -224,6 +229,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
       logger,
       reconcilePeriodMs: config.reconcilePeriodMs,
       metrics,
+      ...(config.watchNamespaces ? { namespaces: config.watchNamespaces } : {}),
     });
     let synced = false;
     let stopping = false;
@@ -239,7 +245,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
       name: 'bridge',
       done: new Promise(() => undefined),
       describe: () =>
-        'bridge watching Proxies and cloud-init Secrets in all namespaces' +
+        `bridge watching Proxies and cloud-init Secrets in ${config.watchNamespaces ? `namespaces ${config.watchNamespaces.join(', ')}` : 'all namespaces'}` +
         (metricsServer ? `; metrics ${metricsServer.url}` : ''),
       async stop() {
         stopping = true;
@@ -261,14 +267,17 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
  */
 export async function startApi(
   apiOptions: ApiOptions,
-  config: Pick<ApiPartConfig, 'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr'>,
+  config: Pick<
+    ApiPartConfig,
+    'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr' | 'watchNamespaces'
+  >,
   kc: KubeConfig,
   logger: Logger,
   registry: Registry = new Registry(),
   opts: { metricsServedElsewhere?: boolean } = {},
 ): Promise<Running & { url: string; registry: Registry; metricsUrl: string }> {
   // One Proxy cache for the lease API and the prober.
-  const proxies = createProxyInformer({ kubeConfig: kc, logger });
+  const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
   await proxies.start();
   // From here on a failure (the port in use, Temporal unreachable, ...) stops
   // what already runs, newest first, then rethrows: the informer's watch and

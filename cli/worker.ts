@@ -89,6 +89,8 @@ export interface WorkerDeps {
   driftSweepOn?: boolean;
   /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
   shutdownGraceTimeMs?: number;
+  /** A namespace-scoped install's namespaces: GC and the drift sweep list Proxies there only. */
+  namespaces?: readonly string[];
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -112,6 +114,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       logger: deps.logger,
       circuits,
+      namespaces: deps.namespaces,
     }),
     ...createTimingActivities({
       registry: deps.registry,
@@ -124,6 +127,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
       logger: deps.logger,
+      namespaces: deps.namespaces,
     }),
     ...createProviderCheckActivities({
       registry: deps.registry,

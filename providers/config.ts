@@ -36,6 +36,8 @@ export interface ProviderDeps {
   logger: Logger;
   /** Root for providers that keep state on disk (each uses a subdirectory unless configured). */
   stateRoot: string;
+  /** A namespace-scoped install's namespaces (`--watch-namespaces`): the kubernetes provider lists pods there only. */
+  watchNamespaces?: readonly string[];
 }
 
 export interface ProviderTypeDefinition<S extends z.ZodType> {
@@ -78,7 +80,7 @@ export const PROVIDER_TYPES = {
   kubernetes: defineType({
     configSchema: kubernetesConfigSchema,
     build: (name: string, config: KubernetesConfig, deps: ProviderDeps) =>
-      createKubernetesProvider({ name, config, logger: deps.logger }),
+      createKubernetesProvider({ name, config, logger: deps.logger, listNamespaces: deps.watchNamespaces }),
   }),
   gcp: defineType({
     configSchema: gcpConfigSchema,
