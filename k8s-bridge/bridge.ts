@@ -317,9 +317,11 @@ export function createBridge(opts: BridgeOptions): Bridge {
     // A namespace-scoped bridge neither sees nor may read the Proxies of other namespaces.
     const watched = scopes.filter((n) => n !== undefined);
     const scope =
-      watched.length > 0
-        ? ` AND ${ProxyNamespaceKey.name} IN (${watched.map((n) => `'${n}'`).join(', ')})`
-        : '';
+      watched.length === 0
+        ? ''
+        : watched.length === 1
+          ? ` AND ${ProxyNamespaceKey.name} = '${watched[0]}'`
+          : ` AND ${ProxyNamespaceKey.name} IN (${watched.map((n) => `'${n}'`).join(', ')})`;
     const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
     let failures = 0;
     const runningIds = new Set<string>();
