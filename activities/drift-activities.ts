@@ -15,7 +15,8 @@ import type { ProviderRegistry } from '../providers/config.js';
 import { mapLimit } from '../providers/concurrency.js';
 import { classOf, isProviderError } from '../providers/errors.js';
 import type { Instance } from '../providers/types.js';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import { listAllProxies } from '../kube/proxy-list.js';
+import type { Proxy } from '../resources/proxy-schema.js';
 import { findDrift, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { driftDetectedSignal } from '../workflows/proxy/messages.js';
@@ -41,6 +42,8 @@ export interface DriftActivityDeps {
   signal?: DriftSignaller;
   /** Page size of the Proxy list. Default 500. */
   proxyPageSize?: number;
+  /** A namespace-scoped install's namespaces (`--watch-namespaces`); all namespaces when unset. */
+  namespaces?: readonly string[];
 }
 
 /** Whether the drift sweep covers a provider: it is on, and the provider's listByTag is cheap. */
@@ -82,22 +85,8 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
   const pageSize = deps.proxyPageSize ?? 500;
   const signal = deps.signal ?? contextSignaller;
 
-  const listProxies = async (): Promise<RecordedProxy[]> => {
-    const out: RecordedProxy[] = [];
-    let next: string | undefined;
-    do {
-      const page = (await api.listClusterCustomObject({
-        group: GROUP,
-        version: VERSION,
-        plural: PROXY_PLURAL,
-        limit: pageSize,
-        ...(next === undefined ? {} : { _continue: next }),
-      })) as { items: Proxy[]; metadata?: { continue?: string } };
-      for (const proxy of page.items) out.push(recordedOf(proxy));
-      next = page.metadata?.continue || undefined;
-    } while (next !== undefined);
-    return out;
-  };
+  const listProxies = async (): Promise<RecordedProxy[]> =>
+    (await listAllProxies(api, { namespaces: deps.namespaces, pageSize })).map(recordedOf);
 
   return {
     async sweepDrift({ listTimeoutMs }) {

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
 import { classOf, isProviderError, safeCause } from '../providers/errors.js';
 import type { Instance, Provider } from '../providers/types.js';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import { listAllProxies } from '../kube/proxy-list.js';
 import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
 import { activityCancellation, withDeadline } from './deadline.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
@@ -42,6 +42,11 @@ export interface GcActivityDeps {
   logger: Logger;
   /** Page size of the Proxy list. Default 500. */
   proxyPageSize?: number;
+  /**
+   * A namespace-scoped install's namespaces (`--watch-namespaces`): the live
+   * set is their Proxies, listed one namespace at a time. All namespaces when unset.
+   */
+  namespaces?: readonly string[];
 }
 
 /** Why a listed value is not an Instance we can vouch for, or undefined when it is one. */
@@ -123,24 +128,13 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
 
     async gcListLiveProxyUids() {
       const uids: string[] = [];
-      let next: string | undefined;
-      do {
-        const page = (await api.listClusterCustomObject({
-          group: GROUP,
-          version: VERSION,
-          plural: PROXY_PLURAL,
-          limit: pageSize,
-          ...(next === undefined ? {} : { _continue: next }),
-        })) as { items: Proxy[]; metadata?: { continue?: string } };
-        for (const proxy of page.items) {
-          // A Proxy without a UID cannot come from the apiserver; refusing
-          // the list is safer than a live set with a hole in it.
-          if (!proxy.metadata.uid)
-            throw new Error(`Proxy ${proxy.metadata.namespace}/${proxy.metadata.name} has no uid`);
-          uids.push(proxy.metadata.uid);
-        }
-        next = page.metadata?.continue || undefined;
-      } while (next !== undefined);
+      for (const proxy of await listAllProxies(api, { namespaces: deps.namespaces, pageSize })) {
+        // A Proxy without a UID cannot come from the apiserver; refusing
+        // the list is safer than a live set with a hole in it.
+        if (!proxy.metadata.uid)
+          throw new Error(`Proxy ${proxy.metadata.namespace}/${proxy.metadata.name} has no uid`);
+        uids.push(proxy.metadata.uid);
+      }
       return uids;
     },
 

@@ -64,6 +64,19 @@ export const commonConfigSchema = z.strictObject({
   }),
   /** The drift sweep Schedule's interval; 0 turns it off (every Proxy then polls at driftPollMs). */
   driftSweepMs: z.int().min(0),
+  /**
+   * A namespace-scoped install: Proxies and cloud-init Secrets are watched
+   * and listed in these namespaces only, one list/watch each, so Roles
+   * suffice. Undefined: all namespaces (a ClusterRole).
+   */
+  watchNamespaces: z
+    .array(
+      z
+        .string()
+        .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'each must be a namespace name (DNS-1123 label)'),
+    )
+    .min(1)
+    .optional(),
 });
 
 export type CommonConfig = z.infer<typeof commonConfigSchema>;
@@ -87,6 +100,7 @@ export interface CommonFlags extends TemporalFlags {
   metricsAddr?: string;
   maxCachedWorkflows?: string;
   reconcilePeriod?: string;
+  watchNamespaces?: string;
 }
 
 export class ConfigError extends Error {
@@ -115,6 +129,12 @@ function durationMs(text: string | undefined, flag: string, fallback: number): n
   } catch (error) {
     throw new ConfigError(`${flag}: ${(error as Error).message}`);
   }
+}
+
+/** `a, b,a` → ['a', 'b']; undefined or blank: all namespaces. */
+function namespaceList(text: string | undefined): string[] | undefined {
+  if (text === undefined || text.trim() === '') return undefined;
+  return [...new Set(text.split(',').map((n) => n.trim()))];
 }
 
 export function defaultStateDir(env: Readonly<Record<string, string | undefined>>): string {
@@ -170,10 +190,16 @@ export function readCommonConfig(
     reconcilePeriodMs: durationMs(flags.reconcilePeriod, '--reconcile-period', DEFAULT_RECONCILE_PERIOD_MS),
     timing,
     driftSweepMs: durationMs(flags.driftSweep, '--drift-sweep', DRIFT_SWEEP_DEFAULTS.intervalMs),
+    watchNamespaces: namespaceList(flags.watchNamespaces ?? env.WATCH_NAMESPACES),
   };
   const parsed = commonConfigSchema.safeParse(candidate);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
+    if (issue.path[0] === 'watchNamespaces') {
+      throw new ConfigError(
+        `--watch-namespaces: ${issue.message}, got ${JSON.stringify(flags.watchNamespaces ?? env.WATCH_NAMESPACES)}`,
+      );
+    }
     throw new ConfigError(`${issue.path.join('.') || 'config'}: ${issue.message}`);
   }
   return parsed.data;

@@ -80,6 +80,16 @@ function taskQueueOption(cmd: Command): Command {
   );
 }
 
+/** Read by every part that lists or watches Proxies: worker (GC, drift sweep), bridge, api. */
+function watchNamespacesOption(cmd: Command): Command {
+  return cmd.addOption(
+    new Option(
+      '--watch-namespaces <a,b>',
+      'namespace-scoped install: watch and list Proxies and cloud-init Secrets in these namespaces only (env WATCH_NAMESPACES; default all)',
+    ),
+  );
+}
+
 function workerOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option('--providers-config <path>', 'providers config YAML (env PROVIDERS_CONFIG)'))
@@ -248,19 +258,27 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     dev: {
       description:
         'run the whole control plane locally: Temporal dev server (unless --temporal-address), kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
-      options: [connectionOptions, taskQueueOption, metricsOption, workerOptions, bridgeOptions, apiOptions],
+      options: [
+        connectionOptions,
+        taskQueueOption,
+        metricsOption,
+        watchNamespacesOption,
+        workerOptions,
+        bridgeOptions,
+        apiOptions,
+      ],
     },
     worker: {
       description: 'run the Temporal worker: Proxy workflows and provider activities',
-      options: [connectionOptions, taskQueueOption, metricsOption, workerOptions],
+      options: [connectionOptions, taskQueueOption, metricsOption, watchNamespacesOption, workerOptions],
     },
     bridge: {
       description: 'run the Kubernetes bridge: Proxy and Secret events to workflow signals',
-      options: [connectionOptions, taskQueueOption, metricsOption, bridgeOptions],
+      options: [connectionOptions, taskQueueOption, metricsOption, watchNamespacesOption, bridgeOptions],
     },
     api: {
       description: 'run the lease API and health prober',
-      options: [connectionOptions, metricsOption, apiOptions],
+      options: [connectionOptions, metricsOption, watchNamespacesOption, apiOptions],
     },
   };
   for (const name of COMMANDS) {

@@ -33,6 +33,7 @@ export type WorkerConfig = Pick<
   | 'maxCachedWorkflows'
   | 'timing'
   | 'driftSweepMs'
+  | 'watchNamespaces'
 >;
 const WORKER_KEYS = [
   'temporalAddress',
@@ -49,6 +50,7 @@ const WORKER_KEYS = [
   'maxCachedWorkflows',
   'timing',
   'driftSweepMs',
+  'watchNamespaces',
 ] as const satisfies ReadonlyArray<keyof WorkerConfig>;
 
 /** The Kubernetes bridge: Proxy events to workflow starts and signals (timing is the worker's). */
@@ -61,6 +63,7 @@ export type BridgeConfig = Pick<
   | 'kubeconfig'
   | 'reconcilePeriodMs'
   | 'metricsAddr'
+  | 'watchNamespaces'
 >;
 const BRIDGE_KEYS = [
   'temporalAddress',
@@ -70,12 +73,18 @@ const BRIDGE_KEYS = [
   'kubeconfig',
   'taskQueue',
   'reconcilePeriodMs',
+  'watchNamespaces',
 ] as const satisfies ReadonlyArray<keyof BridgeConfig>;
 
 /** The lease API and the health prober (which signals workflows by ID: no task queue). */
 export type ApiPartConfig = Pick<
   CommonConfig,
-  'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'kubeconfig' | 'metricsAddr'
+  | 'temporalAddress'
+  | 'temporalNamespace'
+  | 'temporalConnection'
+  | 'kubeconfig'
+  | 'metricsAddr'
+  | 'watchNamespaces'
 > & {
   options: ApiOptions;
 };
@@ -138,6 +147,7 @@ export function planCommand(
         'temporalConnection',
         'kubeconfig',
         'metricsAddr',
+        'watchNamespaces',
       ] as const),
       options: readApiConfig(
         env,

@@ -120,6 +120,7 @@ export async function startWorker(
       logger,
       stateRoot: config.stateDir,
       requestMetrics: registerProviderRequestMetrics(metrics),
+      ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
     });
     stack.push('providers', () => registry.close());
     registerProcessMetrics(metrics);
@@ -165,6 +166,7 @@ export async function startWorker(
       maxCachedWorkflows: config.maxCachedWorkflows,
       timing: config.timing,
       driftSweepOn: config.driftSweepMs > 0,
+      ...(config.watchNamespaces ? { namespaces: config.watchNamespaces } : {}),
       // In-flight provider calls get this long to finish on SIGTERM; a
       // Deployment's terminationGracePeriodSeconds must exceed it.
       shutdownGraceTimeMs: 20_000,
@@ -248,6 +250,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
       logger,
       reconcilePeriodMs: config.reconcilePeriodMs,
       metrics,
+      ...(config.watchNamespaces ? { namespaces: config.watchNamespaces } : {}),
     });
     let synced = false;
     let stopping = false;
@@ -263,7 +266,7 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
       name: 'bridge',
       done: new Promise(() => undefined),
       describe: () =>
-        'bridge watching Proxies and cloud-init Secrets in all namespaces' +
+        `bridge watching Proxies and cloud-init Secrets in ${config.watchNamespaces ? `namespaces ${config.watchNamespaces.join(', ')}` : 'all namespaces'}` +
         (metricsServer ? `; metrics ${metricsServer.url}` : ''),
       async stop() {
         stopping = true;
@@ -285,14 +288,17 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
  */
 export async function startApi(
   apiOptions: ApiOptions,
-  config: Pick<ApiPartConfig, 'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr'>,
+  config: Pick<
+    ApiPartConfig,
+    'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr' | 'watchNamespaces'
+  >,
   kc: KubeConfig,
   logger: Logger,
   registry: Registry = new Registry(),
   opts: { metricsServedElsewhere?: boolean } = {},
 ): Promise<Running & { url: string; registry: Registry; metricsUrl: string }> {
   // One Proxy cache for the lease API and the prober.
-  const proxies = createProxyInformer({ kubeConfig: kc, logger });
+  const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
   await proxies.start();
   // From here on a failure (the port in use, Temporal unreachable, ...) stops
   // what already runs, newest first, then rethrows: the informer's watch and

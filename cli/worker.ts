@@ -119,6 +119,8 @@ export interface WorkerDeps {
   shutdownGraceTimeMs?: number;
   /** Where Proxy Events go; a recorder on `kubeConfig` when absent. */
   events?: EventRecorder;
+  /** A namespace-scoped install's namespaces: GC and the drift sweep list Proxies there only. */
+  namespaces?: readonly string[];
 }
 
 /** The worker's Event recorder, counting into `metrics`. */
@@ -166,6 +168,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       logger: deps.logger,
       circuits,
+      namespaces: deps.namespaces,
     }),
     ...createTimingActivities({
       registry: deps.registry,
@@ -178,6 +181,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       installation: deps.installation,
       logger: deps.logger,
+      namespaces: deps.namespaces,
     }),
     ...createProviderCheckActivities({
       registry: deps.registry,

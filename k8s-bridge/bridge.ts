@@ -38,6 +38,7 @@ import type { ProxyRef, ProxyWorkflowInput } from '../workflows/proxy/types.js';
 import { desiredSpecOf, refOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
+import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
 import { createProxyReader } from '../kube/proxy-reader.js';
 import { createWorkQueue } from './workqueue.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
@@ -50,8 +51,10 @@ export interface BridgeOptions {
   maxHistoryEvents?: number;
   /** Keys reconciled at once. */
   concurrency?: number;
-  /** Watch one namespace only (a namespace-restricted install); all namespaces when unset. */
+  /** Watch one namespace only (tests); all namespaces when unset. */
   namespace?: string;
+  /** Watch these namespaces only, one watch each (`--watch-namespaces`); all namespaces when unset. */
+  namespaces?: readonly string[];
   /**
    * How often the bridge compares the Proxies in its cache with the running
    * Proxy workflows (default 2 min, ±20 % jitter): a Proxy without a running
@@ -119,10 +122,11 @@ export function createBridge(opts: BridgeOptions): Bridge {
   /** The last UID seen per key, to address the workflow after the object is gone. */
   const lastRef = new Map<string, ProxyRef>();
   const metrics = opts.metrics ? bridgeMetrics(opts.metrics) : undefined;
+  const scopes = watchScopes(opts.namespace ? [opts.namespace] : opts.namespaces);
   const proxies = createProxyInformer({
     kubeConfig: opts.kubeConfig,
     logger: log,
-    namespace: opts.namespace,
+    namespaces: scopes.filter((n) => n !== undefined),
     onRestart: () => metrics?.informerRestarts.inc({ resource: 'proxies' }),
   });
   proxies.onChange((obj, event) => {
@@ -140,17 +144,21 @@ export function createBridge(opts: BridgeOptions): Bridge {
     void reconcileRuns();
   });
 
-  const secrets: ResilientInformer<V1Secret> = createResilientInformer<V1Secret>({
-    kubeConfig: opts.kubeConfig,
-    path: opts.namespace ? `/api/v1/namespaces/${opts.namespace}/secrets` : '/api/v1/secrets',
-    labelSelector: `${LABEL_CLOUD_INIT}=true`,
-    list: () =>
-      opts.namespace
-        ? core.listNamespacedSecret({ namespace: opts.namespace, labelSelector: `${LABEL_CLOUD_INIT}=true` })
-        : core.listSecretForAllNamespaces({ labelSelector: `${LABEL_CLOUD_INIT}=true` }),
-    logger: log,
-    onRestart: () => metrics?.informerRestarts.inc({ resource: 'secrets' }),
-  });
+  const secrets: ResilientInformer<V1Secret> = unionInformers(
+    scopes.map((namespace) =>
+      createResilientInformer<V1Secret>({
+        kubeConfig: opts.kubeConfig,
+        path: namespace ? `/api/v1/namespaces/${namespace}/secrets` : '/api/v1/secrets',
+        labelSelector: `${LABEL_CLOUD_INIT}=true`,
+        list: () =>
+          namespace
+            ? core.listNamespacedSecret({ namespace, labelSelector: `${LABEL_CLOUD_INIT}=true` })
+            : core.listSecretForAllNamespaces({ labelSelector: `${LABEL_CLOUD_INIT}=true` }),
+        logger: log,
+        onRestart: () => metrics?.informerRestarts.inc({ resource: 'secrets' }),
+      }),
+    ),
+  );
   secrets.onChange((secret, event) => {
     metrics?.watchEvents.inc({ resource: 'secrets', event });
     const ns = secret.metadata?.namespace ?? 'default';
@@ -316,7 +324,14 @@ export function createBridge(opts: BridgeOptions): Bridge {
    * pass at a time (reconcileRuns).
    */
   async function reconcileRunsOnce(): Promise<void> {
-    const scope = opts.namespace ? ` AND ${ProxyNamespaceKey.name} = '${opts.namespace}'` : '';
+    // A namespace-scoped bridge neither sees nor may read the Proxies of other namespaces.
+    const watched = scopes.filter((n) => n !== undefined);
+    const scope =
+      watched.length === 0
+        ? ''
+        : watched.length === 1
+          ? ` AND ${ProxyNamespaceKey.name} = '${watched[0]}'`
+          : ` AND ${ProxyNamespaceKey.name} IN (${watched.map((n) => `'${n}'`).join(', ')})`;
     const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
     let failures = 0;
     const runningIds = new Set<string>();

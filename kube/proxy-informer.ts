@@ -1,17 +1,21 @@
 /**
- * The Proxy list+watch, in all namespaces or one (tests). One per process:
- * the api process shares it between the lease API's catalog and the prober.
+ * The Proxy list+watch, in all namespaces or in listed ones (a
+ * namespace-scoped install, tests). One per process: the api process shares
+ * it between the lease API's catalog and the prober.
  */
 import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
 import { createResilientInformer, type ResilientInformer } from './informer.js';
+import { unionInformers, watchScopes } from './namespaced-informer.js';
 
 export interface ProxyInformerOptions {
   kubeConfig: KubeConfig;
   logger: Logger;
-  /** Watch one namespace only; all namespaces by default. */
+  /** Watch one namespace only (tests); all namespaces by default. */
   namespace?: string;
+  /** Watch these namespaces only, one watch each (`--watch-namespaces`); all namespaces by default. */
+  namespaces?: readonly string[];
   initialBackoffMs?: number;
   maxBackoffMs?: number;
   /** Called each time the watch is scheduled to restart after an error. */
@@ -19,20 +23,30 @@ export interface ProxyInformerOptions {
 }
 
 export function createProxyInformer(options: ProxyInformerOptions): ResilientInformer<Proxy> {
-  const { kubeConfig, namespace } = options;
+  const { kubeConfig } = options;
   const api = kubeConfig.makeApiClient(CustomObjectsApi);
-  return createResilientInformer<Proxy>({
-    kubeConfig,
-    path: namespace
-      ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
-      : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
-    list: () =>
-      namespace
-        ? api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PROXY_PLURAL })
-        : api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
-    logger: options.logger,
-    initialBackoffMs: options.initialBackoffMs,
-    maxBackoffMs: options.maxBackoffMs,
-    ...(options.onRestart ? { onRestart: options.onRestart } : {}),
-  });
+  const scopes = watchScopes(options.namespace ? [options.namespace] : options.namespaces);
+  return unionInformers(
+    scopes.map((namespace) =>
+      createResilientInformer<Proxy>({
+        kubeConfig,
+        path: namespace
+          ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
+          : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
+        list: () =>
+          namespace
+            ? api.listNamespacedCustomObject({
+                group: GROUP,
+                version: VERSION,
+                namespace,
+                plural: PROXY_PLURAL,
+              })
+            : api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
+        logger: options.logger,
+        initialBackoffMs: options.initialBackoffMs,
+        maxBackoffMs: options.maxBackoffMs,
+        ...(options.onRestart ? { onRestart: options.onRestart } : {}),
+      }),
+    ),
+  );
 }

@@ -42,6 +42,8 @@ export interface ProviderDeps {
    * `withMetrics` (the contract's WithMetrics): no provider counts its own calls.
    */
   requestMetrics?: ProviderRequestMetrics;
+  /** A namespace-scoped install's namespaces (`--watch-namespaces`): the kubernetes provider lists pods there only. */
+  watchNamespaces?: readonly string[];
 }
 
 export interface ProviderTypeDefinition<S extends z.ZodType> {
@@ -84,7 +86,7 @@ export const PROVIDER_TYPES = {
   kubernetes: defineType({
     configSchema: kubernetesConfigSchema,
     build: (name: string, config: KubernetesConfig, deps: ProviderDeps) =>
-      createKubernetesProvider({ name, config, logger: deps.logger }),
+      createKubernetesProvider({ name, config, logger: deps.logger, listNamespaces: deps.watchNamespaces }),
   }),
   gcp: defineType({
     configSchema: gcpConfigSchema,

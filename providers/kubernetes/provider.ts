@@ -73,6 +73,12 @@ export interface KubernetesProviderOptions {
   kubeConfig?: KubeConfig;
   /** Pods per listByTag page (default LIST_PAGE_SIZE); tests make it small to cross pages. */
   listPageSize?: number;
+  /**
+   * A namespace-scoped install (`--watch-namespaces`): listByTag and check()
+   * list pods in these namespaces (and `config.namespace`) one at a time,
+   * instead of across all namespaces, so Roles suffice.
+   */
+  listNamespaces?: readonly string[];
 }
 
 export interface KubernetesProvider extends Provider {
@@ -89,7 +95,17 @@ export function createKubernetesProvider(options: KubernetesProviderOptions): Ku
     log,
     options.kubeConfig,
     options.listPageSize ?? LIST_PAGE_SIZE,
+    listScopes(options.config, options.listNamespaces),
   );
+}
+
+/** Where listByTag looks: everywhere at once, or each namespace pods can be in. */
+function listScopes(
+  config: KubernetesConfig,
+  namespaces: readonly string[] | undefined,
+): string[] | undefined {
+  if (!namespaces || namespaces.length === 0) return undefined;
+  return [...new Set([...(config.namespace ? [config.namespace] : []), ...namespaces])];
 }
 
 /** How a single apiserver call ended when it did not answer: our signal or its own timeout. */
@@ -133,7 +149,22 @@ class KubernetesProviderImpl implements KubernetesProvider {
     private readonly log: Logger,
     private readonly injected: KubeConfig | undefined,
     private readonly pageSize: number,
+    /** Undefined: all namespaces in one list. */
+    private readonly scopes: string[] | undefined,
   ) {}
+
+  /** One managed-pod list call, cluster-wide or in one namespace. */
+  private listPods(api: CoreV1Api, namespace: string | undefined, limit: number, cont: string | undefined) {
+    const query = {
+      labelSelector: MANAGED_SELECTOR,
+      limit,
+      ...(cont === undefined ? {} : { _continue: cont }),
+    };
+    return (o: ConfigurationOptions<ObservableMiddleware>) =>
+      namespace === undefined
+        ? api.listPodForAllNamespaces(query, o)
+        : api.listNamespacedPod({ ...query, namespace }, o);
+  }
 
   // -- plumbing -------------------------------------------------------------
 
@@ -392,26 +423,19 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.op('list', '', signal, async () => {
       const { api } = await this.api('list', '');
       const out: Instance[] = [];
-      let cont: string | undefined;
-      do {
-        const page = await this.call(signal, (o) =>
-          api.listPodForAllNamespaces(
-            {
-              labelSelector: MANAGED_SELECTOR,
-              limit: this.pageSize,
-              ...(cont === undefined ? {} : { _continue: cont }),
-            },
-            o,
-          ),
-        );
-        for (const pod of page.items) {
-          // The selector already guarantees the mark; checked again so a
-          // selector mistake can never hand GC a pod we do not own.
-          if (pod.metadata?.labels?.[MARK_MANAGED] !== MARK_MANAGED_VALUE) continue;
-          out.push(instanceFromPod(pod, ''));
-        }
-        cont = page.metadata?._continue || undefined;
-      } while (cont !== undefined);
+      for (const namespace of this.scopes ?? [undefined]) {
+        let cont: string | undefined;
+        do {
+          const page = await this.call(signal, this.listPods(api, namespace, this.pageSize, cont));
+          for (const pod of page.items) {
+            // The selector already guarantees the mark; checked again so a
+            // selector mistake can never hand GC a pod we do not own.
+            if (pod.metadata?.labels?.[MARK_MANAGED] !== MARK_MANAGED_VALUE) continue;
+            out.push(instanceFromPod(pod, ''));
+          }
+          cont = page.metadata?._continue || undefined;
+        } while (cont !== undefined);
+      }
       return out;
     });
   }
@@ -437,9 +461,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     }
     const target = { ...base, address: client.server };
     try {
-      const page = await this.call(signal, (o) =>
-        client.api.listPodForAllNamespaces({ labelSelector: MANAGED_SELECTOR, limit: 1 }, o),
-      );
+      const page = await this.call(signal, this.listPods(client.api, this.scopes?.[0], 1, undefined));
       return [
         {
           ...target,
@@ -455,7 +477,8 @@ class KubernetesProviderImpl implements KubernetesProvider {
     } catch (err) {
       const ended = err instanceof CallEnded;
       const reason = checkReason(err, ended || signal.aborted);
-      const message = ended ? err.message : `list pods (all namespaces, limit 1): ${classify(err).summary}`;
+      const where = this.scopes ? `namespace ${this.scopes[0]}` : 'all namespaces';
+      const message = ended ? err.message : `list pods (${where}, limit 1): ${classify(err).summary}`;
       this.log.debug({ reason }, 'check failed');
       return [{ ...target, ready: false, reason, message, latencyMillis: Date.now() - started }];
     }

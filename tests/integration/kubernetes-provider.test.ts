@@ -671,13 +671,19 @@ describe('kubernetes provider: the RBAC manifest, with a real ServiceAccount tok
   }
 
   /**
-   * Applies infra/k8s/rbac/kubernetes-provider.yaml as shipped, retargeted
+   * Applies the provider's RBAC as shipped (the cluster-wide overlay's
+   * pods list, base's Role in the provider's namespace), retargeted
    * only where an installation would edit it: namespaces and subjects to
    * the test's, cluster-scoped names suffixed so parallel runs don't clash.
    */
   async function applyManifest(serviceAccountName: string): Promise<void> {
     const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
-    const docs = parseAllDocuments(readFileSync('infra/k8s/rbac/kubernetes-provider.yaml', 'utf8')).map(
+    const docs = [
+      'infra/k8s/overlays/cluster-wide/kubernetes-provider-rbac.yaml',
+      'infra/k8s/base/kubernetes-provider-rbac.yaml',
+    ]
+      .flatMap((f) => parseAllDocuments(readFileSync(f, 'utf8')))
+      .map(
       (d) =>
         d.toJS() as {
           kind: string;

@@ -105,6 +105,7 @@ function candidates(opt: Option): string[][] {
     id: ['xq7-test'],
     level: ['debug', 'error'],
     'memory|url': ['redis://127.0.0.9:16379/2'],
+    'a,b': ['xq7-a,xq7-b'],
   };
   const found = kind === undefined ? undefined : values[kind];
   if (!found) throw new Error(`${opt.flags}: no test value for the placeholder <${kind}>; add one here`);
@@ -225,6 +226,18 @@ describe('every CLI option reaches the part that uses it', () => {
       maxLeaseTtlSeconds: 600,
       token: 'cli-options-token',
     });
+  });
+
+  it('--watch-namespaces reaches every part that lists Proxies, as a list; a bad name is refused by name', async () => {
+    const dev = await planOf(realCli, ['dev', '--watch-namespaces', ' team-a, team-b,team-a ']);
+    for (const part of [dev.worker, dev.bridge, dev.api])
+      expect(part!.watchNamespaces).toEqual(['team-a', 'team-b']);
+    const env = await planOf((deps) => buildCli({ ...ENV, WATCH_NAMESPACES: 'team-c' }, deps), ['bridge']);
+    expect(env.bridge!.watchNamespaces).toEqual(['team-c']);
+    expect((await planOf(realCli, ['worker'])).worker!.watchNamespaces).toBeUndefined();
+    await expect(planOf(realCli, ['api', '--watch-namespaces', 'team-a,Team_B'])).rejects.toThrow(
+      '--watch-namespaces: each must be a namespace name (DNS-1123 label), got "team-a,Team_B"',
+    );
   });
 
   it('does not offer a flag no part of the command uses', async () => {
