@@ -684,14 +684,14 @@ describe('kubernetes provider: the RBAC manifest, with a real ServiceAccount tok
     ]
       .flatMap((f) => parseAllDocuments(readFileSync(f, 'utf8')))
       .map(
-      (d) =>
-        d.toJS() as {
-          kind: string;
-          metadata: { name: string; namespace?: string };
-          roleRef: { apiGroup: string; kind: string; name: string };
-          subjects?: Array<{ kind: string; name: string; namespace: string }>;
-        },
-    );
+        (d) =>
+          d.toJS() as {
+            kind: string;
+            metadata: { name: string; namespace?: string };
+            roleRef: { apiGroup: string; kind: string; name: string };
+            subjects?: Array<{ kind: string; name: string; namespace: string }>;
+          },
+      );
     expect(docs.map((d) => d.kind)).toEqual(['ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding']);
     const suffix = `-${namespace}`;
     for (const doc of docs) {
