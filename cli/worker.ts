@@ -61,6 +61,16 @@ export function workflowsPath(): string {
   throw new Error('workflows/index not found next to cli/');
 }
 
+/**
+ * The bundle `npm run build` writes next to the compiled CLI
+ * (infra/scripts/bundle-workflows.mjs), when running from dist/: the worker
+ * then never runs webpack. Absent when running from source.
+ */
+export function prebuiltWorkflowBundle(): string | undefined {
+  const path = fileURLToPath(new URL('../workflow-bundle.js', import.meta.url));
+  return existsSync(path) ? path : undefined;
+}
+
 export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
   // Silence webpack's progress output; errors still throw.
   return bundleWorkflowCode({
@@ -133,11 +143,20 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       metrics: deps.metrics ?? new Registry(),
     }),
   };
+  const prebuilt = deps.workflowBundle ? undefined : prebuiltWorkflowBundle();
+  deps.logger.info(
+    { workflowBundle: deps.workflowBundle ? 'given' : (prebuilt ?? 'bundled at start from source') },
+    'workflow code',
+  );
   return Worker.create({
     connection: deps.connection,
     namespace: deps.namespace,
     taskQueue: deps.taskQueue,
-    ...(deps.workflowBundle ? { workflowBundle: deps.workflowBundle } : { workflowsPath: workflowsPath() }),
+    ...(deps.workflowBundle
+      ? { workflowBundle: deps.workflowBundle }
+      : prebuilt
+        ? { workflowBundle: { codePath: prebuilt } }
+        : { workflowsPath: workflowsPath() }),
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
     ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
