@@ -15,7 +15,7 @@ WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
-COPY infra/scripts/write-build-info.mjs infra/scripts/
+COPY infra/scripts/write-build-info.mjs infra/scripts/bundle-workflows.mjs infra/scripts/
 COPY activities activities
 COPY api api
 COPY cli cli

@@ -112,7 +112,7 @@ export class ConfigError extends Error {
  * steady ones a signal wakes. A steady Proxy wakes every few hours, so an
  * evicted one rarely replays (docs/architecture.md, Decisions).
  */
-export const DEFAULT_MAX_CACHED_WORKFLOWS = 250;
+export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 
 function positiveInt(text: string | undefined, flag: string, fallback: number): number {
   if (text === undefined) return fallback;

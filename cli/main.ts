@@ -118,7 +118,7 @@ function workerOptions(cmd: Command): Command {
     .addOption(
       new Option(
         '--max-cached-workflows <n>',
-        'worker: workflows kept in memory, ~1 MiB each (env MAX_CACHED_WORKFLOWS; default 250)',
+        'worker: workflows kept in memory, ~0.3 MiB each (env MAX_CACHED_WORKFLOWS; default 100)',
       ),
     )
     .addOption(

@@ -4,6 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
 import type { NativeConnection } from '@temporalio/worker';
 import { IllegalStateError } from '@temporalio/common';
 import {
@@ -89,6 +90,16 @@ export function workflowsPath(): string {
   throw new Error('workflows/index not found next to cli/');
 }
 
+/**
+ * The bundle `npm run build` writes next to the compiled CLI
+ * (infra/scripts/bundle-workflows.mjs), when running from dist/: the worker
+ * then never runs webpack. Absent when running from source.
+ */
+export function prebuiltWorkflowBundle(): string | undefined {
+  const path = fileURLToPath(new URL('../workflow-bundle.js', import.meta.url));
+  return existsSync(path) ? path : undefined;
+}
+
 export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
   // Silence webpack's progress output; errors still throw.
   return bundleWorkflowCode({
@@ -144,7 +155,19 @@ export function createWorkerEventRecorder(
   });
 }
 
+/**
+ * Young-generation cap of isolates created from now on, in MiB per
+ * semi-space (V8's default on 64-bit is 16). The only such isolate is the
+ * SDK's workflow thread, which it creates without resourceLimits: its
+ * activations are small and short-lived, and at the default its young
+ * generation grew to tens of MiB of RSS it kept between the rare wake-ups
+ * of a steady fleet. The main isolate, created before this runs, keeps its
+ * flags.
+ */
+const WORKFLOW_THREAD_SEMI_SPACE_MIB = 4;
+
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
+  setFlagsFromString(`--max-semi-space-size=${WORKFLOW_THREAD_SEMI_SPACE_MIB}`);
   const circuitLog = deps.logger.child({ component: 'provider-circuit' });
   // One circuit per provider for the whole worker: every workflow's calls
   // and the drift sweep's lists see the same backend health.
@@ -191,11 +214,20 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       metrics,
     }),
   };
+  const prebuilt = deps.workflowBundle ? undefined : prebuiltWorkflowBundle();
+  deps.logger.info(
+    { workflowBundle: deps.workflowBundle ? 'given' : (prebuilt ?? 'bundled at start from source') },
+    'workflow code',
+  );
   return Worker.create({
     connection: deps.connection,
     namespace: deps.namespace,
     taskQueue: deps.taskQueue,
-    ...(deps.workflowBundle ? { workflowBundle: deps.workflowBundle } : { workflowsPath: workflowsPath() }),
+    ...(deps.workflowBundle
+      ? { workflowBundle: deps.workflowBundle }
+      : prebuilt
+        ? { workflowBundle: { codePath: prebuilt } }
+        : { workflowsPath: workflowsPath() }),
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
     ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),

@@ -33,12 +33,14 @@
  * are removed at the end, on error, and on SIGINT/SIGTERM.
  */
 import {
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
   readlinkSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -61,8 +63,14 @@ const { values, positionals } = parseArgs({
   options: {
     'steady-seconds': { type: 'string', default: '30' },
     'sample-every': { type: 'string', default: '5' },
+    from: { type: 'string', default: 'dist' },
+    'idle-only': { type: 'boolean', default: false },
+    'worker-arg': { type: 'string', multiple: true, default: [] },
   },
 });
+const FROM = values.from;
+if (FROM !== 'dist' && FROM !== 'source') throw new Error(`--from must be dist or source, got ${FROM}`);
+const WORKER_EXTRA = values['worker-arg'].flatMap((a) => a.split(' ').filter((x) => x !== ''));
 const N = positionals.length > 0 ? Number(positionals[0]) : 1000;
 if (!Number.isInteger(N) || N < 1) throw new Error(`N must be a positive integer, got ${positionals[0]}`);
 const STEADY_MS = Number(values['steady-seconds']) * 1000;
@@ -77,6 +85,38 @@ const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const t0 = performance.now();
 const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(0).padStart(5)} s`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * How each process is started. `dist` (the default) is what a user runs: the
+ * compiled JavaScript of `npm run build` (the image's `node dist/cli/entry.js`),
+ * with the workflow bundle prebuilt. `source` runs the TypeScript through tsx,
+ * whose loader and transform cache cost every process tens of MiB that no
+ * user pays.
+ */
+function entryArgs(): string[] {
+  if (FROM === 'source') return ['--import', 'tsx', join(REPO, 'cli/entry.ts')];
+  const entry = join(REPO, 'dist/cli/entry.js');
+  const built = join(REPO, 'dist/build-info.json');
+  if (!existsSync(entry) || !existsSync(built))
+    throw new Error('dist/ is missing: run `npm run build` first (or pass --from source)');
+  const builtAt = statSync(built).mtimeMs;
+  const newer: string[] = [];
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const path = join(d, e.name);
+      if (e.isDirectory()) walk(path);
+      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts') && statSync(path).mtimeMs > builtAt)
+        newer.push(path.slice(REPO.length));
+    }
+  };
+  for (const d of ['activities', 'api', 'cli', 'k8s-bridge', 'kube', 'providers', 'resources', 'workflows'])
+    walk(join(REPO, d));
+  if (newer.length > 0)
+    throw new Error(
+      `dist/ is older than ${newer.slice(0, 3).join(', ')}${newer.length > 3 ? ' ...' : ''}: run \`npm run build\` again`,
+    );
+  return [entry];
+}
 
 // ---------------------------------------------------------------- /proc
 
@@ -273,7 +313,10 @@ interface Part {
 }
 
 async function run(): Promise<void> {
-  console.log(`# memory per process, N=${N} Proxies (local provider, ${process.version}, 2 cores)`);
+  console.log(
+    `# memory per process, N=${N} Proxies (local provider, ${process.version}, 2 cores), processes from ${FROM === 'dist' ? 'dist/ (compiled)' : 'source (tsx)'}` +
+      (WORKER_EXTRA.length > 0 ? `, worker flags ${WORKER_EXTRA.join(' ')}` : ''),
+  );
   console.log(`  temp dir ${dir}`);
   const [cli, binDir] = await Promise.all([ensureTemporalCli(), ensureKubeBinaries()]);
   [temporal, kube] = await Promise.all([
@@ -370,12 +413,11 @@ async function run(): Promise<void> {
       [
         '--expose-gc',
         '--import',
-        'tsx',
-        '--import',
         pathToFileURL(gcHook).href,
-        join(REPO, 'cli/entry.ts'),
+        ...entryArgs(),
         name,
         ...argsOf[name],
+        ...(name === 'worker' ? WORKER_EXTRA : []),
       ],
       logPath,
     );
@@ -470,6 +512,12 @@ async function run(): Promise<void> {
   const idle = await sampleWindow(20_000, 'idle baseline');
   const idleGc = await afterGc('idle');
   const startupPeak = new Map(parts.map((p) => [p.name, readProc(p.pid)?.hwmKiB ?? NaN]));
+  if (values['idle-only']) {
+    console.log(
+      `idle only: ${parts.map((p) => `${p.name} RSS median ${fmtMiB(median(idle.get(p.name)!.map((s) => s.rssKiB)))}, start-up peak ${fmtMiB(startupPeak.get(p.name)!)}`).join('; ')}`,
+    );
+    return;
+  }
 
   // Apply N Proxies.
   await core.createNamespace({ body: { metadata: { name: NAMESPACE } } });

@@ -1,6 +1,6 @@
 /**
  * What the image holds, run for real: the same tree the Dockerfile builds
- * (tsc into dist/ with the commit baked, then a production-only install of
+ * (tsc into dist/ with the commit baked and the workflows bundled, then a production-only install of
  * package.json + package-lock.json) in a temporary directory with no
  * sources and no dev dependencies; worker, bridge and api started from its
  * bin/egress-proxies.js run a Proxy through its life. A file the image
@@ -54,7 +54,12 @@ describe('the image contents: the built tree with production dependencies only',
       cwd: app,
       timeout: 300_000,
     });
-  }, 420_000);
+    // The build stage's last step: the workflow bundle the worker loads instead of running webpack.
+    await run(process.execPath, [join(ROOT, 'infra/scripts/bundle-workflows.mjs')], {
+      cwd: app,
+      timeout: 300_000,
+    });
+  }, 720_000);
   afterAll(async () => {
     for (const c of children) await c.stop(30_000).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
@@ -112,6 +117,8 @@ describe('the image contents: the built tree with production dependencies only',
       await worker.waitFor(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*health and metrics listening/, 120_000)
     )[1]!;
     await worker.waitFor(/worker started/, 180_000);
+    // It loaded the build's bundle rather than bundling at start.
+    expect(worker.output()).toMatch(/"workflowBundle":"[^"]*\/dist\/workflow-bundle\.js"[^\n]*workflow code/);
     await bridge.waitFor(/bridge started/, 120_000);
     await api.waitFor(/lease API listening/, 120_000);
     expect(await (await fetch(`${base}/metrics`)).text()).toContain('commit="feedc0de"');
