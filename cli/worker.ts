@@ -4,7 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { NativeConnection } from '@temporalio/worker';
+import type { NativeConnection, WorkerPlugin } from '@temporalio/worker';
 import {
   bundleWorkflowCode,
   DefaultLogger,
@@ -89,6 +89,12 @@ export interface WorkerDeps {
   driftSweepOn?: boolean;
   /** How long shutdown waits for in-flight activities before cancelling them (SDK default: none). */
   shutdownGraceTimeMs?: number;
+  /**
+   * Worker plugins (tracing's: activity and workflow spans). A plugin's
+   * workflow interceptors join the bundle only when the worker bundles from
+   * source; a prebuilt `workflowBundle` must have been built with them.
+   */
+  plugins?: WorkerPlugin[];
 }
 
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
@@ -141,5 +147,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
     ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
+    ...(deps.plugins?.length ? { plugins: deps.plugins } : {}),
   });
 }

@@ -51,6 +51,7 @@ import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
+import { providerCall, providerOperation } from '../../tracing/seam.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
 /** The selector listByTag and check() use: the managed mark, across all namespaces. */
@@ -159,7 +160,17 @@ class KubernetesProviderImpl implements KubernetesProvider {
    * One operation: rejects at once when the caller's signal is already
    * aborted (nothing is sent), wraps every failure, and logs it.
    */
-  private async op<T>(
+  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
+  private op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
+  }
+
+  private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
@@ -184,7 +195,20 @@ class KubernetesProviderImpl implements KubernetesProvider {
    * transport does. Backend errors are rethrown as they are (the operation
    * classifies them); an ended call throws CallEnded.
    */
-  private async call<T>(
+  private call<T>(
+    signal: AbortSignal,
+    operation: ProviderOperation,
+    request: string,
+    fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
+  ): Promise<T> {
+    // One client span per apiserver request, its result the error class the operation will report.
+    return providerCall(this, request, () => this.bounded(signal, fn), {
+      operation,
+      classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
+    });
+  }
+
+  private async bounded<T>(
     signal: AbortSignal,
     fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
   ): Promise<T> {
@@ -279,7 +303,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const namespace = podNamespace(req, this.config);
       const id = formatProviderId(namespace, req.name);
       try {
-        await this.call(signal, (o) =>
+        await this.call(signal, 'create', 'createNamespacedPod', (o) =>
           api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
         );
         this.log.info(
@@ -335,7 +359,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     const { api } = await this.api('create', req.name);
     let existing: V1Pod;
     try {
-      existing = await this.call(signal, (o) =>
+      existing = await this.call(signal, 'create', 'readNamespacedPod', (o) =>
         api.readNamespacedPod({ namespace: podNamespace(req, this.config), name: req.name }, o),
       );
     } catch (err) {
@@ -369,7 +393,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.op('get', String(id), signal, async () => {
       const { namespace, name } = this.parseId('get', id);
       const { api } = await this.api('get', id);
-      const pod = await this.call(signal, (o) => api.readNamespacedPod({ namespace, name }, o));
+      const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
+        api.readNamespacedPod({ namespace, name }, o),
+      );
       return instanceFromPod(pod, namespace);
     });
   }
@@ -379,7 +405,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const { namespace, name } = this.parseId('delete', id);
       const { api } = await this.api('delete', id);
       try {
-        await this.call(signal, (o) => api.deleteNamespacedPod({ namespace, name }, o));
+        await this.call(signal, 'delete', 'deleteNamespacedPod', (o) =>
+          api.deleteNamespacedPod({ namespace, name }, o),
+        );
         this.log.info({ instance: name, namespace }, 'deleted squid pod');
       } catch (err) {
         if (httpStatus(err) !== 404) throw err;
@@ -394,7 +422,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const out: Instance[] = [];
       let cont: string | undefined;
       do {
-        const page = await this.call(signal, (o) =>
+        const page = await this.call(signal, 'list', 'listPodForAllNamespaces', (o) =>
           api.listPodForAllNamespaces(
             {
               labelSelector: MANAGED_SELECTOR,
@@ -437,7 +465,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     }
     const target = { ...base, address: client.server };
     try {
-      const page = await this.call(signal, (o) =>
+      const page = await this.call(signal, 'check', 'listPodForAllNamespaces', (o) =>
         client.api.listPodForAllNamespaces({ labelSelector: MANAGED_SELECTOR, limit: 1 }, o),
       );
       return [
