@@ -61,10 +61,14 @@ export function workflowsPath(): string {
   throw new Error('workflows/index not found next to cli/');
 }
 
-export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
+export async function bundleWorkflows(
+  /** Workflow interceptor modules to bundle in (tracing's, for a replay with the plugin installed). */
+  workflowInterceptorModules: string[] = [],
+): Promise<WorkflowBundleWithSourceMap> {
   // Silence webpack's progress output; errors still throw.
   return bundleWorkflowCode({
     workflowsPath: workflowsPath(),
+    ...(workflowInterceptorModules.length ? { workflowInterceptorModules } : {}),
     logger: { log() {}, info() {}, warn() {}, error() {}, debug() {}, trace() {} },
   });
 }
