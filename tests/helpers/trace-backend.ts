@@ -74,7 +74,9 @@ export async function startJaegerBackend(): Promise<TraceBackend> {
       return flatten(body.data ?? []);
     },
     async trace(traceId) {
-      const res = await fetch(`${jaeger.queryUrl}/api/traces/${traceId}`, { signal: AbortSignal.timeout(10_000) });
+      const res = await fetch(`${jaeger.queryUrl}/api/traces/${traceId}`, {
+        signal: AbortSignal.timeout(10_000),
+      });
       if (res.status === 404) return [];
       if (!res.ok) throw new Error(`trace ${traceId}: HTTP ${res.status}`);
       return flatten(((await res.json()) as { data: JaegerTrace[] | null }).data ?? []);
@@ -108,7 +110,13 @@ interface OtlpJsonRequest {
   }>;
 }
 
-const KIND_NAMES: Record<number, string> = { 1: 'internal', 2: 'server', 3: 'client', 4: 'producer', 5: 'consumer' };
+const KIND_NAMES: Record<number, string> = {
+  1: 'internal',
+  2: 'server',
+  3: 'client',
+  4: 'producer',
+  5: 'consumer',
+};
 
 function plain(v: OtlpValue): string | number | boolean {
   if (v.stringValue !== undefined) return v.stringValue;
@@ -129,13 +137,18 @@ export async function startOtlpJsonReceiver(): Promise<TraceBackend & { protocol
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/traces' || !req.headers['content-type']?.includes('json')) {
+      if (
+        req.method !== 'POST' ||
+        req.url !== '/v1/traces' ||
+        !req.headers['content-type']?.includes('json')
+      ) {
         res.writeHead(415).end();
         return;
       }
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as OtlpJsonRequest;
       for (const rs of body.resourceSpans ?? []) {
-        const service = rs.resource?.attributes?.find((a) => a.key === 'service.name')?.value.stringValue ?? '';
+        const service =
+          rs.resource?.attributes?.find((a) => a.key === 'service.name')?.value.stringValue ?? '';
         for (const ss of rs.scopeSpans ?? [])
           for (const s of ss.spans ?? [])
             spans.push({

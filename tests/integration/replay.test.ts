@@ -49,12 +49,16 @@ describe('and with tracing on (the OpenTelemetry workflow interceptors in the bu
     expect((await bundle).code).toContain('OpenTelemetryInboundInterceptor');
   }, 300_000);
 
-  it.each(files)('%s', async (file) => {
-    const history = temporal.api.history.v1.History.decode(readFileSync(DIR + file));
-    await Worker.runReplayHistory(
-      { workflowBundle: await bundle, plugins: [plugin] },
-      history,
-      `replay-otel-${file}`,
-    );
-  }, 300_000);
+  it.each(files)(
+    '%s',
+    async (file) => {
+      const history = temporal.api.history.v1.History.decode(readFileSync(DIR + file));
+      await Worker.runReplayHistory(
+        { workflowBundle: await bundle, plugins: [plugin] },
+        history,
+        `replay-otel-${file}`,
+      );
+    },
+    300_000,
+  );
 });

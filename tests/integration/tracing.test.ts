@@ -86,7 +86,16 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
       return child;
     };
     worker = run(
-      ['worker', ...common, '--task-queue', taskQueue, '--providers-config', providers, '--installation', 'tracing-test'],
+      [
+        'worker',
+        ...common,
+        '--task-queue',
+        taskQueue,
+        '--providers-config',
+        providers,
+        '--installation',
+        'tracing-test',
+      ],
       otel('http/protobuf'),
     );
     // JSON for the bridge: both OTLP/HTTP encodings reach the same trace.
@@ -119,10 +128,12 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
     return out;
   }
 
-  it('one kubectl apply: one trace from the bridge to the provider call, in parent order; a lease request joins it', async () => {
-    const kubectl = join(inject('kubeBinDir'), 'kubectl');
-    execFileSync(kubectl, ['--kubeconfig', kube.kubeconfigPath, 'apply', '-f', '-'], {
-      input: `apiVersion: crawl.example.com/v1alpha1
+  it(
+    'one kubectl apply: one trace from the bridge to the provider call, in parent order; a lease request joins it',
+    async () => {
+      const kubectl = join(inject('kubeBinDir'), 'kubectl');
+      execFileSync(kubectl, ['--kubeconfig', kube.kubeconfigPath, 'apply', '-f', '-'], {
+        input: `apiVersion: crawl.example.com/v1alpha1
 kind: Proxy
 metadata: { name: traced-1, namespace: ${NS} }
 spec:
@@ -130,106 +141,128 @@ spec:
   provider: local
   cloudInit: { secretRef: { name: traced-cloud-init } }
 `,
-    });
+      });
 
-    // The trace is complete once its workflow run has ended (the RunWorkflow
-    // span is exported when it ends): delete the Proxy, wait for its workflow
-    // to finish, and look for the create's provider call under the bridge span.
-    const objects = loadKubeConfig(kube.kubeconfigPath).makeApiClient(CustomObjectsApi);
-    const logs = () => children.map((c) => c.output().slice(-4000)).join('\n----\n');
-    await eventually(
-      'the Proxy provisioned',
-      async () => {
-        const p = (await objects.getNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NS,
-          plural: PROXY_PLURAL,
-          name: 'traced-1',
-        })) as { status?: { providerID?: string } };
-        return p.status?.providerID ? true : undefined;
-      },
-      { timeoutMs: 180_000, intervalMs: 500 },
-    ).catch((error: Error) => {
-      throw new Error(`${error.message}\n${logs()}`, { cause: error });
-    });
+      // The trace is complete once its workflow run has ended (the RunWorkflow
+      // span is exported when it ends): delete the Proxy, wait for its workflow
+      // to finish, and look for the create's provider call under the bridge span.
+      const objects = loadKubeConfig(kube.kubeconfigPath).makeApiClient(CustomObjectsApi);
+      const logs = () => children.map((c) => c.output().slice(-4000)).join('\n----\n');
+      await eventually(
+        'the Proxy provisioned',
+        async () => {
+          const p = (await objects.getNamespacedCustomObject({
+            group: GROUP,
+            version: VERSION,
+            namespace: NS,
+            plural: PROXY_PLURAL,
+            name: 'traced-1',
+          })) as { status?: { providerID?: string } };
+          return p.status?.providerID ? true : undefined;
+        },
+        { timeoutMs: 180_000, intervalMs: 500 },
+      ).catch((error: Error) => {
+        throw new Error(`${error.message}\n${logs()}`, { cause: error });
+      });
 
-    const found = await eventually(
-      'a bridge trace holding the local create call',
-      async () => {
-        const spans = await backend.spans('egress-proxies-bridge');
-        for (const root of spans.filter((s) => s.name === 'bridge reconcile' && s.tags.action === 'signal-with-start')) {
-          const trace = await backend.trace(root.traceId);
-          const create = trace.find((s) => s.name === 'local create' && s.tags.request === 'create');
-          if (create) return { root, trace, create };
-        }
-        return undefined;
-      },
-      { timeoutMs: 120_000, intervalMs: 1_000 },
-    );
-    const { root, create } = found;
+      const found = await eventually(
+        'a bridge trace holding the local create call',
+        async () => {
+          const spans = await backend.spans('egress-proxies-bridge');
+          for (const root of spans.filter(
+            (s) => s.name === 'bridge reconcile' && s.tags.action === 'signal-with-start',
+          )) {
+            const trace = await backend.trace(root.traceId);
+            const create = trace.find((s) => s.name === 'local create' && s.tags.request === 'create');
+            if (create) return { root, trace, create };
+          }
+          return undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 1_000 },
+      );
+      const { root, create } = found;
 
-    await execFileSync(kubectl, ['--kubeconfig', kube.kubeconfigPath, '-n', NS, 'delete', 'proxy', 'traced-1', '--wait=true', '--timeout=120s']);
-    const trace = await eventually(
-      'the RunWorkflow span exported once the run ended',
-      async () => {
-        const t = await backend.trace(root.traceId);
-        return t.some((s) => s.name === 'RunWorkflow:proxyWorkflow') ? t : undefined;
-      },
-      { timeoutMs: 60_000, intervalMs: 1_000 },
-    );
-    const byId = new Map(trace.map((s) => [s.spanId, s]));
-    const chain = [create, ...ancestors(byId.get(create.spanId)!, byId)].reverse();
-    expect(chain.map((s) => `${s.service}: ${s.name}`)).toEqual([
-      'egress-proxies-bridge: bridge reconcile',
-      'egress-proxies-bridge: SignalWithStartWorkflow:proxyWorkflow',
-      'egress-proxies-worker: RunWorkflow:proxyWorkflow',
-      expect.stringMatching(/^egress-proxies-worker: StartActivity:\w+$/),
-      expect.stringMatching(/^egress-proxies-worker: RunActivity:\w+$/),
-      'egress-proxies-worker: local create',
-    ]);
-    expect(chain[0]!.parentId).toBeUndefined();
-    expect(create.tags).toMatchObject({ provider: 'local', 'provider.type': 'local', operation: 'create', result: 'ok' });
-    // Every provider call of the trace names its provider, operation and result.
-    const calls = trace.filter((s) => s.name.startsWith('local '));
-    expect(calls.length).toBeGreaterThanOrEqual(1);
-    for (const c of calls) expect(Object.keys(c.tags)).toEqual(expect.arrayContaining(['provider', 'operation', 'result']));
+      await execFileSync(kubectl, [
+        '--kubeconfig',
+        kube.kubeconfigPath,
+        '-n',
+        NS,
+        'delete',
+        'proxy',
+        'traced-1',
+        '--wait=true',
+        '--timeout=120s',
+      ]);
+      const trace = await eventually(
+        'the RunWorkflow span exported once the run ended',
+        async () => {
+          const t = await backend.trace(root.traceId);
+          return t.some((s) => s.name === 'RunWorkflow:proxyWorkflow') ? t : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 1_000 },
+      );
+      const byId = new Map(trace.map((s) => [s.spanId, s]));
+      const chain = [create, ...ancestors(byId.get(create.spanId)!, byId)].reverse();
+      expect(chain.map((s) => `${s.service}: ${s.name}`)).toEqual([
+        'egress-proxies-bridge: bridge reconcile',
+        'egress-proxies-bridge: SignalWithStartWorkflow:proxyWorkflow',
+        'egress-proxies-worker: RunWorkflow:proxyWorkflow',
+        expect.stringMatching(/^egress-proxies-worker: StartActivity:\w+$/),
+        expect.stringMatching(/^egress-proxies-worker: RunActivity:\w+$/),
+        'egress-proxies-worker: local create',
+      ]);
+      expect(chain[0]!.parentId).toBeUndefined();
+      expect(create.tags).toMatchObject({
+        provider: 'local',
+        'provider.type': 'local',
+        operation: 'create',
+        result: 'ok',
+      });
+      // Every provider call of the trace names its provider, operation and result.
+      const calls = trace.filter((s) => s.name.startsWith('local '));
+      expect(calls.length).toBeGreaterThanOrEqual(1);
+      for (const c of calls)
+        expect(Object.keys(c.tags)).toEqual(expect.arrayContaining(['provider', 'operation', 'result']));
 
-    // The worker's log lines inside that trace carry its ids.
-    expect(worker.output()).toContain(`"trace_id":"${root.traceId}"`);
+      // The worker's log lines inside that trace carry its ids.
+      expect(worker.output()).toContain(`"trace_id":"${root.traceId}"`);
 
-    // A lease request carrying the bridge span as its parent.
-    const res = await fetch(`${apiUrl}/v1/leases`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${TOKEN}`,
-        'content-type': 'application/json',
-        traceparent: `00-${root.traceId}-${root.spanId}-01`,
-      },
-      body: JSON.stringify({ ttlSeconds: 60 }),
-    });
-    await res.body?.cancel();
-    const server = await eventually(
-      'the lease API server span in the trace',
-      async () =>
-        (await backend.trace(root.traceId)).find(
-          (s) => s.service === 'egress-proxies-api' && s.name === 'POST /v1/leases',
+      // A lease request carrying the bridge span as its parent.
+      const res = await fetch(`${apiUrl}/v1/leases`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${TOKEN}`,
+          'content-type': 'application/json',
+          traceparent: `00-${root.traceId}-${root.spanId}-01`,
+        },
+        body: JSON.stringify({ ttlSeconds: 60 }),
+      });
+      await res.body?.cancel();
+      const server = await eventually(
+        'the lease API server span in the trace',
+        async () =>
+          (await backend.trace(root.traceId)).find(
+            (s) => s.service === 'egress-proxies-api' && s.name === 'POST /v1/leases',
+          ),
+        { timeoutMs: 30_000, intervalMs: 500 },
+      );
+      expect(server.parentId).toBe(root.spanId);
+      expect(server.tags['span.kind']).toBe('server');
+      expect(server.tags['http.response.status_code']).toBe(res.status);
+
+      // No secret in any span of any service: cloud-init text, the Secret's bytes, the token.
+      const everything = JSON.stringify(
+        await Promise.all(
+          ['egress-proxies-bridge', 'egress-proxies-worker', 'egress-proxies-api'].map((s) =>
+            backend.spans(s),
+          ),
         ),
-      { timeoutMs: 30_000, intervalMs: 500 },
-    );
-    expect(server.parentId).toBe(root.spanId);
-    expect(server.tags['span.kind']).toBe('server');
-    expect(server.tags['http.response.status_code']).toBe(res.status);
-
-    // No secret in any span of any service: cloud-init text, the Secret's bytes, the token.
-    const everything = JSON.stringify(
-      await Promise.all(
-        ['egress-proxies-bridge', 'egress-proxies-worker', 'egress-proxies-api'].map((s) => backend.spans(s)),
-      ),
-    );
-    expect(everything).toContain('local create');
-    expect(everything).not.toContain(SENTINEL);
-    expect(everything).not.toContain(Buffer.from(SENTINEL).toString('base64').slice(0, 16));
-    expect(everything).not.toContain(TOKEN);
-  }, 10 * 60_000);
+      );
+      expect(everything).toContain('local create');
+      expect(everything).not.toContain(SENTINEL);
+      expect(everything).not.toContain(Buffer.from(SENTINEL).toString('base64').slice(0, 16));
+      expect(everything).not.toContain(TOKEN);
+    },
+    10 * 60_000,
+  );
 });
