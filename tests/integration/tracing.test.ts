@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { loadKubeConfig } from '../../cli/kube.js';
-import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import { GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import { startCli, type CliProcess } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
 import {
@@ -56,7 +56,7 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
     await kc.makeApiClient(CoreV1Api).createNamespacedSecret({
       namespace: NS,
       body: {
-        metadata: { name: 'traced-cloud-init' },
+        metadata: { name: 'traced-cloud-init', labels: { [LABEL_CLOUD_INIT]: 'true' } },
         stringData: { userdata: `#cloud-config\npassword: ${SENTINEL}\n` },
       },
     });
