@@ -182,7 +182,7 @@ spec:
       );
       const { root, create } = found;
 
-      await execFileSync(kubectl, [
+      execFileSync(kubectl, [
         '--kubeconfig',
         kube.kubeconfigPath,
         '-n',
