@@ -23,6 +23,7 @@ COPY k8s-bridge k8s-bridge
 COPY kube kube
 COPY providers providers
 COPY resources resources
+COPY tracing tracing
 COPY workflows workflows
 ARG COMMIT=unknown
 RUN EGRESS_PROXIES_COMMIT=${COMMIT} npm run build

@@ -21,7 +21,10 @@ import { acquireStartLock, lockInstance, reapServers } from './local-servers/ins
 import { startLocalKubeApiServer } from './local-servers/kube.js';
 import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
-import { ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
+import { ensureJaeger, ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
+import { startJaeger } from './local-servers/jaeger.js';
+import { packageVersion } from './version.js';
+import { startTracing, type TracingConfig } from '../tracing/index.js';
 import type { CommandPlan } from './plan.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
 
@@ -61,9 +64,10 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     let kubeconfigPath = dev.kubeconfig;
     let kubectlHint = 'kubectl';
 
-    const [temporalCli, kubeBinDir] = await Promise.all([
+    const [temporalCli, kubeBinDir, jaegerBin] = await Promise.all([
       temporalAddress ? Promise.resolve('') : ensureTemporalCli(env),
       kubeconfigPath ? Promise.resolve('') : ensureKubeBinaries(env),
+      dev.tracing ? ensureJaeger(env) : Promise.resolve(''),
     ]);
     starting = await acquireStartLock(
       join(tmpdir(), `egress-proxies-dev-start-${process.getuid?.() ?? 0}.lock`),
@@ -100,6 +104,29 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     const kc = loadKubeConfig(kubeconfigPath);
     await installCrds(kc);
 
+    // --tracing: a local Jaeger receives this process's spans (it overrides an endpoint from OTEL_*).
+    let tracingConfig: TracingConfig | undefined = plan.tracing;
+    let jaegerUi: string | undefined;
+    if (dev.tracing) {
+      const jaeger = await startJaeger({
+        bin: jaegerBin,
+        dataDir: join(root, 'jaeger'),
+        otlpPort: 4318,
+        queryPort: 16686,
+        pidDir,
+      });
+      stops.push(() => jaeger.stop());
+      jaegerUi = jaeger.queryUrl;
+      tracingConfig = {
+        url: `${jaeger.otlpEndpoint}/v1/traces`,
+        protocol: 'http/protobuf',
+        serviceName: plan.tracing?.serviceName ?? 'egress-proxies',
+      };
+    }
+    const tracing = await startTracing(tracingConfig, packageVersion());
+    // Pushed before the parts: stopped after them, so their last spans are sent.
+    stops.push(() => tracing.shutdown());
+
     // Where the servers dev started are; everything else is as planned.
     const servers = {
       temporalAddress,
@@ -117,10 +144,14 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     // One registry for the whole process: the lease API's /metrics serves
     // the worker's provider-check gauges too.
     const metrics = new Registry();
-    const worker = await startWorker({ ...workerConfig, ...servers }, kc, logger, { dev: true, metrics });
+    const worker = await startWorker({ ...workerConfig, ...servers }, kc, logger, {
+      dev: true,
+      metrics,
+      tracing,
+    });
     stops.push(() => worker.stop());
     parts.push(worker);
-    const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger);
+    const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger, { tracing });
     stops.push(() => bridge.stop());
     parts.push(bridge);
     // One registry for the whole process: with --metrics-addr the worker serves it there, so the api does not.
@@ -130,7 +161,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       kc,
       logger,
       metrics,
-      { metricsServedElsewhere: Boolean(workerConfig.metricsAddr) },
+      { metricsServedElsewhere: Boolean(workerConfig.metricsAddr), tracing },
     );
     stops.push(() => api.stop());
     parts.push(api);
@@ -143,6 +174,11 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       `  Kubernetes   export KUBECONFIG=${kubeconfigPath}`,
       `               ${kubectlHint} apply -f infra/samples/proxy-local.yaml && ${kubectlHint} get px -w`,
       ...parts.map((p) => `  ${p.name.padEnd(12)} ${p.describe()}`),
+      ...(jaegerUi
+        ? [`  Tracing      Jaeger UI ${jaegerUi}`]
+        : tracingConfig
+          ? [`  Tracing      ${tracing.describe()}`]
+          : []),
       `  State        ${root}`,
       'Ctrl-C stops everything (state is kept).',
       '',

@@ -1,5 +1,6 @@
 import { pino, type Logger, type LevelWithSilent } from 'pino';
 import { PinoPretty } from 'pino-pretty';
+import { activeTraceIds } from '../tracing/seam.js';
 
 /**
  * One logger per process, built from validated config. Secrets never reach
@@ -27,6 +28,8 @@ export function createLogger(
       ],
       censor: '[redacted]',
     },
+    // trace_id/span_id of the active span; nothing when tracing is off or no span is active.
+    mixin: activeTraceIds,
   };
   // In-process and synchronous (not a transport worker): a line is written
   // before the process can exit, and redaction applies before formatting.

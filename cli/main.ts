@@ -10,6 +10,7 @@ import { preflightWorkerConfig, startApi, startBridge, startWorker, type Running
 import { COMMANDS, planCommand, type CommandFlags, type CommandName, type CommandPlan } from './plan.js';
 import { buildInfo } from './build-info.js';
 import { packageVersion } from './version.js';
+import { startTracing } from '../tracing/index.js';
 
 /**
  * Options by the part that reads them. A command offers the options of the
@@ -176,6 +177,16 @@ function apiOptions(cmd: Command): Command {
     .addOption(new Option('--lease-store-ca-file <path>', 'PEM CA bundle for a rediss:// Redis'));
 }
 
+/** `dev` only: a local trace backend. */
+function devOptions(cmd: Command): Command {
+  return cmd.addOption(
+    new Option(
+      '--tracing',
+      'also start Jaeger (built from the Go module proxy on first use) and send traces to it; its UI address is in the banner',
+    ),
+  );
+}
+
 /**
  * Runs until SIGTERM/SIGINT (stops everything, exits 0) or until a part
  * stops by itself (stops the rest, then fails: a worker that died must not
@@ -215,22 +226,38 @@ export async function runPlan(
     return;
   }
   const logger = createLogger(plan.logger.level);
+  // Before any part: the Temporal plugin and the lease API's hook are given to them at start.
+  const tracing = await startTracing(plan.tracing, packageVersion());
+  if (plan.tracing) logger.info({ traces: tracing.describe() }, 'tracing on');
   const parts: Running[] = [];
   try {
-    if (plan.worker) {
-      parts.push(await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger));
+    try {
+      if (plan.worker) {
+        parts.push(
+          await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger, { tracing }),
+        );
+      }
+      if (plan.bridge) {
+        parts.push(
+          await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger, { tracing }),
+        );
+      }
+      if (plan.api) {
+        parts.push(
+          await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger, undefined, {
+            tracing,
+          }),
+        );
+      }
+    } catch (error) {
+      for (const p of parts.reverse()) await p.stop();
+      throw error;
     }
-    if (plan.bridge) {
-      parts.push(await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger));
-    }
-    if (plan.api) {
-      parts.push(await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger));
-    }
-  } catch (error) {
-    for (const p of parts.reverse()) await p.stop();
-    throw error;
+    await runUntilSignal(parts);
+  } finally {
+    // Spans still buffered are sent before the process exits.
+    await tracing.shutdown().catch(() => undefined);
   }
-  await runUntilSignal(parts);
 }
 
 export interface CliDeps {
@@ -266,6 +293,7 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
         workerOptions,
         bridgeOptions,
         apiOptions,
+        devOptions,
       ],
     },
     worker: {

@@ -12,6 +12,7 @@ import { join, resolve } from 'node:path';
 import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
 import { readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
 import { cacheRoot } from './local-servers/tools.js';
+import { readTracingConfig, type TracingConfig } from '../tracing/config.js';
 
 export const COMMANDS = ['dev', 'worker', 'bridge', 'api'] as const;
 export type CommandName = (typeof COMMANDS)[number];
@@ -103,6 +104,8 @@ export interface DevServersConfig {
   root: string;
   /** `--discovery-addr` was given: use it as is; otherwise 127.0.0.1:8090, or a free port when that is taken. */
   apiAddrGiven: boolean;
+  /** `--tracing`: start a local Jaeger and send this process's spans to it (overrides an OTLP endpoint in the environment). */
+  tracing?: boolean;
 }
 
 export interface CommandPlan {
@@ -111,9 +114,19 @@ export interface CommandPlan {
   bridge?: BridgeConfig;
   api?: ApiPartConfig;
   dev?: DevServersConfig;
+  /** OpenTelemetry tracing from the OTEL_* environment; absent when no OTLP endpoint is set (off). */
+  tracing?: TracingConfig;
 }
 
-export type CommandFlags = CommonFlags & ApiFlags;
+export type CommandFlags = CommonFlags & ApiFlags & { tracing?: boolean };
+
+/** The service name of each command's spans when OTEL_SERVICE_NAME is unset. */
+const SERVICE_NAMES: Record<CommandName, string> = {
+  dev: 'egress-proxies',
+  worker: 'egress-proxies-worker',
+  bridge: 'egress-proxies-bridge',
+  api: 'egress-proxies-api',
+};
 
 /** `dev` listens on loopback only; `api` on every interface, as the seed's default `:8090`. */
 export const DEV_DISCOVERY_ADDR = '127.0.0.1:8090';
@@ -137,6 +150,8 @@ export function planCommand(
     ...(command === 'dev' ? { stateDir: join(devRoot, 'state') } : {}),
   });
   const plan: CommandPlan = { logger: { level: common.logLevel } };
+  const tracing = readTracingConfig(env, SERVICE_NAMES[command]);
+  if (tracing) plan.tracing = tracing;
   if (command === 'dev' || command === 'worker') plan.worker = pick(common, WORKER_KEYS);
   if (command === 'dev' || command === 'bridge') plan.bridge = pick(common, BRIDGE_KEYS);
   if (command === 'dev' || command === 'api') {
@@ -159,6 +174,7 @@ export function planCommand(
     plan.dev = {
       root: devRoot,
       apiAddrGiven: flags.discoveryAddr !== undefined,
+      ...(flags.tracing ? { tracing: true } : {}),
       ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
       ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
     };

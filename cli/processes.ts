@@ -38,6 +38,7 @@ import { checkNamespace, registerSearchAttributes } from './temporal-setup.js';
 import { connectClient, connectNative, describeTemporal } from './temporal.js';
 import { ensureSchedules, scheduleIds, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
+import { TRACING_OFF, type Tracing } from '../tracing/index.js';
 
 export interface Running {
   name: string;
@@ -101,8 +102,9 @@ export async function startWorker(
   config: WorkerConfig,
   kc: KubeConfig,
   logger: Logger,
-  opts: { dev?: boolean; metrics?: Registry } = {},
+  opts: { dev?: boolean; metrics?: Registry; tracing?: Tracing } = {},
 ): Promise<Running> {
+  const plugins = (opts.tracing ?? TRACING_OFF).temporalPlugins;
   // Everything that can be checked without a connection first: a bad flag
   // must not leave a polling worker behind (it used to run with no schedules).
   const schedulesConfig = preflightWorkerConfig(config);
@@ -152,7 +154,7 @@ export async function startWorker(
     stack.push('Temporal connection', () => connection.close());
     const clientConnection = await connectClient(config.temporalAddress, config.temporalConnection);
     stack.push('Temporal client connection', () => clientConnection.close());
-    const client = new Client({ connection: clientConnection, namespace: config.temporalNamespace });
+    const client = new Client({ connection: clientConnection, namespace: config.temporalNamespace, plugins });
     await registerSearchAttributes(clientConnection, config.temporalNamespace, logger);
     const worker = await createProxyWorker({
       connection,
@@ -170,6 +172,7 @@ export async function startWorker(
       // In-flight provider calls get this long to finish on SIGTERM; a
       // Deployment's terminationGracePeriodSeconds must exceed it.
       shutdownGraceTimeMs: 20_000,
+      plugins,
     });
     // The worker owns the schedules that drive GC, provider checks and the drift sweep:
     // created or updated to match this config at every start, before it polls.
@@ -224,7 +227,12 @@ export async function startWorker(
   }
 }
 
-export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: Logger): Promise<Running> {
+export async function startBridge(
+  config: BridgeConfig,
+  kc: KubeConfig,
+  logger: Logger,
+  opts: { tracing?: Tracing } = {},
+): Promise<Running> {
   const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
   const stack = new StartStack(logger);
   try {
@@ -242,7 +250,12 @@ export async function startBridge(config: BridgeConfig, kc: KubeConfig, logger: 
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
     stack.push('Temporal connection', () => connection.close());
     await checkNamespace(connection, config.temporalNamespace);
-    const client = new Client({ connection, namespace: config.temporalNamespace });
+    // With tracing on, the plugin carries the reconcile span's context in the signal's headers.
+    const client = new Client({
+      connection,
+      namespace: config.temporalNamespace,
+      plugins: (opts.tracing ?? TRACING_OFF).temporalPlugins,
+    });
     const bridge = createBridge({
       kubeConfig: kc,
       client,
@@ -295,8 +308,9 @@ export async function startApi(
   kc: KubeConfig,
   logger: Logger,
   registry: Registry = new Registry(),
-  opts: { metricsServedElsewhere?: boolean } = {},
+  opts: { metricsServedElsewhere?: boolean; tracing?: Tracing } = {},
 ): Promise<Running & { url: string; registry: Registry; metricsUrl: string }> {
+  const tracing = opts.tracing ?? TRACING_OFF;
   // One Proxy cache for the lease API and the prober.
   const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
   await proxies.start();
@@ -346,6 +360,7 @@ export async function startApi(
       registry,
       maxLeaseTtlSeconds: apiOptions.maxLeaseTtlSeconds,
       defaultLeaseTtlSeconds: apiOptions.defaultLeaseTtlSeconds,
+      ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
     });
     const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
     started.push({ what: 'lease API server', stop: () => server.close() });
@@ -355,7 +370,7 @@ export async function startApi(
     started.push({ what: 'Temporal connection', stop: () => connection.close() });
     await checkNamespace(connection, config.temporalNamespace);
     const signaller = createTemporalHealthSignaller(
-      new Client({ connection, namespace: config.temporalNamespace }),
+      new Client({ connection, namespace: config.temporalNamespace, plugins: tracing.temporalPlugins }),
       {
         logger,
       },

@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
-import type { NativeConnection } from '@temporalio/worker';
+import type { NativeConnection, WorkerPlugin } from '@temporalio/worker';
 import { IllegalStateError } from '@temporalio/common';
 import {
   bundleWorkflowCode,
@@ -100,10 +100,14 @@ export function prebuiltWorkflowBundle(): string | undefined {
   return existsSync(path) ? path : undefined;
 }
 
-export async function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
+export async function bundleWorkflows(
+  /** Workflow interceptor modules to bundle in (tracing's, for a replay with the plugin installed). */
+  workflowInterceptorModules: string[] = [],
+): Promise<WorkflowBundleWithSourceMap> {
   // Silence webpack's progress output; errors still throw.
   return bundleWorkflowCode({
     workflowsPath: workflowsPath(),
+    ...(workflowInterceptorModules.length ? { workflowInterceptorModules } : {}),
     logger: { log() {}, info() {}, warn() {}, error() {}, debug() {}, trace() {} },
   });
 }
@@ -132,6 +136,13 @@ export interface WorkerDeps {
   events?: EventRecorder;
   /** A namespace-scoped install's namespaces: GC and the drift sweep list Proxies there only. */
   namespaces?: readonly string[];
+  /**
+   * Worker plugins (tracing's: activity and workflow spans). A plugin's
+   * workflow interceptors join the bundle only when the worker bundles from
+   * source (it then ignores dist/workflow-bundle.js); a `workflowBundle`
+   * given here must have been built with them.
+   */
+  plugins?: WorkerPlugin[];
 }
 
 /** The worker's Event recorder, counting into `metrics`. */
@@ -214,7 +225,9 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       metrics,
     }),
   };
-  const prebuilt = deps.workflowBundle ? undefined : prebuiltWorkflowBundle();
+  // The prebuilt bundle has no plugin's workflow interceptors (tracing's):
+  // with plugins the worker bundles from source so they join it.
+  const prebuilt = deps.workflowBundle || deps.plugins?.length ? undefined : prebuiltWorkflowBundle();
   deps.logger.info(
     { workflowBundle: deps.workflowBundle ? 'given' : (prebuilt ?? 'bundled at start from source') },
     'workflow code',
@@ -231,5 +244,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     activities,
     maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
     ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
+    ...(deps.plugins?.length ? { plugins: deps.plugins } : {}),
   });
 }

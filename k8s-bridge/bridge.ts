@@ -42,6 +42,7 @@ import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
 import { createProxyReader } from '../kube/proxy-reader.js';
 import { createWorkQueue } from './workqueue.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
+import { withSpan, type SpanHandle } from '../tracing/seam.js';
 
 export interface BridgeOptions {
   kubeConfig: KubeConfig;
@@ -178,7 +179,12 @@ export function createBridge(opts: BridgeOptions): Bridge {
     concurrency,
     baseDelayMs: opts.retryBaseMs ?? 1_000,
     maxDelayMs: opts.retryMaxMs ?? 2 * 60_000,
-    process: (k) => reconcile(k),
+    // One span per reconcile: the root of the trace a Proxy change starts
+    // (the Temporal client plugin carries it into the signal's headers).
+    process: (k) =>
+      withSpan('bridge reconcile', { 'proxy.key': k, attempt: queue.failures(k) + 1 }, (span) =>
+        reconcile(k, span),
+      ),
     onFailure(k, error, failures, delayMs) {
       counters.retries += 1;
       metrics?.retries.inc();
@@ -234,7 +240,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     }
   }
 
-  async function reconcile(k: string): Promise<void> {
+  async function reconcile(k: string, span: SpanHandle): Promise<void> {
     const [namespace, name] = k.split('/') as [string, string];
     log.debug({ proxy: k, attempt: queue.failures(k) + 1 }, 'reconciling');
     const proxy = proxies.get(name, namespace);
@@ -246,6 +252,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       lastSent.delete(k);
       sentAt.delete(k);
       if (!ref) return;
+      span.setAttributes({ action: 'signal-deletion' });
       try {
         await opts.client.workflow
           .getHandle(proxyWorkflowId(ref))
@@ -270,8 +277,10 @@ export function createBridge(opts: BridgeOptions): Bridge {
     const fingerprint = JSON.stringify([ref.uid, desired]);
     if (lastSent.get(k) === fingerprint) {
       counters.skipped += 1;
+      span.setAttributes({ action: 'unchanged' });
       return;
     }
+    span.setAttributes({ action: 'signal-with-start', 'proxy.mode': desired.mode });
     const input: ProxyWorkflowInput = { ref, desired };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
     try {

@@ -44,3 +44,9 @@ export async function ensureKubeBinaries(env: NodeJS.ProcessEnv = process.env): 
   if (env.KUBE_BIN_DIR && existsSync(join(env.KUBE_BIN_DIR, 'kube-apiserver'))) return env.KUBE_BIN_DIR;
   return script('build-kube.sh', env);
 }
+
+/** Path of the pinned Jaeger all-in-one binary: $JAEGER_BIN, or built from the Go module proxy into the cache on first use. */
+export async function ensureJaeger(env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  if (env.JAEGER_BIN && existsSync(env.JAEGER_BIN)) return env.JAEGER_BIN;
+  return script('build-jaeger.sh', env);
+}

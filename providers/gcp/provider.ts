@@ -68,6 +68,7 @@ import {
   ZONE,
   type ComputeInstance,
 } from './instance.js';
+import { providerCall, providerOperation } from '../../tracing/seam.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 /** What check() reports as the address when no endpoint override is configured. */
@@ -192,7 +193,17 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
-  private async op<T>(
+  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
+  private op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
+  }
+
+  private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
@@ -216,11 +227,21 @@ class GcpProviderImpl implements GcpProvider {
    * settles the moment either fires (the abandoned HTTP request is left to
    * finish on its own).
    */
-  private async call<T>(
+  private call<T>(
     signal: AbortSignal,
+    operation: ProviderOperation,
+    request: string,
     fn: () => Promise<T>,
     timeoutMs = this.callTimeoutMs,
   ): Promise<T> {
+    // One client span per Compute request (list: its bounded page walk), its result the error class.
+    return providerCall(this, request, () => this.bounded(signal, fn, timeoutMs), {
+      operation,
+      classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
+    });
+  }
+
+  private async bounded<T>(signal: AbortSignal, fn: () => Promise<T>, timeoutMs: number): Promise<T> {
     const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
     const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs);
     if (bounded.aborted) throw ended();
@@ -295,10 +316,15 @@ class GcpProviderImpl implements GcpProvider {
    * on status server-side; the target is matched here by its path suffix
    * (the API's targetLink host is not ours to predict).
    */
-  private async unfinishedOperations(zone: string, name: string, signal: AbortSignal): Promise<Operation[]> {
+  private async unfinishedOperations(
+    operation: ProviderOperation,
+    zone: string,
+    name: string,
+    signal: AbortSignal,
+  ): Promise<Operation[]> {
     const { operations } = await this.api();
     const suffix = `/zones/${zone}/instances/${name}`;
-    const [ops] = await this.call(signal, () =>
+    const [ops] = await this.call(signal, operation, 'zoneOperations.list', () =>
       operations.list(
         { project: this.config.project, zone, filter: 'status != DONE', maxResults: 500 },
         { ...this.callOptions, autoPaginate: true },
@@ -318,7 +344,7 @@ class GcpProviderImpl implements GcpProvider {
       const body = buildInsertBody(req, this.config, zone);
       let operation: Operation;
       try {
-        const [lro] = await this.call(signal, () =>
+        const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
           instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
         );
         operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
@@ -371,6 +397,8 @@ class GcpProviderImpl implements GcpProvider {
       const waitMs = Math.min(left, this.operationWaitMs);
       [op] = await this.call(
         signal,
+        'create',
+        'zoneOperations.wait',
         () =>
           operations.wait(
             { project: this.config.project, zone, operation: first.name ?? '' },
@@ -440,7 +468,7 @@ class GcpProviderImpl implements GcpProvider {
     const { instances } = await this.api();
     let existing: ComputeInstance;
     try {
-      [existing] = await this.call(signal, () =>
+      [existing] = await this.call(signal, 'create', 'instances.get', () =>
         instances.get({ project: this.config.project, zone, instance: req.name }, this.callOptions),
       );
     } catch (err) {
@@ -467,7 +495,7 @@ class GcpProviderImpl implements GcpProvider {
       const { zone, name } = this.parseId('get', id);
       const { instances } = await this.api();
       try {
-        const [inst] = await this.call(signal, () =>
+        const [inst] = await this.call(signal, 'get', 'instances.get', () =>
           instances.get({ project: this.config.project, zone, instance: name }, this.callOptions),
         );
         const out = toInstance(inst, zone);
@@ -479,7 +507,7 @@ class GcpProviderImpl implements GcpProvider {
       }
       // Gone, unless an insert is still being processed: then the name is
       // taken and a NotFound would make the control plane create again.
-      const pending = (await this.unfinishedOperations(zone, name, signal)).find(
+      const pending = (await this.unfinishedOperations('get', zone, name, signal)).find(
         (o) => o.operationType === 'insert',
       );
       if (pending !== undefined) {
@@ -498,7 +526,7 @@ class GcpProviderImpl implements GcpProvider {
     return this.op('delete', String(id), signal, async () => {
       const { zone, name } = this.parseId('delete', id);
       const { instances } = await this.api();
-      const running = await this.unfinishedOperations(zone, name, signal);
+      const running = await this.unfinishedOperations('delete', zone, name, signal);
       const deleting = running.find((o) => o.operationType === 'delete');
       if (deleting !== undefined) {
         this.log.debug({ instance: id, operation: deleting.name }, 'delete: already running');
@@ -514,7 +542,7 @@ class GcpProviderImpl implements GcpProvider {
         );
       }
       try {
-        const [lro] = await this.call(signal, () =>
+        const [lro] = await this.call(signal, 'delete', 'instances.delete', () =>
           instances.delete({ project: this.config.project, zone, instance: name }, this.callOptions),
         );
         const op = (lro as { latestResponse?: Operation }).latestResponse ?? {};
@@ -561,7 +589,7 @@ class GcpProviderImpl implements GcpProvider {
       };
       try {
         // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
-        await this.call(signal, walk, this.callTimeoutMs * 4);
+        await this.call(signal, 'list', 'instances.aggregatedList', walk, this.callTimeoutMs * 4);
       } finally {
         stop = true;
       }
@@ -590,7 +618,7 @@ class GcpProviderImpl implements GcpProvider {
     }
     try {
       const { instances } = await this.api();
-      await this.call(signal, async () => {
+      await this.call(signal, 'check', 'instances.aggregatedList', async () => {
         const pages = instances.aggregatedListAsync(
           { project: this.config.project, filter: MANAGED_FILTER, maxResults: 1, returnPartialSuccess: true },
           { ...this.callOptions, autoPaginate: false },

@@ -51,6 +51,7 @@ import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
+import { providerCall, providerOperation } from '../../tracing/seam.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
 /** The selector listByTag and check() use: the managed mark, across all namespaces. */
@@ -190,7 +191,17 @@ class KubernetesProviderImpl implements KubernetesProvider {
    * One operation: rejects at once when the caller's signal is already
    * aborted (nothing is sent), wraps every failure, and logs it.
    */
-  private async op<T>(
+  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
+  private op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
+  }
+
+  private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
@@ -215,7 +226,20 @@ class KubernetesProviderImpl implements KubernetesProvider {
    * transport does. Backend errors are rethrown as they are (the operation
    * classifies them); an ended call throws CallEnded.
    */
-  private async call<T>(
+  private call<T>(
+    signal: AbortSignal,
+    operation: ProviderOperation,
+    request: string,
+    fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
+  ): Promise<T> {
+    // One client span per apiserver request, its result the error class the operation will report.
+    return providerCall(this, request, () => this.bounded(signal, fn), {
+      operation,
+      classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
+    });
+  }
+
+  private async bounded<T>(
     signal: AbortSignal,
     fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
   ): Promise<T> {
@@ -310,7 +334,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const namespace = podNamespace(req, this.config);
       const id = formatProviderId(namespace, req.name);
       try {
-        await this.call(signal, (o) =>
+        await this.call(signal, 'create', 'createNamespacedPod', (o) =>
           api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
         );
         this.log.info(
@@ -366,7 +390,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     const { api } = await this.api('create', req.name);
     let existing: V1Pod;
     try {
-      existing = await this.call(signal, (o) =>
+      existing = await this.call(signal, 'create', 'readNamespacedPod', (o) =>
         api.readNamespacedPod({ namespace: podNamespace(req, this.config), name: req.name }, o),
       );
     } catch (err) {
@@ -400,7 +424,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.op('get', String(id), signal, async () => {
       const { namespace, name } = this.parseId('get', id);
       const { api } = await this.api('get', id);
-      const pod = await this.call(signal, (o) => api.readNamespacedPod({ namespace, name }, o));
+      const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
+        api.readNamespacedPod({ namespace, name }, o),
+      );
       return instanceFromPod(pod, namespace);
     });
   }
@@ -410,7 +436,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const { namespace, name } = this.parseId('delete', id);
       const { api } = await this.api('delete', id);
       try {
-        await this.call(signal, (o) => api.deleteNamespacedPod({ namespace, name }, o));
+        await this.call(signal, 'delete', 'deleteNamespacedPod', (o) =>
+          api.deleteNamespacedPod({ namespace, name }, o),
+        );
         this.log.info({ instance: name, namespace }, 'deleted squid pod');
       } catch (err) {
         if (httpStatus(err) !== 404) throw err;
@@ -426,7 +454,12 @@ class KubernetesProviderImpl implements KubernetesProvider {
       for (const namespace of this.scopes ?? [undefined]) {
         let cont: string | undefined;
         do {
-          const page = await this.call(signal, this.listPods(api, namespace, this.pageSize, cont));
+          const page = await this.call(
+            signal,
+            'list',
+            podListRequest(namespace),
+            this.listPods(api, namespace, this.pageSize, cont),
+          );
           for (const pod of page.items) {
             // The selector already guarantees the mark; checked again so a
             // selector mistake can never hand GC a pod we do not own.
@@ -461,7 +494,12 @@ class KubernetesProviderImpl implements KubernetesProvider {
     }
     const target = { ...base, address: client.server };
     try {
-      const page = await this.call(signal, this.listPods(client.api, this.scopes?.[0], 1, undefined));
+      const page = await this.call(
+        signal,
+        'check',
+        podListRequest(this.scopes?.[0]),
+        this.listPods(client.api, this.scopes?.[0], 1, undefined),
+      );
       return [
         {
           ...target,
@@ -490,4 +528,9 @@ class KubernetesProviderImpl implements KubernetesProvider {
     this.client = undefined;
     return Promise.resolve();
   }
+}
+
+/** The client-node method a pod list in `namespace` (or all namespaces) calls: the request span's name. */
+function podListRequest(namespace: string | undefined): string {
+  return namespace === undefined ? 'listPodForAllNamespaces' : 'listNamespacedPod';
 }

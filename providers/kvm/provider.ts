@@ -46,6 +46,7 @@ import {
 import { buildSeedIso } from './seed.js';
 import { ExecEnded, HostLink, SshError } from './ssh.js';
 import { Virsh, VirshError } from './virsh.js';
+import { providerOperation } from '../../tracing/seam.js';
 
 export const KVM_PROVIDER_TYPE = 'kvm';
 const GiB = 1024 ** 3;
@@ -223,6 +224,8 @@ class KvmProvider implements Provider {
           : { knownHostsFile: options.config.knownHostsFile }),
         insecureIgnoreHostKey: options.config.insecureIgnoreHostKey,
         dialTimeoutMs: options.config.callTimeoutSeconds * 1000,
+        provider: { type: KVM_PROVIDER_TYPE, name: options.name },
+        hostName: h.name,
       });
       this.hosts.set(h.name, { config: h, link, virsh: new Virsh(link, h.socket) });
     }
@@ -242,7 +245,17 @@ class KvmProvider implements Provider {
     return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
   }
 
-  private async op<T>(
+  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
+  private op<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
+  }
+
+  private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
@@ -681,7 +694,11 @@ class KvmProvider implements Provider {
     xml: string,
     signal: AbortSignal,
   ): Promise<string | undefined> {
-    const arp = await h.link.exec('cat /proc/net/arp', { signal, timeoutMs: this.callMs });
+    const arp = await h.link.exec('cat /proc/net/arp', {
+      signal,
+      timeoutMs: this.callMs,
+      label: 'cat /proc/net/arp',
+    });
     const fromArp = firstRoutableIPv4(arpLookup(arp.stdout.toString('utf8'), macAddresses(xml)));
     if (fromArp !== undefined) return fromArp;
     const agent = await this.tolerate(

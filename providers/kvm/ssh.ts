@@ -17,6 +17,7 @@ import type { Readable } from 'node:stream';
 import ssh2, { type Client as SshClient, type ClientChannel } from 'ssh2';
 import { parseKnownHosts, hostKeyAccepted, type KnownHostEntry } from './known-hosts.js';
 import { parseAddress } from './config.js';
+import { providerCall } from '../../tracing/seam.js';
 
 const { Client, utils } = ssh2;
 
@@ -99,6 +100,8 @@ export interface ExecOptions {
   signal: AbortSignal;
   /** Stdout beyond this is an error (a runaway listing must not eat memory). */
   maxStdoutBytes?: number;
+  /** The command's name for its span (`virsh define`): never the command line, which may carry values. */
+  label?: string;
 }
 
 /** A command that ended because of the caller's signal or its own bound. */
@@ -125,6 +128,10 @@ export interface HostLinkOptions extends SshMaterialOptions {
   maxChannels?: number;
   /** Bound for the TCP connect plus the SSH handshake. */
   dialTimeoutMs?: number;
+  /** The provider whose commands these are (each command is a span of it when tracing is on). */
+  provider?: { type: string; name: string };
+  /** The host's name in the providers config (a span attribute). */
+  hostName?: string;
 }
 
 export class HostLink {
@@ -249,7 +256,34 @@ export class HostLink {
    * channel, bounded by `timeoutMs` and `signal`. Rejects with SshError for
    * SSH problems and ExecEnded when bounded out; a non-zero exit is a result.
    */
-  async exec(command: string, options: ExecOptions): Promise<ExecResult> {
+  exec(command: string, options: ExecOptions): Promise<ExecResult> {
+    const provider = this.opts.provider;
+    if (provider === undefined) return this.execBounded(command, options);
+    // One client span per SSH command; a non-zero exit is its result, not an error.
+    return providerCall(
+      provider,
+      options.label ?? 'ssh exec',
+      async (span) => {
+        span.setAttributes({ host: this.opts.hostName ?? this.opts.address });
+        const res = await this.execBounded(command, options);
+        span.setAttributes({
+          exit_code: res.code,
+          ...(res.code === 0 ? {} : { result: `exit ${res.code}` }),
+        });
+        return res;
+      },
+      {
+        classify: (err) =>
+          err instanceof ExecEnded
+            ? `ended by ${err.by}`
+            : err instanceof SshError
+              ? `ssh ${err.stage}`
+              : 'error',
+      },
+    );
+  }
+
+  private async execBounded(command: string, options: ExecOptions): Promise<ExecResult> {
     if (this.closedForGood) throw new SshError('closed', 'provider closed');
     const timeout = AbortSignal.timeout(options.timeoutMs);
     const bounded = AbortSignal.any([options.signal, timeout]);

@@ -85,7 +85,10 @@ export class Virsh {
 
   /** Runs one virsh subcommand; stdout as text; VirshError on a non-zero exit. */
   async run(args: readonly string[], options: VirshCallOptions): Promise<string> {
-    const res = await this.link.exec(virshCommand(this.socket, args), options);
+    const res = await this.link.exec(virshCommand(this.socket, args), {
+      ...options,
+      label: `virsh ${args[0] ?? ''}`,
+    });
     if (res.code !== 0) throw new VirshError(args[0] ?? '', res.stderr, res.code);
     return res.stdout.toString('utf8');
   }
@@ -97,7 +100,11 @@ export class Virsh {
    */
   async script(script: string, args: readonly string[], options: VirshCallOptions): Promise<string> {
     const command = ['sh', '-c', script, 'sh', libvirtUri(this.socket), ...args].map(shellQuote).join(' ');
-    const res = await this.link.exec(command, { ...options, maxStdoutBytes: 64 * 1024 * 1024 });
+    const res = await this.link.exec(command, {
+      ...options,
+      maxStdoutBytes: 64 * 1024 * 1024,
+      label: 'virsh script',
+    });
     if (res.code !== 0) throw new VirshError('script', res.stderr, res.code);
     return res.stdout.toString('utf8');
   }

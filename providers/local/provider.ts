@@ -61,6 +61,7 @@ import {
   writeRecord,
   type LocalInstanceRecord,
 } from './store.js';
+import { providerCall } from '../../tracing/seam.js';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 const ID_PREFIX = 'local/';
@@ -176,6 +177,18 @@ class LocalProviderImpl implements LocalProvider {
    * record is written last, atomically).
    */
   private run<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    // The operation is the provider's own call (no remote API): one span each when tracing is on.
+    return providerCall(this, operation, () => this.runBounded(operation, instance, signal, fn), {
+      operation,
+    });
+  }
+
+  private runBounded<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,

@@ -6,10 +6,15 @@
  * (and record a new history for the new path).
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { Resource } from '@opentelemetry/resources';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { OpenTelemetryPlugin } from '@temporalio/interceptors-opentelemetry';
 import { fileURLToPath } from 'node:url';
 import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
+import { bundleWorkflows } from '../../cli/worker.js';
 import { workflowBundle } from '../helpers/temporal.js';
 
 const DIR = fileURLToPath(new URL('../fixtures/histories/', import.meta.url));
@@ -26,4 +31,34 @@ describe('recorded Proxy workflow histories replay on the current code', () => {
     expect(history.events?.length).toBeGreaterThan(20);
     await Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, `replay-${file}`);
   });
+});
+
+describe('and with tracing on (the OpenTelemetry workflow interceptors in the bundle)', () => {
+  // What a worker with OTEL_EXPORTER_OTLP_ENDPOINT set runs: the plugin's
+  // workflow interceptors bundled in, its span sink installed.
+  const interceptors = createRequire(import.meta.url).resolve(
+    '@temporalio/interceptors-opentelemetry/lib/workflow-interceptors',
+  );
+  const bundle = bundleWorkflows([interceptors]);
+  const plugin = new OpenTelemetryPlugin({
+    resource: new Resource({ 'service.name': 'replay' }),
+    spanProcessor: new SimpleSpanProcessor(new InMemorySpanExporter()),
+  });
+
+  it('bundles the interceptors', async () => {
+    expect((await bundle).code).toContain('OpenTelemetryInboundInterceptor');
+  }, 300_000);
+
+  it.each(files)(
+    '%s',
+    async (file) => {
+      const history = temporal.api.history.v1.History.decode(readFileSync(DIR + file));
+      await Worker.runReplayHistory(
+        { workflowBundle: await bundle, plugins: [plugin] },
+        history,
+        `replay-otel-${file}`,
+      );
+    },
+    300_000,
+  );
 });

@@ -240,6 +240,13 @@ describe('every CLI option reaches the part that uses it', () => {
     );
   });
 
+  it('dev --tracing asks dev for a local Jaeger; no other command offers it', async () => {
+    expect((await planOf(realCli, ['dev', '--tracing'])).dev!.tracing).toBe(true);
+    expect((await planOf(realCli, ['dev'])).dev!.tracing).toBeUndefined();
+    for (const command of ['worker', 'bridge', 'api'])
+      await expect(planOf(realCli, [command, '--tracing'])).rejects.toThrow(/unknown option/);
+  });
+
   it('does not offer a flag no part of the command uses', async () => {
     const api = await planOf(realCli, ['api']);
     expect(Object.keys(api).sort()).toEqual(['api', 'logger']);
