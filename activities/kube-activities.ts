@@ -22,7 +22,13 @@ import {
 import type { EventRecorder } from '../kube/events.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
-import { createProxyReader, httpCode, isProxyNotFound, type ProxyReader } from '../kube/proxy-reader.js';
+import {
+  apiErrorLine,
+  createProxyReader,
+  httpCode,
+  isProxyNotFound,
+  type ProxyReader,
+} from '../kube/proxy-reader.js';
 import { nonRetryable } from './failures.js';
 import { statusEvents } from './proxy-events.js';
 import type { KubeActivities } from './types.js';
@@ -120,6 +126,13 @@ export function createKubeActivities(deps: {
         // 422 is both a failed UID test and a status the schema rejects: only
         // a fresh read tells them apart, and 'gone' ends the Proxy's workflow.
         if (code === 422 && (await reader.readProxy(ref)) === undefined) return 'gone';
+        // Said here, at each attempt: the workflow hears of a failure only
+        // once the local activity's retries are spent (minutes), and a
+        // denied write (a missing RBAC rule) should be seen at once.
+        log.warn(
+          { proxy: `${ref.namespace}/${ref.name}`, code, error: apiErrorLine(error) },
+          code === 403 ? 'status write forbidden' : 'status write failed',
+        );
         throw error;
       }
     },

@@ -18,27 +18,46 @@ export function httpCode(error: unknown): number | undefined {
  * a proxy in between) says nothing about the object, and treating it as
  * "gone" would make every Proxy workflow delete its instance and end.
  */
-export function isProxyNotFound(error: unknown, name: string): boolean {
-  if (httpCode(error) !== 404) return false;
+/** The apiserver's Status object carried by a client-node ApiException, when there is one. */
+function statusOf(error: unknown): {
+  kind?: unknown;
+  reason?: unknown;
+  message?: unknown;
+  details?: { name?: unknown; kind?: unknown };
+} | null {
   let body = (error as { body?: unknown }).body;
   if (typeof body === 'string') {
     try {
       body = JSON.parse(body) as unknown;
     } catch {
-      return false;
+      return null;
     }
   }
-  const status = body as {
-    kind?: unknown;
-    reason?: unknown;
-    details?: { name?: unknown; kind?: unknown };
-  } | null;
+  return typeof body === 'object' && body !== null ? body : null;
+}
+
+/**
+ * Whether an apiserver error says that this Proxy does not exist: a 404
+ * whose Status names it. A bare 404 (an unserved API version, a wrong path,
+ * a proxy in between) says nothing about the object, and treating it as
+ * "gone" would make every Proxy workflow delete its instance and end.
+ */
+export function isProxyNotFound(error: unknown, name: string): boolean {
+  if (httpCode(error) !== 404) return false;
+  const status = statusOf(error);
   return (
     status?.kind === 'Status' &&
     status.reason === 'NotFound' &&
     status.details?.name === name &&
     status.details.kind === PROXY_PLURAL
   );
+}
+
+/** One line for a log: the apiserver's Status message (what RBAC denied, what the schema refused), else the error's first line. */
+export function apiErrorLine(error: unknown): string {
+  const message = statusOf(error)?.message;
+  const line = typeof message === 'string' ? message : error instanceof Error ? error.message : String(error);
+  return line.split('\n')[0]!.slice(0, 300);
 }
 
 export interface ProxyReader {

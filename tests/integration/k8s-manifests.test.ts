@@ -657,6 +657,43 @@ describe('infra/k8s on an enforcing apiserver', () => {
     },
   });
   cases.push({
+    name: 'worker: patch proxies/status (status writes)',
+    role: { kind: 'ClusterRole', name: 'egress-proxies-worker' },
+    resource: 'proxies/status',
+    verb: 'patch',
+    async breakIt() {
+      await createProxy(objects, proxyNs, proxyNamed('status'), {
+        mode: 'Managed',
+        provider: localProvider,
+        port: port(),
+      });
+      // The write is a local activity retried for minutes before the
+      // workflow hears of it: the worker says so at each attempt.
+      await eventually(
+        'worker log: status write forbidden',
+        () =>
+          Promise.resolve(
+            processes.worker
+              .output()
+              .split('\n')
+              .some(
+                (l) =>
+                  l.includes('status write forbidden') &&
+                  l.includes(`${proxyNs}/${proxyNamed('status')}`) &&
+                  forbidden('patch', 'proxies/status').test(l),
+              ) || undefined,
+          ),
+        { timeoutMs: 60_000, intervalMs: 250 },
+      );
+      expect((await getProxy(objects, proxyNs, proxyNamed('status'))).status).toBeUndefined();
+    },
+    async healed() {
+      await waitForProxy(objects, proxyNs, proxyNamed('status'), 'provisioned', isProvisioned, {
+        timeoutMs: 120_000,
+      });
+    },
+  });
+  cases.push({
     name: 'api: watch proxies',
     role: { kind: 'ClusterRole', name: 'egress-proxies-api' },
     resource: 'proxies',
