@@ -1,7 +1,11 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, type WorkflowBundleOption } from '@temporalio/worker';
 import { inject } from 'vitest';
+
+const run = promisify(execFile);
 
 /** The workflow bundle built once by the global setup. */
 export function workflowBundle(): WorkflowBundleOption {
@@ -41,4 +45,34 @@ export async function eventually<T>(
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }
+}
+
+/**
+ * A Temporal namespace of the caller's own on the shared dev server, for
+ * tests that run a whole worker from the CLI: its Schedules have fixed IDs
+ * (one set per namespace), so two such workers in one namespace take over
+ * each other's Schedules, and one's drift sweep signals the other's Proxies.
+ */
+export async function freshTemporalNamespace(prefix: string): Promise<string> {
+  const namespace = `${prefix}-${randomBytes(4).toString('hex')}`;
+  const connection = await Connection.connect({ address: inject('temporalAddress') });
+  try {
+    await run(inject('temporalCli'), [
+      'operator',
+      'namespace',
+      'create',
+      '--namespace',
+      namespace,
+      '--address',
+      inject('temporalAddress'),
+    ]);
+    await eventually(
+      `Temporal namespace ${namespace}`,
+      () => connection.workflowService.describeNamespace({ namespace }).then(() => true as const),
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+  } finally {
+    await connection.close();
+  }
+  return namespace;
 }

@@ -144,7 +144,14 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
   });
 
   it('grants a lease through Redis over TLS with --lease-store-ca-file', async () => {
-    const api = startApi(['--lease-store', redis.url, '--lease-store-ca-file', pki.ca]);
+    const api = startApi([
+      '--lease-store',
+      redis.url,
+      '--lease-store-ca-file',
+      pki.ca,
+      '--watch-namespaces',
+      namespace,
+    ]);
     started.push(api);
     const url = await eventually(
       'the api to listen',
@@ -180,7 +187,7 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
   });
 
   it('refuses to start without the CA file, naming the Redis and the certificate problem', async () => {
-    const api = startApi(['--lease-store', redis.url]);
+    const api = startApi(['--lease-store', redis.url, '--watch-namespaces', namespace]);
     started.push(api);
     const code = await new Promise<number | null>((resolve) => api.proc.once('exit', resolve));
     expect(code).not.toBe(0);

@@ -92,6 +92,9 @@ describe('two lease API processes on one Redis', () => {
         inject('temporalAddress'),
         '--temporal-namespace',
         inject('temporalNamespace'),
+        // Only this test's Proxies: its prober must not probe and signal other tests'.
+        '--watch-namespaces',
+        namespace,
       ],
       { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: TOKEN }, stdio: 'pipe' },
     );

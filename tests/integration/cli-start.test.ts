@@ -3,6 +3,7 @@
  * exits non-zero with one line naming the problem; a good start serves
  * /healthz, /readyz and /metrics (worker, bridge) and SIGTERM exits 0.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -39,6 +40,9 @@ const common = (command: string) => [
   inject('temporalNamespace'),
   ...(command === 'api' ? [] : ['--task-queue', uniqueTaskQueue('cli-start')]),
   ...(command === 'worker' ? ['--installation', 'cli-start-test'] : []),
+  // Nothing of other tests on the shared apiserver: a namespace no Proxy is in.
+  '--watch-namespaces',
+  `cli-start-${randomBytes(3).toString('hex')}`,
 ];
 
 /** A loopback port with nothing listening: connection refused, at once. */

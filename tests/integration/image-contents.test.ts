@@ -25,7 +25,7 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
-import { uniqueTaskQueue } from '../helpers/temporal.js';
+import { uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 
 const run = promisify(execFile);
 
@@ -92,6 +92,10 @@ describe('the image contents: the built tree with production dependencies only',
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
     );
     const taskQueue = uniqueTaskQueue('image');
+    const temporalNamespace = await freshTemporalNamespace('image');
+    const kc = kubeConfig();
+    const objects = customObjects(kc);
+    const namespace = await createNamespace(kc, 'image');
     // The flags each command offers (a command refuses the flags of parts it does not run).
     const common = (command: string) => [
       '--kubeconfig',
@@ -99,9 +103,12 @@ describe('the image contents: the built tree with production dependencies only',
       '--temporal-address',
       inject('temporalAddress'),
       '--temporal-namespace',
-      inject('temporalNamespace'),
+      temporalNamespace,
       ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
       ...(command === 'worker' ? ['--installation', 'image-test'] : []),
+      // Only this test's namespace: other tests' Proxies on the shared apiserver are theirs.
+      '--watch-namespaces',
+      namespace,
     ];
     const worker = start([
       'worker',
@@ -123,9 +130,6 @@ describe('the image contents: the built tree with production dependencies only',
     await api.waitFor(/lease API listening/, 120_000);
     expect(await (await fetch(`${base}/metrics`)).text()).toContain('commit="feedc0de"');
 
-    const kc = kubeConfig();
-    const objects = customObjects(kc);
-    const namespace = await createNamespace(kc, 'image');
     await createProxy(objects, namespace, 'from-image', { mode: 'Managed', provider: 'local', port: 18401 });
     const running = await waitForProxy(objects, namespace, 'from-image', 'Running', isProvisioned);
     expect(running.status?.ip).toBeTruthy();

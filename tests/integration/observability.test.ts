@@ -32,7 +32,7 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
-import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
+import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 import { metricNamesInDashboard, metricNamesInRules, metricsExposed } from '../helpers/observability.js';
 
 const run = promisify(execFile);
@@ -55,6 +55,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
     );
     const taskQueue = uniqueTaskQueue('obs');
+    const temporalNamespace = await freshTemporalNamespace('obs');
     const kc = kubeConfig();
     const objects = customObjects(kc);
     const namespace = await createNamespace(kc, 'obs');
@@ -64,9 +65,12 @@ describe('observability of a Proxy’s life, from the real processes', () => {
       '--temporal-address',
       inject('temporalAddress'),
       '--temporal-namespace',
-      inject('temporalNamespace'),
+      temporalNamespace,
       ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
       ...(command === 'worker' ? ['--installation', 'obs-test'] : []),
+      // Only this test's namespace: other tests' Proxies on the shared apiserver are theirs.
+      '--watch-namespaces',
+      namespace,
     ];
     const start = (args: string[]) => {
       const child = startCli(args, { env: { DISCOVERY_TOKEN: TOKEN } });

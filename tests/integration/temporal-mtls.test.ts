@@ -24,18 +24,23 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { makePki, startTlsTerminator, type Pki, type TlsTerminator } from '../helpers/tls-terminator.js';
-import { uniqueTaskQueue } from '../helpers/temporal.js';
+import { freshTemporalNamespace, uniqueTaskQueue } from '../helpers/temporal.js';
 
 describe('Temporal behind a TLS terminator that requires client certificates', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-mtls-'));
   const children: CliProcess[] = [];
   let pki: Pki;
   let terminator: TlsTerminator;
+  let temporalNamespace: string;
+  /** This test's Kubernetes namespace: the processes watch only it (the apiserver is shared). */
+  let namespace: string;
   const taskQueue = uniqueTaskQueue('mtls');
 
   beforeAll(async () => {
     pki = await makePki(dir);
     terminator = await startTlsTerminator(dir, pki, inject('temporalAddress'));
+    temporalNamespace = await freshTemporalNamespace('mtls');
+    namespace = await createNamespace(kubeConfig(), 'mtls');
   });
   afterAll(async () => {
     for (const c of children) await c.stop(30_000).catch(() => undefined);
@@ -45,7 +50,7 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
 
   const tlsEnv = (cert: string | undefined, key: string | undefined) => ({
     TEMPORAL_ADDRESS: terminator.address,
-    TEMPORAL_NAMESPACE: inject('temporalNamespace'),
+    TEMPORAL_NAMESPACE: temporalNamespace,
     TEMPORAL_TLS_SERVER_CA_CERT_PATH: pki.ca,
     TEMPORAL_TLS_SERVER_NAME: 'localhost',
     ...(cert ? { TEMPORAL_TLS_CLIENT_CERT_PATH: cert } : {}),
@@ -58,6 +63,8 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
     inject('kubeconfigPath'),
     ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
     ...(command === 'worker' ? ['--installation', 'mtls-test'] : []),
+    '--watch-namespaces',
+    namespace,
   ];
   const run = (args: string[], env: Record<string, string>) => {
     const child = startCli(args, { env });
@@ -90,7 +97,6 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
 
     const kc = kubeConfig();
     const objects = customObjects(kc);
-    const namespace = await createNamespace(kc, 'mtls');
     await createProxy(objects, namespace, 'through-tls', { mode: 'Managed', provider: 'local', port: 18301 });
     const running = await waitForProxy(objects, namespace, 'through-tls', 'Running', isProvisioned);
     expect(running.status?.ip).toBeTruthy();

@@ -20,7 +20,7 @@ import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/loca
 import { loadKubeConfig } from '../../cli/kube.js';
 import { GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import { startCli, type CliProcess } from '../helpers/cli.js';
-import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
+import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 import {
   startJaegerBackend,
   startOtlpJsonReceiver,
@@ -67,13 +67,14 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
     );
     const taskQueue = uniqueTaskQueue('tracing');
+    const temporalNamespace = await freshTemporalNamespace('tracing');
     const common = [
       '--kubeconfig',
       kube.kubeconfigPath,
       '--temporal-address',
       inject('temporalAddress'),
       '--temporal-namespace',
-      inject('temporalNamespace'),
+      temporalNamespace,
     ];
     const otel = (protocol: string) => ({
       OTEL_EXPORTER_OTLP_ENDPOINT: backend.otlpEndpoint,
