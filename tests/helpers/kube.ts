@@ -16,9 +16,10 @@ import { eventually } from './temporal.js';
 
 const run = promisify(execFile);
 
-export function kubeConfig(): KubeConfig {
+/** The shared test cluster's, or the cluster at `path` (a test with an apiserver of its own). */
+export function kubeConfig(path: string = inject('kubeconfigPath')): KubeConfig {
   const kc = new KubeConfig();
-  kc.loadFromFile(inject('kubeconfigPath'));
+  kc.loadFromFile(path);
   return kc;
 }
 
@@ -69,12 +70,11 @@ export async function getProxy(api: CustomObjectsApi, namespace: string, name: s
 }
 
 /** Runs the kubectl built with the apiserver against the test cluster. */
-export async function kubectl(args: string[]): Promise<string> {
-  const { stdout } = await run(join(inject('kubeBinDir'), 'kubectl'), [
-    '--kubeconfig',
-    inject('kubeconfigPath'),
-    ...args,
-  ]);
+export async function kubectl(
+  args: string[],
+  kubeconfig: string = inject('kubeconfigPath'),
+): Promise<string> {
+  const { stdout } = await run(join(inject('kubeBinDir'), 'kubectl'), ['--kubeconfig', kubeconfig, ...args]);
   return stdout;
 }
 

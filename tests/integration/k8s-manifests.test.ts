@@ -34,6 +34,8 @@ import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parseAllDocuments, stringify } from 'yaml';
 import { deriveInstallation } from '../../cli/kube.js';
+import { installCrds } from '../../cli/local-servers/install-crds.js';
+import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { scheduleIds } from '../../cli/schedules.js';
 import {
   GROUP,
@@ -52,8 +54,8 @@ import {
   deleteProxy,
   getProxy,
   isProvisioned,
-  kubeConfig,
-  kubectl,
+  kubeConfig as sharedKubeConfig,
+  kubectl as sharedKubectl,
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
@@ -66,6 +68,16 @@ const WATCHED = ['team-a', 'team-b'];
 const PROCESSES = ['worker', 'bridge', 'api'] as const;
 type ProcessName = (typeof PROCESSES)[number];
 const LABEL = 'app.kubernetes.io/part-of=egress-proxies';
+
+/**
+ * An apiserver of this file's own: the cluster-wide overlay's processes act
+ * on every Proxy they can see, and on the shared test cluster they would
+ * take over other test files' Proxies.
+ */
+let ownApiserver: LocalKubeApiServer | undefined;
+const ownKubeconfig = () => ownApiserver!.kubeconfigPath;
+const kubeConfig = () => sharedKubeConfig(ownKubeconfig());
+const kubectl = (args: string[]) => sharedKubectl(args, ownKubeconfig());
 
 /** `kubectl apply -k`, server-side, no dry run; the CRDs the harness created are ours too. */
 function applyOverlay(overlay: string): Promise<string> {
@@ -186,9 +198,8 @@ function forbidden(verb: string, resource: string): RegExp {
 
 describe('infra/k8s on an enforcing apiserver', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-k8s-'));
-  const kc = kubeConfig();
-  const core = kc.makeApiClient(CoreV1Api);
-  const objects = kc.makeApiClient(CustomObjectsApi);
+  let core: CoreV1Api;
+  let objects: CustomObjectsApi;
   const suffix = randomBytes(3).toString('hex');
   const temporalNamespace = `k8s-rbac-${suffix}`;
   const taskQueue = `k8s-rbac-${suffix}`;
@@ -203,6 +214,14 @@ describe('infra/k8s on an enforcing apiserver', () => {
   const port = () => randomInt(20_000, 60_000);
 
   beforeAll(async () => {
+    ownApiserver = await startLocalKubeApiServer({
+      binDir: inject('kubeBinDir'),
+      dataDir: join(dir, 'kube'),
+    });
+    const kc = kubeConfig();
+    await installCrds(kc);
+    core = kc.makeApiClient(CoreV1Api);
+    objects = kc.makeApiClient(CustomObjectsApi);
     connection = await Connection.connect({ address: inject('temporalAddress') });
     await run(inject('temporalCli'), [
       'operator',
@@ -228,6 +247,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
   afterAll(async () => {
     for (const c of children) await c.stop(30_000).catch(() => undefined);
     await connection?.close();
+    await ownApiserver?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 
