@@ -192,7 +192,6 @@ class GcpProviderImpl implements GcpProvider {
     return c;
   }
 
-  /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
   /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
   private op<T>(
     operation: ProviderOperation,
@@ -203,6 +202,7 @@ class GcpProviderImpl implements GcpProvider {
     return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
   }
 
+  /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
   private async runOp<T>(
     operation: ProviderOperation,
     instance: string,

@@ -187,10 +187,6 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
-  /**
-   * One operation: rejects at once when the caller's signal is already
-   * aborted (nothing is sent), wraps every failure, and logs it.
-   */
   /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
   private op<T>(
     operation: ProviderOperation,
@@ -201,6 +197,10 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
   }
 
+  /**
+   * One operation: rejects at once when the caller's signal is already
+   * aborted (nothing is sent), wraps every failure, and logs it.
+   */
   private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
