@@ -31,6 +31,7 @@ import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
 import { createKvmProvider } from './kvm/provider.js';
 import type { Provider } from './types.js';
 import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
+import { withTracing } from './tracing.js';
 
 /** What a provider factory may use; passed in by the composition root. */
 export interface ProviderDeps {
@@ -39,7 +40,9 @@ export interface ProviderDeps {
   stateRoot: string;
   /**
    * When set, `buildProviders` wraps every provider it builds in
-   * `withMetrics` (the contract's WithMetrics): no provider counts its own calls.
+   * `withMetrics` (the contract's WithMetrics): no provider counts its own
+   * calls. Every provider is also wrapped in `withTracing` (operation spans,
+   * a direct call with tracing off).
    */
   requestMetrics?: ProviderRequestMetrics;
   /** A namespace-scoped install's namespaces (`--watch-namespaces`): the kubernetes provider lists pods there only. */
@@ -279,7 +282,11 @@ export function buildProviders(
       const def = types[entry.type] ?? PROVIDER_TYPES[entry.type];
       try {
         const provider = def.build(entry.name, entry.config, deps);
-        built.set(entry.name, deps.requestMetrics ? withMetrics(provider, deps.requestMetrics) : provider);
+        // Tracing outside metrics: the operation span covers all of the call, the count included.
+        built.set(
+          entry.name,
+          withTracing(deps.requestMetrics ? withMetrics(provider, deps.requestMetrics) : provider),
+        );
       } catch (err) {
         if (!(err instanceof ProvidersConfigError)) throw err;
         unbuilt.set(entry.name, err.message);

@@ -10,6 +10,7 @@
  * carried (cloud-init text stays out of metrics by construction).
  */
 import { Counter, Histogram, type Registry } from 'prom-client';
+import { aroundEachCall } from './decorate.js';
 import { classOf } from './errors.js';
 import type { ErrorClass, Provider, ProviderOperation } from './types.js';
 
@@ -59,7 +60,7 @@ export function registerProviderRequestMetrics(registry: Registry): ProviderRequ
 
 /** `provider` with every backend call counted; everything else (name, capabilities, check, close) as is. */
 export function withMetrics(provider: Provider, metrics: ProviderRequestMetrics): Provider {
-  const timed = async <T>(op: ProviderOperation, call: () => Promise<T>): Promise<T> => {
+  return aroundEachCall(provider, async (op, call) => {
     const started = performance.now();
     let result: ProviderRequestResult = 'ok';
     try {
@@ -70,17 +71,5 @@ export function withMetrics(provider: Provider, metrics: ProviderRequestMetrics)
     } finally {
       metrics.observe(provider.name, op, result, (performance.now() - started) / 1000);
     }
-  };
-  const wrapped: Provider = {
-    name: provider.name,
-    type: provider.type,
-    ...(provider.capabilities ? { capabilities: provider.capabilities } : {}),
-    create: (req, signal) => timed('create', () => provider.create(req, signal)),
-    get: (id, signal) => timed('get', () => provider.get(id, signal)),
-    delete: (id, signal) => timed('delete', () => provider.delete(id, signal)),
-    listByTag: (signal) => timed('list', () => provider.listByTag(signal)),
-  };
-  if (provider.check) wrapped.check = (signal) => provider.check!(signal);
-  if (provider.close) wrapped.close = () => provider.close!();
-  return wrapped;
+  });
 }

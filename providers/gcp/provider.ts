@@ -68,7 +68,7 @@ import {
   ZONE,
   type ComputeInstance,
 } from './instance.js';
-import { providerCall, providerOperation } from '../../tracing/seam.js';
+import { providerCall } from '../../tracing/seam.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 /** What check() reports as the address when no endpoint override is configured. */
@@ -190,16 +190,6 @@ class GcpProviderImpl implements GcpProvider {
       'Compute API call failed',
     );
     return c;
-  }
-
-  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
-  private op<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
   }
 
   /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
@@ -337,7 +327,7 @@ class GcpProviderImpl implements GcpProvider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.op('create', instance, signal, async () => {
+    return this.runOp('create', instance, signal, async () => {
       const zone = this.validate(req, instance);
       const id = formatProviderId(zone, req.name);
       const { instances } = await this.api();
@@ -491,7 +481,7 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.op('get', String(id), signal, async () => {
+    return this.runOp('get', String(id), signal, async () => {
       const { zone, name } = this.parseId('get', id);
       const { instances } = await this.api();
       try {
@@ -523,7 +513,7 @@ class GcpProviderImpl implements GcpProvider {
    * VM being deleted is refused by the API (400 resourceNotReady).
    */
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.op('delete', String(id), signal, async () => {
+    return this.runOp('delete', String(id), signal, async () => {
       const { zone, name } = this.parseId('delete', id);
       const { instances } = await this.api();
       const running = await this.unfinishedOperations('delete', zone, name, signal);
@@ -559,7 +549,7 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.op('list', '', signal, async () => {
+    return this.runOp('list', '', signal, async () => {
       const { instances } = await this.api();
       const out: Instance[] = [];
       // Every page repeats the warning for an unreachable zone: a set.

@@ -51,7 +51,7 @@ import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
-import { providerCall, providerOperation } from '../../tracing/seam.js';
+import { providerCall } from '../../tracing/seam.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
 /** The selector listByTag and check() use: the managed mark, across all namespaces. */
@@ -187,16 +187,6 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
-  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
-  private op<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
-  }
-
   /**
    * One operation: rejects at once when the caller's signal is already
    * aborted (nothing is sent), wraps every failure, and logs it.
@@ -328,7 +318,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.op('create', instance, signal, async () => {
+    return this.runOp('create', instance, signal, async () => {
       this.validate(req, instance);
       const { api } = await this.api('create', instance);
       const namespace = podNamespace(req, this.config);
@@ -421,7 +411,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.op('get', String(id), signal, async () => {
+    return this.runOp('get', String(id), signal, async () => {
       const { namespace, name } = this.parseId('get', id);
       const { api } = await this.api('get', id);
       const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
@@ -432,7 +422,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.op('delete', String(id), signal, async () => {
+    return this.runOp('delete', String(id), signal, async () => {
       const { namespace, name } = this.parseId('delete', id);
       const { api } = await this.api('delete', id);
       try {
@@ -448,7 +438,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.op('list', '', signal, async () => {
+    return this.runOp('list', '', signal, async () => {
       const { api } = await this.api('list', '');
       const out: Instance[] = [];
       for (const namespace of this.scopes ?? [undefined]) {

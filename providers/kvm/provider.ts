@@ -46,7 +46,6 @@ import {
 import { buildSeedIso } from './seed.js';
 import { ExecEnded, HostLink, SshError } from './ssh.js';
 import { Virsh, VirshError } from './virsh.js';
-import { providerOperation } from '../../tracing/seam.js';
 
 export const KVM_PROVIDER_TYPE = 'kvm';
 const GiB = 1024 ** 3;
@@ -245,16 +244,6 @@ class KvmProvider implements Provider {
     return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
   }
 
-  /** One operation as a span (tracing on) around `runOp`; its requests are the span's children. */
-  private op<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return providerOperation(this, operation, () => this.runOp(operation, instance, signal, fn));
-  }
-
   private async runOp<T>(
     operation: ProviderOperation,
     instance: string,
@@ -326,7 +315,7 @@ class KvmProvider implements Provider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = String(req.name);
-    return this.op('create', instance, signal, async () => {
+    return this.runOp('create', instance, signal, async () => {
       if (!DOMAIN_NAME.test(req.name) || !req.name.startsWith('proxy-'))
         throw this.fail('Permanent', 'create', instance, 'name is not an instance name (proxy-<16 base32>)');
       if (typeof req.uid !== 'string' || req.uid === '')
@@ -670,7 +659,7 @@ class KvmProvider implements Provider {
   // ---- get ----
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.op('get', String(id), signal, async () => {
+    return this.runOp('get', String(id), signal, async () => {
       const { host, domain } = this.parseId('get', id);
       const h = this.hostFor('get', id, host);
       const xml = await this.tolerate(this.call(h, ['dumpxml', domain], signal), ['no-domain'], undefined);
@@ -712,7 +701,7 @@ class KvmProvider implements Provider {
   // ---- delete ----
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.op('delete', String(id), signal, async () => {
+    return this.runOp('delete', String(id), signal, async () => {
       const { host, domain } = this.parseId('delete', id);
       const h = this.hosts.get(host);
       if (h === undefined) {
@@ -750,7 +739,7 @@ class KvmProvider implements Provider {
   // ---- list ----
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.op('list', '', signal, async () => {
+    return this.runOp('list', '', signal, async () => {
       const all = await Promise.all([...this.hosts.values()].map((h) => this.listHost(h, signal)));
       return all.flat();
     });

@@ -182,18 +182,6 @@ class LocalProviderImpl implements LocalProvider {
     signal: AbortSignal,
     fn: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
-    // The operation is the provider's own call (no remote API): one span each when tracing is on.
-    return providerCall(this, operation, () => this.runBounded(operation, instance, signal, fn), {
-      operation,
-    });
-  }
-
-  private runBounded<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: (signal: AbortSignal) => Promise<T>,
-  ): Promise<T> {
     if (signal.aborted)
       return Promise.reject(this.fail('Transient', operation, instance, 'aborted by the caller'));
     const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
@@ -576,7 +564,16 @@ class LocalProviderImpl implements LocalProvider {
     if (signal.aborted)
       return { ...base, ready: false, reason: 'Timeout', message: 'check aborted before it ran' };
     try {
-      const details = await this.run('check', target, signal, () => probe());
+      // create/get/delete/list are spans through buildProviders' WithTracing; a check is not an
+      // operation it wraps, so the probe is a span of its own here.
+      const details = await providerCall(
+        this,
+        'check',
+        () => this.run('check', target, signal, () => probe()),
+        {
+          operation: 'check',
+        },
+      );
       return { ...base, ready: true, reason: 'Reachable', latencyMillis: Date.now() - started, details };
     } catch (err) {
       const code = err instanceof ProviderError ? err.cause?.code : errCode(err);

@@ -179,8 +179,12 @@ describe('prober with the control plane', () => {
       await eventually('a failed attempt', () =>
         Promise.resolve(outage.stats().failedAttempts > 0 ? true : undefined),
       );
-      expect(outage.stats()).toMatchObject({ pending: 1, delivered: 0 });
-      expect(outage.stats().superseded).toBeGreaterThanOrEqual(1);
+      // One report left, waiting or on its next attempt: once the 200 ms pause is over it is in flight
+      // against the cut relay, so it is counted in one field or the other depending on when we look.
+      const during = outage.stats();
+      expect(during).toMatchObject({ delivered: 0 });
+      expect(during.pending + during.inFlight).toBe(1);
+      expect(during.superseded).toBeGreaterThanOrEqual(1);
       expect(await healthSignals(workflowId)).toHaveLength(before);
 
       relay.restore();

@@ -174,7 +174,7 @@ spec:
             (s) => s.name === 'bridge reconcile' && s.tags.action === 'signal-with-start',
           )) {
             const trace = await backend.trace(root.traceId);
-            const create = trace.find((s) => s.name === 'local create' && s.tags.request === 'create');
+            const create = trace.find((s) => s.name === 'local create' && s.tags.operation === 'create');
             if (create) return { root, trace, create };
           }
           return undefined;

@@ -1,10 +1,11 @@
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { ProviderError } from '../../providers/errors.js';
 import { registerProviderRequestMetrics } from '../../providers/metrics.js';
 import type { Instance, Provider } from '../../providers/types.js';
+import { installTracer, resultOf, type SpanAttributes, type TracerImpl } from '../../tracing/seam.js';
 
 /** A backend that answers from a script: the decorator around it is what is under test. */
 function scripted(name: string): Provider {
@@ -89,5 +90,97 @@ describe('provider request metrics: every provider buildProviders makes is count
     const metrics = new Registry();
     registerProviderRequestMetrics(metrics).observe('p', 'get', 'ok', 0.1);
     expect(() => registerProviderRequestMetrics(metrics).observe('p', 'get', 'ok', 0.1)).not.toThrow();
+  });
+});
+
+describe('provider operation spans: every provider buildProviders makes is traced', () => {
+  /** A tracer recording what the seam asks of it; `withTracing` around a scripted backend is under test. */
+  function recordingTracer() {
+    const spans: Array<{ name: string; attributes: SpanAttributes; operation?: string; failed?: string }> =
+      [];
+    const tracer: TracerImpl = {
+      async withSpan(name, attributes, options, fn) {
+        const span: (typeof spans)[number] = {
+          name,
+          attributes,
+          ...(options.operation ? { operation: options.operation } : {}),
+        };
+        spans.push(span);
+        try {
+          return await fn({ setAttributes: () => undefined });
+        } catch (error) {
+          span.failed = resultOf(error);
+          throw error;
+        }
+      },
+      activeOperation: () => undefined,
+      activeIds: () => undefined,
+    };
+    return { spans, tracer };
+  }
+
+  afterEach(() => installTracer(undefined));
+
+  it('one span per create/get/delete/list named by type and operation, the failure its class; checks are not wrapped', async () => {
+    const { spans, tracer } = recordingTracer();
+    installTracer(tracer);
+    const registry = buildProviders(
+      parseProvidersConfig('providers:\n  - name: one\n    type: local\n', 'test'),
+      { logger: pino({ level: 'silent' }), stateRoot: '/nonexistent' },
+      { local: { build: (name) => scripted(name) } },
+    );
+    const one = registry.get('one')!;
+    const signal = new AbortController().signal;
+    const req = { uid: 'u', namespace: 'n', proxyName: 'p', placement: {}, port: 3128, installation: 'i' };
+    await one.create({ ...req, name: 'a' }, signal);
+    await expect(one.get('gone', signal)).rejects.toThrow();
+    await one.delete('x', signal);
+    await one.listByTag(signal);
+    await one.check!(signal);
+    expect(spans).toEqual([
+      {
+        name: 'local create',
+        attributes: { provider: 'one', 'provider.type': 'local', operation: 'create' },
+        operation: 'create',
+      },
+      {
+        name: 'local get',
+        attributes: { provider: 'one', 'provider.type': 'local', operation: 'get' },
+        operation: 'get',
+        failed: 'NotFound',
+      },
+      {
+        name: 'local delete',
+        attributes: { provider: 'one', 'provider.type': 'local', operation: 'delete' },
+        operation: 'delete',
+      },
+      {
+        name: 'local list',
+        attributes: { provider: 'one', 'provider.type': 'local', operation: 'list' },
+        operation: 'list',
+      },
+    ]);
+  });
+
+  it('with tracing off the calls go straight through', async () => {
+    const registry = buildProviders(
+      parseProvidersConfig('providers:\n  - name: one\n    type: local\n', 'test'),
+      { logger: pino({ level: 'silent' }), stateRoot: '/nonexistent' },
+      { local: { build: (name) => scripted(name) } },
+    );
+    await expect(
+      registry.get('one')!.create(
+        {
+          uid: 'u',
+          namespace: 'n',
+          proxyName: 'p',
+          placement: {},
+          port: 3128,
+          installation: 'i',
+          name: 'b',
+        },
+        new AbortController().signal,
+      ),
+    ).resolves.toBe('id-b');
   });
 });
