@@ -69,6 +69,8 @@ import {
   type ComputeInstance,
 } from './instance.js';
 import { providerCall } from '../../tracing/seam.js';
+import { boundedCall, CallEnded } from '../bounded-call.js';
+import { runOperation, type OperationFrame } from '../operation.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 /** What check() reports as the address when no endpoint override is configured. */
@@ -108,17 +110,6 @@ export function createGcpProvider(options: GcpProviderOptions): GcpProvider {
   return new GcpProviderImpl(options, log);
 }
 
-/** How a single request ended when it did not answer: our signal or its own timeout. */
-class CallEnded extends Error {
-  override readonly name = 'CallEnded';
-  constructor(
-    readonly by: 'caller' | 'timeout',
-    readonly timeoutMs: number,
-  ) {
-    super(by === 'caller' ? 'aborted by the caller' : `Compute API call timed out after ${timeoutMs} ms`);
-  }
-}
-
 interface Clients {
   instances: InstancesClient;
   operations: ZoneOperationsClient;
@@ -150,6 +141,7 @@ class GcpProviderImpl implements GcpProvider {
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
   private readonly pageSize: number;
+  private readonly frame: OperationFrame;
 
   constructor(
     private readonly options: GcpProviderOptions,
@@ -161,6 +153,12 @@ class GcpProviderImpl implements GcpProvider {
     this.insertWaitMs = options.insertWaitMs ?? 45_000;
     this.operationWaitMs = options.operationWaitMs ?? 10_000;
     this.pageSize = options.listPageSize ?? 500;
+    this.frame = {
+      provider: this.name,
+      log,
+      classify: (operation, instance, err) => this.wrap(operation, instance, err),
+      callerCaused: (err) => err instanceof CallEnded && err.by === 'caller',
+    };
   }
 
   // -- plumbing -------------------------------------------------------------
@@ -192,22 +190,14 @@ class GcpProviderImpl implements GcpProvider {
     return c;
   }
 
-  /** One operation: rejects at once on an aborted signal, wraps every failure, logs it. */
-  private async runOp<T>(
+  /** One operation in the providers' common frame (`providers/operation.ts`). */
+  private runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
     fn: () => Promise<T>,
   ): Promise<T> {
-    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted by the caller');
-    try {
-      return await fn();
-    } catch (err) {
-      const wrapped = this.wrap(operation, instance, err);
-      const quiet = wrapped.errorClass === 'NotFound' || (err instanceof CallEnded && err.by === 'caller');
-      this.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
-      throw wrapped;
-    }
+    return runOperation(this.frame, operation, instance, signal, fn);
   }
 
   /**
@@ -225,29 +215,10 @@ class GcpProviderImpl implements GcpProvider {
     timeoutMs = this.callTimeoutMs,
   ): Promise<T> {
     // One client span per Compute request (list: its bounded page walk), its result the error class.
-    return providerCall(this, request, () => this.bounded(signal, fn, timeoutMs), {
+    return providerCall(this, request, () => boundedCall(signal, timeoutMs, 'Compute API call', fn), {
       operation,
       classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
     });
-  }
-
-  private async bounded<T>(signal: AbortSignal, fn: () => Promise<T>, timeoutMs: number): Promise<T> {
-    const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
-    const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs);
-    if (bounded.aborted) throw ended();
-    let onAbort!: () => void;
-    const abandoned = new Promise<never>((_resolve, reject) => {
-      onAbort = () => reject(ended());
-      bounded.addEventListener('abort', onAbort, { once: true });
-    });
-    try {
-      return await Promise.race([fn(), abandoned]);
-    } catch (err) {
-      if (bounded.aborted) throw ended();
-      throw err;
-    } finally {
-      bounded.removeEventListener('abort', onAbort);
-    }
   }
 
   /** Per-request options: no SDK retries (the activity retry policy owns retries) and our timeout. */

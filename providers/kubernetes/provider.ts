@@ -52,6 +52,8 @@ import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
 import { providerCall } from '../../tracing/seam.js';
+import { boundedCall, CallEnded } from '../bounded-call.js';
+import { runOperation, type OperationFrame } from '../operation.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
 /** The selector listByTag and check() use: the managed mark, across all namespaces. */
@@ -109,17 +111,6 @@ function listScopes(
   return [...new Set([...(config.namespace ? [config.namespace] : []), ...namespaces])];
 }
 
-/** How a single apiserver call ended when it did not answer: our signal or its own timeout. */
-class CallEnded extends Error {
-  override readonly name = 'CallEnded';
-  constructor(
-    readonly by: 'caller' | 'timeout',
-    readonly timeoutMs: number,
-  ) {
-    super(by === 'caller' ? 'aborted by the caller' : `apiserver call timed out after ${timeoutMs} ms`);
-  }
-}
-
 /** ConfigurationOptions that hand `signal` to node-fetch for this one request. */
 function signalOptions(signal: AbortSignal): ConfigurationOptions<ObservableMiddleware> {
   const middleware: ObservableMiddleware = {
@@ -152,7 +143,16 @@ class KubernetesProviderImpl implements KubernetesProvider {
     private readonly pageSize: number,
     /** Undefined: all namespaces in one list. */
     private readonly scopes: string[] | undefined,
-  ) {}
+  ) {
+    this.frame = {
+      provider: name,
+      log,
+      classify: (operation, instance, err) => this.wrap(operation, instance, err),
+      callerCaused: (err) => err instanceof CallEnded && err.by === 'caller',
+    };
+  }
+
+  private readonly frame: OperationFrame;
 
   /** One managed-pod list call, cluster-wide or in one namespace. */
   private listPods(api: CoreV1Api, namespace: string | undefined, limit: number, cont: string | undefined) {
@@ -187,26 +187,14 @@ class KubernetesProviderImpl implements KubernetesProvider {
     return this.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
-  /**
-   * One operation: rejects at once when the caller's signal is already
-   * aborted (nothing is sent), wraps every failure, and logs it.
-   */
-  private async runOp<T>(
+  /** One operation in the providers' common frame (`providers/operation.ts`). */
+  private runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
     fn: () => Promise<T>,
   ): Promise<T> {
-    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted by the caller');
-    try {
-      return await fn();
-    } catch (err) {
-      const wrapped = this.wrap(operation, instance, err);
-      // NotFound is an answer (polling to NotFound is normal); a caller's abort is its own doing.
-      const quiet = wrapped.errorClass === 'NotFound' || (err instanceof CallEnded && err.by === 'caller');
-      this.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
-      throw wrapped;
-    }
+    return runOperation(this.frame, operation, instance, signal, fn);
   }
 
   /**
@@ -222,34 +210,17 @@ class KubernetesProviderImpl implements KubernetesProvider {
     request: string,
     fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
   ): Promise<T> {
-    // One client span per apiserver request, its result the error class the operation will report.
-    return providerCall(this, request, () => this.bounded(signal, fn), {
-      operation,
-      classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
-    });
-  }
-
-  private async bounded<T>(
-    signal: AbortSignal,
-    fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
-  ): Promise<T> {
     const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
-    const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
-    const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs);
-    if (bounded.aborted) throw ended();
-    let onAbort!: () => void;
-    const abandoned = new Promise<never>((_resolve, reject) => {
-      onAbort = () => reject(ended());
-      bounded.addEventListener('abort', onAbort, { once: true });
-    });
-    try {
-      return await Promise.race([fn(signalOptions(bounded)), abandoned]);
-    } catch (err) {
-      if (bounded.aborted) throw ended();
-      throw err;
-    } finally {
-      bounded.removeEventListener('abort', onAbort);
-    }
+    // One client span per apiserver request, its result the error class the operation will report.
+    return providerCall(
+      this,
+      request,
+      () => boundedCall(signal, timeoutMs, 'apiserver call', (b) => fn(signalOptions(b))),
+      {
+        operation,
+        classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
+      },
+    );
   }
 
   /** The API client, loading the kubeconfig on first use. Config problems throw ProviderErrors. */

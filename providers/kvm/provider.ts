@@ -11,7 +11,8 @@ import { createHash } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { Logger } from 'pino';
-import { ProviderError, providerError } from '../errors.js';
+import { providerError, type ProviderError } from '../errors.js';
+import { runOperation, type OperationFrame } from '../operation.js';
 import {
   MARK_MANAGED,
   type CreateRequest,
@@ -205,6 +206,7 @@ class KvmProvider implements Provider {
   readonly capabilities = { cheapListByTag: true } as const;
   private readonly cfg: KvmConfig;
   private readonly log: Logger;
+  private readonly frame: OperationFrame;
   private readonly hosts = new Map<string, HostHandle>();
   private readonly nameLocks = new KeyedLock();
   private readonly imageLocks = new KeyedLock();
@@ -213,6 +215,16 @@ class KvmProvider implements Provider {
     this.name = options.name;
     this.cfg = options.config;
     this.log = options.logger.child({ provider: options.name, providerType: KVM_PROVIDER_TYPE });
+    this.frame = {
+      provider: this.name,
+      log: this.log,
+      classify: (operation, instance, err, signal) => {
+        if (signal.aborted) return this.fail('Transient', operation, instance, 'aborted by the caller', err);
+        const c = classify(err, operation);
+        return this.fail(c.errorClass, operation, instance, c.summary, err);
+      },
+      callerCaused: (_err, signal) => signal.aborted,
+    };
     for (const h of options.config.hosts) {
       const link = new HostLink({
         address: h.address,
@@ -244,28 +256,14 @@ class KvmProvider implements Provider {
     return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
   }
 
-  private async runOp<T>(
+  /** One operation in the providers' common frame (`providers/operation.ts`). */
+  private runOp<T>(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
     fn: () => Promise<T>,
   ): Promise<T> {
-    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted by the caller');
-    try {
-      return await fn();
-    } catch (err) {
-      let wrapped: ProviderError;
-      if (err instanceof ProviderError) wrapped = err;
-      else if (signal.aborted)
-        wrapped = this.fail('Transient', operation, instance, 'aborted by the caller', err);
-      else {
-        const c = classify(err, operation);
-        wrapped = this.fail(c.errorClass, operation, instance, c.summary, err);
-      }
-      const quiet = wrapped.errorClass === 'NotFound' || signal.aborted;
-      this.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
-      throw wrapped;
-    }
+    return runOperation(this.frame, operation, instance, signal, fn);
   }
 
   private hostFor(operation: ProviderOperation, instance: string, hostName: string): HostHandle {

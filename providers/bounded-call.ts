@@ -1,0 +1,46 @@
+/**
+ * One backend request bounded by the caller's signal and by its own
+ * timeout. Client libraries do not all honour a signal or their own
+ * deadline (the Compute SDK's REST transport ignores both), so the bound is
+ * enforced here: the promise settles the moment either fires, and the
+ * abandoned request is left to finish on its own. An ended call throws
+ * CallEnded, which providers classify as Transient.
+ */
+
+/** How a request ended when it did not answer: the caller's signal or its own timeout. */
+export class CallEnded extends Error {
+  override readonly name = 'CallEnded';
+  constructor(
+    readonly by: 'caller' | 'timeout',
+    readonly timeoutMs: number,
+    /** What timed out, for the message ("apiserver call"). */
+    what: string,
+  ) {
+    super(by === 'caller' ? 'aborted by the caller' : `${what} timed out after ${timeoutMs} ms`);
+  }
+}
+
+/** `fn` gets the combined signal to hand to its transport; backend errors pass through as they are. */
+export async function boundedCall<T>(
+  signal: AbortSignal,
+  timeoutMs: number,
+  what: string,
+  fn: (bounded: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+  const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs, what);
+  if (bounded.aborted) throw ended();
+  let onAbort!: () => void;
+  const abandoned = new Promise<never>((_resolve, reject) => {
+    onAbort = () => reject(ended());
+    bounded.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([fn(bounded), abandoned]);
+  } catch (err) {
+    if (bounded.aborted) throw ended();
+    throw err;
+  } finally {
+    bounded.removeEventListener('abort', onAbort);
+  }
+}
