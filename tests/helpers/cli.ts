@@ -18,8 +18,16 @@ export interface CliProcess {
   exited(timeoutMs: number): Promise<number | null>;
   /** Waits for a captured line matching `re`; returns the match. */
   waitFor(re: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
-  /** SIGTERM (once) and wait for the exit. */
-  stop(timeoutMs?: number): Promise<number | null>;
+  /** SIGTERM (once; or `signal`) and wait for the exit; at once when it has exited. */
+  stop(timeoutMs?: number, signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** The lease API's log line when it listens; group 1 is its URL. */
+export const LEASE_API_LISTENING = /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/;
+
+/** The URL an `api` (or `dev`) process serves the lease API on, once it listens. */
+export async function leaseApiUrl(cli: CliProcess, timeoutMs = 120_000): Promise<string> {
+  return (await cli.waitFor(LEASE_API_LISTENING, timeoutMs))[1]!;
 }
 
 export function startCli(
@@ -65,8 +73,8 @@ export function startCli(
         },
         { timeoutMs, intervalMs: 100 },
       ),
-    stop: (timeoutMs = 30_000) => {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    stop: (timeoutMs = 30_000, signal: NodeJS.Signals = 'SIGTERM') => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
       return exited(timeoutMs);
     },
   };

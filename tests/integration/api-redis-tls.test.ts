@@ -5,37 +5,26 @@
  * starts, grants a lease whose slot is in that Redis, and without the CA
  * file refuses to start, naming the Redis and the certificate problem.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
 import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import { makePki, type Pki } from '../helpers/tls-terminator.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TOKEN = 'tls-token';
 
-interface Api {
-  proc: ChildProcess;
-  output: string;
-}
-
-function startApi(args: string[]): Api {
-  const proc = spawn(
-    process.execPath,
+function startApi(args: string[]): CliProcess {
+  return startCli(
     [
-      '--import',
-      'tsx',
-      join(ROOT, 'cli/entry.ts'),
       'api',
       '--discovery-addr',
       '127.0.0.1:0',
@@ -47,19 +36,8 @@ function startApi(args: string[]): Api {
       inject('temporalNamespace'),
       ...args,
     ],
-    { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: TOKEN }, stdio: 'pipe' },
+    { env: { DISCOVERY_TOKEN: TOKEN } },
   );
-  const api: Api = { proc, output: '' };
-  proc.stdout.on('data', (d: Buffer) => (api.output += d.toString()));
-  proc.stderr.on('data', (d: Buffer) => (api.output += d.toString()));
-  return api;
-}
-
-async function stop(api: Api): Promise<void> {
-  if (api.proc.exitCode !== null || api.proc.signalCode !== null) return;
-  const exited = new Promise((r) => api.proc.once('exit', r));
-  api.proc.kill('SIGTERM');
-  await exited;
 }
 
 async function closedPort(): Promise<number> {
@@ -73,7 +51,7 @@ async function closedPort(): Promise<number> {
 describe('lease API on a TLS-only Redis (rediss://)', () => {
   const kc = kubeConfig();
   const objects = customObjects(kc);
-  const started: Api[] = [];
+  const started: CliProcess[] = [];
   let dir = '';
   let pki: Pki;
   let redis: RunningRedis;
@@ -122,7 +100,7 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
   }, 200_000);
 
   afterAll(async () => {
-    for (const api of started) await stop(api);
+    for (const api of started) await api.stop();
     inspect?.disconnect();
     await redis?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
@@ -153,17 +131,8 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
       namespace,
     ]);
     started.push(api);
-    const url = await eventually(
-      'the api to listen',
-      () => {
-        if (api.proc.exitCode !== null) throw new Error(`api exited ${api.proc.exitCode}:\n${api.output}`);
-        return Promise.resolve(
-          /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/.exec(api.output)?.[1],
-        );
-      },
-      { timeoutMs: 150_000, intervalMs: 200 },
-    );
-    expect(api.output).toContain('lease store: using Redis');
+    const url = await leaseApiUrl(api, 150_000);
+    expect(api.output()).toContain('lease store: using Redis');
     const lease = await eventually(
       'a lease on p1',
       async () => {
@@ -183,15 +152,15 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
     const uid = (await getProxy(objects, namespace, 'p1')).metadata.uid!;
     expect(await inspect.hgetall(`${DEFAULT_REDIS_PREFIX}active`)).toEqual({ [uid]: '1' });
     expect(await inspect.hget(`${DEFAULT_REDIS_PREFIX}lease:${lease.leaseID}`, 'p')).toBe(uid);
-    await stop(api);
+    await api.stop();
   });
 
   it('refuses to start without the CA file, naming the Redis and the certificate problem', async () => {
     const api = startApi(['--lease-store', redis.url, '--watch-namespaces', namespace]);
     started.push(api);
-    const code = await new Promise<number | null>((resolve) => api.proc.once('exit', resolve));
+    const code = await api.exited(60_000);
     expect(code).not.toBe(0);
-    expect(api.output).toMatch(/lease store: cannot use Redis at rediss:\/\/127\.0\.0\.1:\d+\/?: /);
-    expect(api.output).toMatch(/self[- ]signed certificate|unable to (get|verify)/i);
+    expect(api.output()).toMatch(/lease store: cannot use Redis at rediss:\/\/127\.0\.0\.1:\d+\/?: /);
+    expect(api.output()).toMatch(/self[- ]signed certificate|unable to (get|verify)/i);
   });
 });

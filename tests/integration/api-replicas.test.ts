@@ -10,20 +10,17 @@
  * replicas' probers never send traffic off the machine; their Healthy
  * condition is written here, as a workflow would.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import { GROUP, PROXY_PLURAL, VERSION, type ProxyStatus } from '../../resources/proxy-schema.js';
+import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
 import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TOKEN = 'replica-token';
 const PROXIES = 8;
 const MAX_LEASES = 2;
@@ -31,8 +28,7 @@ const CLIENTS = 64;
 
 interface Replica {
   name: string;
-  proc: ChildProcess;
-  output: string;
+  cli: CliProcess;
   url: string;
 }
 
@@ -75,12 +71,8 @@ describe('two lease API processes on one Redis', () => {
   const pool = () => ({ suite: namespace, group: 'pool' });
 
   async function startReplica(name: string): Promise<Replica> {
-    const proc = spawn(
-      process.execPath,
+    const cli = startCli(
       [
-        '--import',
-        'tsx',
-        join(ROOT, 'cli/entry.ts'),
         'api',
         '--discovery-addr',
         '127.0.0.1:0',
@@ -96,26 +88,11 @@ describe('two lease API processes on one Redis', () => {
         '--watch-namespaces',
         namespace,
       ],
-      { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: TOKEN }, stdio: 'pipe' },
+      { env: { DISCOVERY_TOKEN: TOKEN } },
     );
-    const replica: Replica = { name, proc, output: '', url: '' };
-    proc.stdout.on('data', (d: Buffer) => (replica.output += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (replica.output += d.toString()));
+    const replica: Replica = { name, cli, url: '' };
     replicas.push(replica);
-    try {
-      replica.url = await eventually(
-        `${name} to listen`,
-        () => {
-          if (proc.exitCode !== null) throw new Error(`${name} exited ${proc.exitCode}`);
-          return Promise.resolve(
-            /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/.exec(replica.output)?.[1],
-          );
-        },
-        { timeoutMs: 150_000, intervalMs: 200 },
-      );
-    } catch (error) {
-      throw new Error(`${(error as Error).message}; its output:\n${replica.output}`);
-    }
+    replica.url = await leaseApiUrl(cli, 150_000);
     // Its informer has every proxy of this test, healthy.
     await eventually(
       `${name} to see the proxies`,
@@ -129,10 +106,7 @@ describe('two lease API processes on one Redis', () => {
   }
 
   async function stopReplica(replica: Replica, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-    if (replica.proc.exitCode !== null || replica.proc.signalCode !== null) return;
-    const exited = new Promise((r) => replica.proc.once('exit', r));
-    replica.proc.kill(signal);
-    await exited;
+    await replica.cli.stop(30_000, signal);
   }
 
   /** Slots per proxy UID as Redis holds them. */
@@ -288,7 +262,7 @@ describe('two lease API processes on one Redis', () => {
     expect(lease.status).toBe(201);
     await stopReplica(a);
     const restarted = await startReplica('replica-a2');
-    expect(restarted.output).toMatch(/joined the lease state in Redis/);
+    expect(restarted.cli.output()).toMatch(/joined the lease state in Redis/);
 
     // The slot is still taken, the cooldown from the test before still holds.
     expect(

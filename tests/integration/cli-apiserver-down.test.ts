@@ -5,31 +5,23 @@
  * silently with code 13) and come up once the apiserver answers. The
  * outage is a closed TCP relay in front of the shared apiserver.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
 import { kubeConfig } from '../helpers/kube.js';
 import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
 describe('bridge and api started while the apiserver is unreachable', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-down-'));
-  const children: Array<{ name: string; proc: ChildProcess; output: string; exit?: number | null }> = [];
+  const children: CliProcess[] = [];
   let relay: TcpRelay | undefined;
 
   afterAll(async () => {
-    for (const c of children) {
-      if (c.proc.exitCode === null && c.proc.signalCode === null) {
-        c.proc.kill('SIGTERM');
-        await new Promise((r) => c.proc.once('exit', r));
-      }
-    }
+    for (const c of children) await c.stop();
     await relay?.cut();
     rmSync(dir, { recursive: true, force: true });
   });
@@ -50,13 +42,9 @@ describe('bridge and api started while the apiserver is unreachable', () => {
     const kubeconfigPath = join(dir, 'kubeconfig');
     writeFileSync(kubeconfigPath, relayed.exportConfig(), { mode: 0o600 });
 
-    const start = (name: string, args: string[]) => {
-      const proc = spawn(
-        process.execPath,
+    const start = (args: string[]) => {
+      const child = startCli(
         [
-          '--import',
-          'tsx',
-          join(ROOT, 'cli/entry.ts'),
           ...args,
           '--kubeconfig',
           kubeconfigPath,
@@ -65,58 +53,51 @@ describe('bridge and api started while the apiserver is unreachable', () => {
           '--temporal-namespace',
           inject('temporalNamespace'),
           // The api runs no workflows: it does not offer --task-queue.
-          ...(name === 'api' ? [] : ['--task-queue', `down-${process.pid}`]),
+          ...(args[0] === 'api' ? [] : ['--task-queue', `down-${process.pid}`]),
         ],
-        { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', DISCOVERY_TOKEN: 't' }, stdio: 'pipe' },
+        { env: { DISCOVERY_TOKEN: 't' } },
       );
-      const child: (typeof children)[number] = { name, proc, output: '' };
-      proc.stdout.on('data', (d: Buffer) => (child.output += d.toString()));
-      proc.stderr.on('data', (d: Buffer) => (child.output += d.toString()));
-      proc.once('exit', (code) => (child.exit = code));
       children.push(child);
       return child;
     };
-    const bridge = start('bridge', ['bridge']);
-    const api = start('api', ['api', '--discovery-addr', '127.0.0.1:0']);
+    const exitCode = (c: CliProcess) => c.proc.exitCode ?? c.proc.signalCode ?? undefined;
+    const bridge = start(['bridge']);
+    const api = start(['api', '--discovery-addr', '127.0.0.1:0']);
 
     // Several retries fail against the closed port; both processes stay up.
-    for (const c of [bridge, api]) {
+    for (const [name, c] of [
+      ['bridge', bridge],
+      ['api', api],
+    ] as const) {
       await eventually(
-        `${c.name} to report a failed listing`,
-        () => Promise.resolve((c.output.match(/watch stopped; restarting/g) ?? []).length >= 2 || undefined),
+        `${name} to report a failed listing`,
+        () =>
+          Promise.resolve((c.output().match(/watch stopped; restarting/g) ?? []).length >= 2 || undefined),
         { timeoutMs: 30_000, intervalMs: 100 },
       );
     }
     // Two retries more: each process went on past its failed listings.
-    for (const c of [bridge, api]) {
+    for (const [name, c] of [
+      ['bridge', bridge],
+      ['api', api],
+    ] as const) {
       await eventually(
-        `${c.name} to keep retrying`,
-        () => Promise.resolve((c.output.match(/watch stopped; restarting/g) ?? []).length >= 4 || undefined),
+        `${name} to keep retrying`,
+        () =>
+          Promise.resolve((c.output().match(/watch stopped; restarting/g) ?? []).length >= 4 || undefined),
         { timeoutMs: 30_000, intervalMs: 100 },
       );
     }
-    expect(bridge.exit, bridge.output).toBeUndefined();
-    expect(api.exit, api.output).toBeUndefined();
+    expect(exitCode(bridge), bridge.output()).toBeUndefined();
+    expect(exitCode(api), api.output()).toBeUndefined();
 
     await relay.open();
-    await eventually(
-      'the bridge to start',
-      () => Promise.resolve(bridge.output.includes('bridge started') || undefined),
-      {
-        timeoutMs: 60_000,
-        intervalMs: 200,
-      },
-    );
-    const listening = await eventually(
-      'the lease API to listen',
-      () =>
-        Promise.resolve(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/.exec(api.output)?.[1]),
-      { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    await bridge.waitFor(/bridge started/, 60_000);
+    const listening = await leaseApiUrl(api, 60_000);
     const health = await fetch(`${listening}/healthz`);
     expect(health.status).toBe(200);
-    expect(bridge.exit).toBeUndefined();
-    expect(api.exit).toBeUndefined();
+    expect(exitCode(bridge)).toBeUndefined();
+    expect(exitCode(api)).toBeUndefined();
   }, 150_000);
 
   it('api exits with an error naming the cause when its port is taken, instead of hanging on what it started', async () => {
@@ -125,12 +106,8 @@ describe('bridge and api started while the apiserver is unreachable', () => {
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
     const port = (taken.address() as { port: number }).port;
     try {
-      const proc = spawn(
-        process.execPath,
+      const api = startCli(
         [
-          '--import',
-          'tsx',
-          join(ROOT, 'cli/entry.ts'),
           'api',
           '--discovery-addr',
           `127.0.0.1:${port}`,
@@ -139,24 +116,14 @@ describe('bridge and api started while the apiserver is unreachable', () => {
           '--temporal-address',
           inject('temporalAddress'),
         ],
-        { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', DISCOVERY_TOKEN: 't' }, stdio: 'pipe' },
+        { env: { LOG_LEVEL: 'warn', DISCOVERY_TOKEN: 't' } },
       );
-      let output = '';
-      proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
-      proc.stderr.on('data', (d: Buffer) => (output += d.toString()));
-      const code = await new Promise<number | null>((resolve) => {
-        const timer = setTimeout(() => {
-          proc.kill('SIGKILL');
-          resolve(null);
-        }, 30_000);
-        proc.once('exit', (c) => {
-          clearTimeout(timer);
-          resolve(c);
-        });
-      });
-      expect(code, output).not.toBeNull();
+      children.push(api);
+      // Still running after 30 s rejects with its output: the hang this test is about.
+      const code = await api.exited(30_000);
+      expect(code, api.output()).not.toBeNull();
       expect(code).not.toBe(0);
-      expect(output).toContain('EADDRINUSE');
+      expect(api.output()).toContain('EADDRINUSE');
     } finally {
       await new Promise((r) => taken.close(r));
     }

@@ -47,7 +47,7 @@ import {
   type Proxy,
 } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { ROOT, startCli, type CliProcess } from '../helpers/cli.js';
+import { type CliProcess, LEASE_API_LISTENING, ROOT, startCli } from '../helpers/cli.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import {
   createProxy,
@@ -827,9 +827,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
     });
     await waitForProxy(objects, watched, name, 'provisioned', isProvisioned, { timeoutMs: 90_000 });
     // The api serves it in its catalog.
-    const apiUrl = /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/.exec(
-      processes.api.output(),
-    )![1]!;
+    const apiUrl = LEASE_API_LISTENING.exec(processes.api.output())![1]!;
     await eventually('the lease API lists it', async () => {
       const res = await fetch(`${apiUrl}/v1/proxies`, {
         headers: { authorization: `Bearer token-${suffix}` },

@@ -20,7 +20,7 @@ import { EventsV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { ROOT, startCli, type CliProcess } from '../helpers/cli.js';
+import { type CliProcess, leaseApiUrl, ROOT, startCli } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
@@ -90,9 +90,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     const api = start(['api', ...common('api'), '--discovery-addr', '127.0.0.1:0']);
     const workerUrl = (await worker.waitFor(listening, 120_000))[1]!;
     const bridgeUrl = (await bridge.waitFor(listening, 120_000))[1]!;
-    const apiUrl = (
-      await api.waitFor(/"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/, 120_000)
-    )[1]!;
+    const apiUrl = await leaseApiUrl(api);
     await worker.waitFor(/worker started/, 180_000);
     await bridge.waitFor(/bridge started/, 120_000);
 

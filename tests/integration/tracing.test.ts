@@ -19,7 +19,7 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { loadKubeConfig } from '../../cli/kube.js';
 import { GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
-import { startCli, type CliProcess } from '../helpers/cli.js';
+import { type CliProcess, LEASE_API_LISTENING, startCli } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 import {
   startJaegerBackend,
@@ -111,7 +111,7 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
     };
     await started(worker, /worker started/);
     await started(bridge, /tracing on/);
-    apiUrl = (await started(api, /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*lease API listening/))[1]!;
+    apiUrl = (await started(api, LEASE_API_LISTENING))[1]!;
   }, 45 * 60_000);
 
   afterAll(async () => {
