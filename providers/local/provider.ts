@@ -378,6 +378,19 @@ class LocalProviderImpl implements LocalProvider {
       this.log.debug({ instance: req.name }, 'create: adopted existing instance');
       return id;
     }
+    // The record is gone but this process still serves it (someone removed
+    // the file by hand): the instance no longer exists, so its listener and
+    // address go too, or the re-create would leave the old one serving.
+    const stale = this.listeners.get(req.name);
+    if (stale !== undefined) {
+      this.listeners.delete(req.name);
+      if (this.addressOwner.get(stale.address) === req.name) this.addressOwner.delete(stale.address);
+      await stale.proxy.close();
+      this.log.warn(
+        { instance: req.name, address: stale.address, port: stale.port },
+        'create: closed the listener of an instance whose record was removed',
+      );
+    }
 
     // Bind first, record second: a crash in between leaves no listener (it
     // dies with the process) and no record, so the retry starts clean; a

@@ -271,6 +271,28 @@ describe('local provider: real forwarding and restarts', () => {
     expect((await viaAbsoluteForm(b.ip!, PORT + 2)).status).toBe(200);
   });
 
+  it('a record removed by hand is gone: NotFound, not listed, and a re-create leaves one listener', async () => {
+    const { provider, dir, lines } = await fresh();
+    const req = request(PORT + 11);
+    const id = await provider.create(req, live());
+    const before = await waitRunning(provider, id);
+    await rm(instanceRecordPath(dir, req.name));
+
+    await expect(provider.get(id, live())).rejects.toSatisfy((e) => classOf(e) === 'NotFound');
+    expect(await provider.listByTag(live())).toEqual([]);
+
+    const again = await waitRunning(provider, await provider.create(req, live()));
+    expect(lines.some((l) => l.includes('closed the listener of an instance whose record was removed'))).toBe(
+      true,
+    );
+    // The old listener was closed and its address freed, so the name's first
+    // candidate address is bound again (left open, it would have been skipped).
+    expect(again.ip).toBe(before.ip);
+    expect((await viaAbsoluteForm(again.ip!, PORT + 11)).status).toBe(200);
+    await provider.delete(id, live());
+    await expect(viaAbsoluteForm(again.ip!, PORT + 11)).rejects.toThrow(/ECONNREFUSED/);
+  });
+
   it('survives a restart: a new provider on the same state dir re-opens the listener', async () => {
     const { provider, dir } = await fresh();
     const req = request(PORT + 3);
