@@ -21,7 +21,7 @@ import {
 } from '../resources/proxy-schema.js';
 import type { EventRecorder } from '../kube/events.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
-import type { CloudInitRef, ProxyRef } from '../workflows/proxy/types.js';
+import type { CloudInitRef, ProxyRef, RecordedStatus } from '../workflows/proxy/types.js';
 import {
   apiErrorLine,
   createProxyReader,
@@ -71,6 +71,24 @@ export async function resolveCloudInit(
   if (encoded === undefined)
     throw nonRetryable(FailureType.CloudInitError, `${where} has no key "${cloudInit.key}"`);
   return Buffer.from(encoded, 'base64').toString('utf8');
+}
+
+/**
+ * The instance fields of a Proxy's status, as a fresh run seeds itself from
+ * them. Only what the workflow writes is taken; a field of the wrong shape
+ * (a status written by hand) is left out rather than trusted.
+ */
+export function recordedStatusOf(status: ProxyStatus | undefined): RecordedStatus {
+  if (!status) return {};
+  const text = (v: unknown): v is string => typeof v === 'string' && v !== '';
+  const out: RecordedStatus = {};
+  if (text(status.providerID)) out.providerID = status.providerID;
+  if (text(status.specHash)) out.specHash = status.specHash;
+  if (text(status.ip)) out.ip = status.ip;
+  if (Array.isArray(status.conditions)) out.conditions = status.conditions;
+  if (typeof status.latencyMillis === 'number') out.latencyMillis = status.latencyMillis;
+  if (text(status.lastHealthReportTime)) out.lastHealthReportTime = status.lastHealthReportTime;
+  return out;
 }
 
 export function createKubeActivities(deps: {
@@ -135,6 +153,10 @@ export function createKubeActivities(deps: {
         );
         throw error;
       }
+    },
+
+    async readRecordedStatus({ ref }) {
+      return recordedStatusOf((await reader.readProxy(ref))?.status);
     },
 
     async removeProxyFinalizer({ ref }) {

@@ -4,7 +4,7 @@
  */
 import type { ProxyStatus } from '../resources/proxy-schema.js';
 import type { InstanceState, Placement } from '../providers/types.js';
-import type { CloudInitRef, ProxyRef, WorkerTiming } from '../workflows/proxy/types.js';
+import type { CloudInitRef, ProxyRef, RecordedStatus, WorkerTiming } from '../workflows/proxy/types.js';
 
 export interface CreateInstanceInput {
   ref: ProxyRef;
@@ -38,6 +38,12 @@ export interface ProviderActivities {
 export interface KubeActivities {
   /** Replaces status on the Proxy with this UID; 'gone' when it no longer exists (or was recreated). */
   writeProxyStatus(input: { ref: ProxyRef; status: ProxyStatus }): Promise<'written' | 'gone'>;
+  /**
+   * What the status of the Proxy with this UID records about its instance
+   * (empty when it records none, or the Proxy is gone): read by a run that
+   * starts afresh.
+   */
+  readRecordedStatus(input: { ref: ProxyRef }): Promise<RecordedStatus>;
   /** Removes our finalizer from the Proxy with this UID. */
   removeProxyFinalizer(input: { ref: ProxyRef }): Promise<'removed' | 'absent' | 'gone'>;
 }

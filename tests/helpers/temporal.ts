@@ -1,7 +1,10 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { NativeConnection, type WorkflowBundleOption } from '@temporalio/worker';
 import { inject } from 'vitest';
 
@@ -75,4 +78,18 @@ export async function freshTemporalNamespace(prefix: string): Promise<string> {
     await connection.close();
   }
   return namespace;
+}
+
+/**
+ * Records a history for the replay guard (tests/fixtures/histories) when
+ * EP_RECORD_HISTORIES names a directory: `EP_RECORD_HISTORIES=$PWD/tests/fixtures/histories npx vitest run <file>`.
+ */
+export function maybeRecord(name: string, history: temporal.api.history.v1.IHistory): void {
+  const dir = process.env.EP_RECORD_HISTORIES;
+  if (!dir) return;
+  const bytes = temporal.api.history.v1.History.encode(history).finish();
+  writeFileSync(
+    fileURLToPath(new URL(`${name}.binpb`, new URL(dir.endsWith('/') ? dir : `${dir}/`, 'file:///'))),
+    bytes,
+  );
 }

@@ -5,9 +5,7 @@
  * notices it; a health signal only writes status (no provider look, no new
  * timer); and a new run takes its timing from its worker.
  */
-import { writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { temporal } from '@temporalio/proto';
+import type { temporal } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureSchedules, scheduleIds } from '../../cli/schedules.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
@@ -16,7 +14,7 @@ import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.
 import type { ProxyRef } from '../../workflows/proxy/types.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 
 const HOUR = 3_600_000;
 const SWEEP_MS = 2_000;
@@ -37,17 +35,6 @@ function tally(events: HistoryEvent[]) {
     drift: signals('driftDetected'),
     health: signals('healthChanged'),
   };
-}
-
-/** Records a history for the replay guard when EP_RECORD_HISTORIES names a directory. */
-function maybeRecord(name: string, history: temporal.api.history.v1.IHistory): void {
-  const dir = process.env.EP_RECORD_HISTORIES;
-  if (!dir) return;
-  const bytes = temporal.api.history.v1.History.encode(history).finish();
-  writeFileSync(
-    fileURLToPath(new URL(`${name}.binpb`, new URL(dir.endsWith('/') ? dir : `${dir}/`, 'file:///'))),
-    bytes,
-  );
 }
 
 const running = (p: Proxy) => Boolean(p.status?.ip) && isProvisioned(p);

@@ -20,7 +20,7 @@ import { desiredSpecOf } from '../../k8s-bridge/desired.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider } from '../../providers/local/provider.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { deletionRequestedSignal, stateQuery } from '../../workflows/proxy/messages.js';
+import { deletionRequestedSignal, healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import {
   createNamespace,
   createProxy,
@@ -37,7 +37,7 @@ import {
   startControlPlane,
   type ControlPlane,
 } from '../helpers/control-plane.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
 describe('Proxy workflow edges', () => {
@@ -181,25 +181,52 @@ describe('Proxy workflow edges', () => {
     await completed(proxyWorkflowId({ namespace: cp.namespace, name: 'ext', uid: created.metadata.uid! }));
   });
 
-  it('adopts the existing instance when a lost run is restarted by another bridge (no duplicate)', async () => {
+  it('adopts the existing instance when a lost run is restarted by another bridge (no duplicate), staying Ready', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'adopt', {
       mode: 'Managed',
       provider: 'local',
       port: 18182,
     });
     const ref = { namespace: cp.namespace, name: 'adopt', uid: created.metadata.uid! };
-    const before = await waitFor('adopt', 'Running', provisioned);
+    const provisionedBefore = await waitFor('adopt', 'Running', provisioned);
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    // The verdict the prober would send (no prober runs here).
+    await handle.signal(healthChangedSignal, {
+      ip: provisionedBefore.status!.ip!,
+      healthy: true,
+      latencyMillis: 7,
+      checkedAt: new Date().toISOString(),
+    });
+    const before = await waitFor('adopt', 'Ready', (p) => condition(p, 'Ready')?.status === 'True');
+    const firstRun = (await handle.describe()).runId;
     await handle.terminate('test: lose the run that created the instance');
     // A second bridge (a restart, or a second replica) re-signals everything at start.
     const second = cp.createBridge();
     await second.start();
     try {
       const view = await eventually('new run Running', async () => {
-        const v = await cp.client.workflow.getHandle(proxyWorkflowId(ref)).query(stateQuery);
-        return v.instanceState === 'Running' ? v : undefined;
+        const h = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+        if ((await h.describe()).runId === firstRun) return undefined;
+        const v = await h.query(stateQuery);
+        return v.instanceState === 'Running' && v.nextPollAt ? v : undefined;
       });
       expect(view.providerID).toBe(before.status?.providerID);
+      // The new run took the address and verdict its status recorded, and the
+      // first look confirmed them: still Ready with no new health report.
+      expect(view.phase).toBe('Ready');
+      expect(view.health).toMatchObject({ verdict: 'Healthy', latencyMillis: 7 });
+      // Its first status write (a local activity after the look and after
+      // the start's batch of two) has landed: the Ready condition did not move.
+      await eventually('the new run wrote status', async () => {
+        const events = (await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? [];
+        const localActivities = events.filter(
+          (e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+        ).length;
+        const looked = events.some((e) => e.activityTaskCompletedEventAttributes);
+        return looked && localActivities >= 3 ? true : undefined;
+      });
+      const after = await getProxy(cp.api, cp.namespace, 'adopt');
+      expect(condition(after, 'Ready')).toEqual(condition(before, 'Ready'));
       const mine = await cp.instancesOf(ref.uid);
       expect(mine).toHaveLength(1);
       expect(await getThroughConnect(view.ip!, 18182, target.port)).toBe('edge ok');
@@ -208,6 +235,39 @@ describe('Proxy workflow edges', () => {
     }
     await remove('adopt');
     await gone('adopt');
+  });
+
+  it('a spec edited while no run was there: the restarted run replaces the instance it finds recorded', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'edited-between', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18190,
+    });
+    const ref = { namespace: cp.namespace, name: 'edited-between', uid: created.metadata.uid! };
+    const before = await waitFor('edited-between', 'Running', provisioned);
+    const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+    const firstRun = (await handle.describe()).runId;
+    await handle.terminate('test: an operator ends the run');
+    // The bridge sees the new generation and starts a fresh run with it.
+    await patch('edited-between', [{ op: 'replace', path: '/spec/port', value: 18191 }]);
+    const after = await waitFor(
+      'edited-between',
+      'Running on the new port',
+      (p) =>
+        provisioned(p) && p.status?.observedGeneration === 2 && p.status.specHash !== before.status?.specHash,
+    );
+    expect((await handle.describe()).runId).not.toBe(firstRun);
+    expect(await getThroughConnect(after.status!.ip!, 18191, target.port)).toBe('edge ok');
+    await expect(getThroughConnect(before.status!.ip!, 18190, target.port)).rejects.toThrow();
+    expect(await cp.instancesOf(ref.uid)).toHaveLength(1);
+    const view = await handle.query(stateQuery);
+    expect(view.instanceSpecHash).toBe(view.specHash);
+    await remove('edited-between');
+    await gone('edited-between');
+    await completed(proxyWorkflowId(ref));
+    // The replay guard's history of this path: a fresh run resumes from the
+    // recorded status, replaces the instance, and is deleted.
+    maybeRecord('proxy-v6-resume-from-recorded-status', await handle.fetchHistory());
   });
 
   it('cloud-init from a labelled Secret: never in workflow history; rotating it replaces the instance', async () => {

@@ -9,6 +9,7 @@ import {
   applyDrift,
   applyHealth,
   applySpec,
+  buildStatus,
   CURRENT_RULES,
   deletionFailureAction,
   deletionStep,
@@ -17,6 +18,7 @@ import {
   legacyTiming,
   nextStep,
   observe,
+  resumeFromStatus,
   scheduleLook,
   steadyPollMs,
   waitMs,
@@ -199,5 +201,90 @@ describe('legacy timing', () => {
     expect(t).toMatchObject({ driftPollMs: 1_000, provisioningPollMs: 10_000, swept: false });
     expect(steadyPollMs(t)).toBe(1_000);
     expect(steadyPollMs(legacyTiming({}, LEGACY_DEFAULT_TIMING))).toBe(120_000);
+  });
+});
+
+describe('a fresh run resumes from the recorded status', () => {
+  const fresh = (over: Partial<DesiredSpec> = {}) =>
+    initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired(over) });
+  /** What a steady Ready Proxy's status records, as buildStatus wrote it. */
+  const recordedOf = (s: ProxyState) => {
+    s.health = { verdict: 'Healthy', latencyMillis: 42, checkedAt: '2026-12-01T09:59:00Z' };
+    return buildStatus(s, new Date(NOW - 60_000));
+  };
+
+  it('knows its instance: an unchanged spec looks at once, and stays Ready through an unchanged answer', () => {
+    const before = steady();
+    const status = recordedOf(before);
+    const s = fresh();
+    resumeFromStatus(s, status);
+    expect(s.instanceId).toBe('local/proxy-x');
+    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
+    expect(buildStatus(s, new Date(NOW)).phase).toBe('Ready');
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.5' });
+    const after = buildStatus(s, new Date(NOW));
+    expect(after.phase).toBe('Ready');
+    expect(after.latencyMillis).toBe(42);
+    // Kubernetes conventions: no transition, so the recorded times stand.
+    expect(after.conditions).toEqual(status.conditions);
+  });
+
+  it('a spec edited while no run was there replaces the recorded instance', () => {
+    const status = recordedOf(steady());
+    const s = fresh({ generation: 2, port: 3129, specHash: 'v2:bbbb' });
+    resumeFromStatus(s, status);
+    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'delete' });
+  });
+
+  it('only the hash algorithm changed: adopted, not replaced', () => {
+    const status = recordedOf(steady());
+    const s = fresh({ specHash: 'v3:cccc', legacySpecHashes: ['v2:aaaa'] });
+    resumeFromStatus(s, status);
+    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
+    expect(s.instanceSpecHash).toBe('v3:cccc');
+  });
+
+  it('another address at the first look resets the recorded health', () => {
+    const s = fresh();
+    resumeFromStatus(s, recordedOf(steady()));
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.9' });
+    expect(s.health.verdict).toBe('Unknown');
+    expect(buildStatus(s, new Date(NOW)).phase).toBe('Provisioning');
+  });
+
+  it('a deletion by a fresh run looks at the recorded instance instead of searching by UID', () => {
+    const s = fresh({ deletionRequested: true });
+    resumeFromStatus(s, recordedOf(steady()));
+    expect(deletionStep(s)).toBe('look');
+  });
+
+  it('nothing recorded, or an External proxy: nothing seeded', () => {
+    const empty = fresh();
+    resumeFromStatus(empty, {});
+    expect(empty).toEqual(fresh());
+    expect(nextStep(empty, CURRENT_RULES, at(0))).toEqual({ kind: 'create' });
+    const external = fresh({ mode: 'External', endpoint: { host: '127.0.0.7', port: 3128 } });
+    resumeFromStatus(external, { providerID: 'x', ip: '127.0.0.7', conditions: [] });
+    expect(external.instanceId).toBeUndefined();
+  });
+
+  it('an instance recorded without an address is looked at, with no health carried', () => {
+    const s = fresh();
+    resumeFromStatus(s, {
+      providerID: 'local/proxy-x',
+      specHash: 'v2:aaaa',
+      conditions: [
+        {
+          type: 'Healthy',
+          status: 'True',
+          reason: 'ProbeSucceeded',
+          message: 'ok',
+          lastTransitionTime: '2026-12-01T09:00:00Z',
+        },
+      ],
+    });
+    expect(s.health.verdict).toBe('Unknown');
+    expect(s.instanceState).toBeUndefined();
+    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
   });
 });

@@ -16,6 +16,7 @@ import type {
   ProxyStateView,
   ProxyTiming,
   ProxyWorkflowInput,
+  RecordedStatus,
   WorkerTiming,
 } from './types.js';
 
@@ -71,6 +72,46 @@ export function initialState(input: ProxyWorkflowInput): ProxyState {
     health: { verdict: 'Unknown' },
     conditions: [],
     phase: 'Pending',
+  };
+}
+
+/**
+ * Seeds a run that starts afresh from what the Proxy's status recorded, so
+ * it knows its instance instead of adopting it blind:
+ *
+ * - the recorded spec hash is the instance's, so a spec edited while no run
+ *   was there replaces the instance (create would adopt it under the new
+ *   hash, and a changed port would never reach it);
+ * - the recorded address and health stand until the first look, which is
+ *   due at once: an unchanged instance stays Ready through the restart (the
+ *   prober only re-sends a verdict it already sent after minutes), another
+ *   address resets health as any address change does;
+ * - the recorded conditions keep their lastTransitionTime.
+ *
+ * External proxies have no instance, and their endpoint may have changed
+ * with the spec: nothing is seeded.
+ */
+export function resumeFromStatus(state: ProxyState, recorded: RecordedStatus): void {
+  if (state.desired.mode !== 'Managed' || !recorded.providerID) return;
+  state.instanceId = recorded.providerID;
+  state.instanceSpecHash = recorded.specHash;
+  state.conditions = recorded.conditions ?? [];
+  state.nextLookAtMs = undefined;
+  if (!recorded.ip) return;
+  state.instanceState = 'Running';
+  state.ip = recorded.ip;
+  const healthy = recorded.conditions?.find((c) => c.type === 'Healthy');
+  if (healthy?.status !== 'True' && healthy?.status !== 'False') return;
+  const verdict = healthy.status === 'True' ? 'Healthy' : 'Unhealthy';
+  // applyHealth's key order, so an identical report compares equal.
+  state.health = {
+    verdict,
+    ...(verdict === 'Healthy' && recorded.latencyMillis !== undefined
+      ? { latencyMillis: recorded.latencyMillis }
+      : {}),
+    ...(recorded.lastHealthReportTime ? { checkedAt: recorded.lastHealthReportTime } : {}),
+    reason: healthy.reason,
+    message: healthy.message,
   };
 }
 

@@ -47,6 +47,7 @@ import {
   legacyTiming,
   nextStep,
   observe,
+  resumeFromStatus,
   scheduleLook,
   view,
   waitMs,
@@ -116,6 +117,16 @@ const RETRY_LATCHED_CLOUD_INIT_ERROR = 'retry-latched-cloud-init-error';
 const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
 /** Rules.lookOnlyWhenDue (and timing read from the worker). */
 const LOOK_ONLY_WHEN_DUE = 'look-only-when-due';
+/** A run that starts afresh seeds itself from the Proxy's recorded status (resumeFromStatus). */
+const RESUME_FROM_STATUS = 'resume-from-recorded-status';
+
+// The recorded status, once per fresh run. A few quick attempts, then the
+// run goes on without it (as runs did before): an apiserver that cannot be
+// read must not hold up a create.
+const statusReader = proxyLocalActivities<KubeActivities>({
+  startToCloseTimeout: '10 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumAttempts: 3 },
+});
 
 // The worker's timing, once per run: a local activity runs in the worker
 // that runs this workflow task, so a changed --drift-sweep or --safety-poll
@@ -161,6 +172,8 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     lookOnlyWhenDue: patched(LOOK_ONLY_WHEN_DUE),
   };
   const proxyGoneIsDeletion = patched(PROXY_GONE_IS_DELETION);
+  // A continued run carries its state; only a fresh one has anything to learn.
+  const resumesFromStatus = input.carried === undefined && patched(RESUME_FROM_STATUS);
   let woken = false;
 
   // The Proxy with this UID no longer exists (deleted while no bridge was
@@ -187,12 +200,24 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   });
   setHandler(stateQuery, () => view(state));
 
-  const timing: WorkerTiming = rules.lookOnlyWhenDue
-    ? await workerConfig.proxyTiming({ provider: state.desired.provider ?? '' })
-    : legacyTiming(input, LEGACY_DEFAULT_TIMING);
+  // Both local activities in the first workflow task: one batch, one action.
+  const [timing, recorded] = await Promise.all([
+    rules.lookOnlyWhenDue
+      ? workerConfig.proxyTiming({ provider: state.desired.provider ?? '' })
+      : legacyTiming(input, LEGACY_DEFAULT_TIMING),
+    resumesFromStatus
+      ? statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
+          log.warn('could not read the recorded status; starting without it', {
+            error: failureOf(error).message,
+          });
+          return undefined;
+        })
+      : undefined,
+  ]);
   // A new run looks first: the deadline it carries was set under the last
   // run's timing, which its worker may have changed since.
   if (rules.lookOnlyWhenDue) state.nextLookAtMs = undefined;
+  if (recorded) resumeFromStatus(state, recorded);
 
   const publish = async (): Promise<void> => {
     const status = buildStatus(state, new Date(), rules);
