@@ -30,7 +30,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
@@ -226,8 +226,33 @@ const millis = (e: Event) =>
  * workflow's actions are split by what woke it: a fired timer (the safety
  * poll), a signal (health, drift, spec), or other (start, continue-as-new).
  */
-function countActions(type: string, events: Event[], from: number, to: number): Map<Source, number> {
+/** Signals inside the window by what they said; health reports split into verdict changes and the rest. */
+type SignalKind =
+  | 'health: verdict changed'
+  | 'health: same verdict (latency, resync)'
+  | 'driftDetected'
+  | 'specChanged'
+  | 'deletionRequested';
+
+function healthyOf(e: Event): boolean | undefined {
+  const data = e.workflowExecutionSignaledEventAttributes?.input?.payloads?.[0]?.data;
+  if (!data) return undefined;
+  try {
+    return (JSON.parse(Buffer.from(data).toString('utf8')) as { healthy?: boolean }).healthy;
+  } catch {
+    return undefined;
+  }
+}
+
+function countActions(
+  type: string,
+  events: Event[],
+  from: number,
+  to: number,
+  signals?: Map<SignalKind, number>,
+): Map<Source, number> {
   const out = new Map<Source, number>();
+  let lastHealthy: boolean | undefined;
   const attempts = new Map<string, number>();
   for (const e of events) {
     const started = e.activityTaskStartedEventAttributes;
@@ -246,7 +271,17 @@ function countActions(type: string, events: Event[], from: number, to: number): 
     if (e.workflowExecutionStartedEventAttributes) wokenBy = 'proxy:other';
     if (e.workflowTaskCompletedEventAttributes) lastTaskCompleted = String(e.eventId);
     const t = millis(e);
+    const signal = e.workflowExecutionSignaledEventAttributes?.signalName;
+    let kind: SignalKind | undefined;
+    if (signal === 'healthChanged') {
+      const healthy = healthyOf(e);
+      kind = healthy === lastHealthy ? 'health: same verdict (latency, resync)' : 'health: verdict changed';
+      lastHealthy = healthy;
+    } else if (signal === 'driftDetected' || signal === 'specChanged' || signal === 'deletionRequested') {
+      kind = signal;
+    }
     if (t < from || t >= to) continue;
+    if (kind && signals) signals.set(kind, (signals.get(kind) ?? 0) + 1);
     if (e.workflowExecutionStartedEventAttributes) add(SCHEDULED_TYPES.has(type) ? 3 : 1);
     else if (e.activityTaskScheduledEventAttributes) add(attempts.get(String(e.eventId)) ?? 1);
     else if (
@@ -267,12 +302,14 @@ function countActions(type: string, events: Event[], from: number, to: number): 
 
 interface WindowCount {
   bySource: Map<Source, number>;
+  signals: Map<SignalKind, number>;
   timersFired: number;
   proxies: number;
 }
 
 async function countWindow(from: number, to: number): Promise<WindowCount> {
   const bySource = new Map<Source, number>();
+  const signals = new Map<SignalKind, number>();
   let timersFired = 0;
   const executions: Array<{ workflowId: string; runId: string; type: string }> = [];
   for await (const w of client.workflow.list()) {
@@ -283,7 +320,7 @@ async function countWindow(from: number, to: number): Promise<WindowCount> {
       executions.slice(i, i + 32).map(async ({ workflowId, runId, type }) => {
         const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
         const events = history.events ?? [];
-        for (const [source, n] of countActions(type, events, from, to)) {
+        for (const [source, n] of countActions(type, events, from, to, signals)) {
           bySource.set(source, (bySource.get(source) ?? 0) + n);
         }
         if (type === 'proxyWorkflow') {
@@ -294,14 +331,27 @@ async function countWindow(from: number, to: number): Promise<WindowCount> {
       }),
     );
   }
-  return { bySource, timersFired, proxies: N };
+  return { bySource, signals, timersFired, proxies: N };
 }
 
-function report(label: string, c: WindowCount, windowMs: number): number {
+/** The 1-minute load average, sampled every 10 s while a window runs: the figures carry their machine's load. */
+function sampleLoad(): { stop: () => string } {
+  const samples: number[] = [loadavg()[0]!];
+  const timer = setInterval(() => samples.push(loadavg()[0]!), 10_000);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      samples.push(loadavg()[0]!);
+      return `load average ${Math.min(...samples).toFixed(1)}-${Math.max(...samples).toFixed(1)}`;
+    },
+  };
+}
+
+function report(label: string, c: WindowCount, windowMs: number, load: string): number {
   const hours = windowMs / 3_600_000;
   const per = (n: number) => n / c.proxies / hours;
   const total = [...c.bySource.values()].reduce((a, b) => a + b, 0);
-  console.log(`\n## ${label}: ${c.proxies} Ready proxies, window ${(windowMs / 1000).toFixed(0)} s`);
+  console.log(`\n## ${label}: ${c.proxies} Ready proxies, window ${(windowMs / 1000).toFixed(0)} s, ${load}`);
   const order: Source[] = [
     'proxy:timer-driven',
     'proxy:signals',
@@ -319,6 +369,8 @@ function report(label: string, c: WindowCount, windowMs: number): number {
   console.log(
     `  ${'all sources'.padEnd(20)} ${String(total).padStart(6)} actions  ${per(total).toFixed(2).padStart(7)} per proxy-hour (safety poll ${SAFETY_MS / 1000} s)`,
   );
+  const kinds = [...c.signals].map(([kind, n]) => `${kind} ${n}`).join(', ');
+  console.log(`  signals: ${kinds || 'none'}`);
   // The safety poll's part scaled from the compressed poll to the 6 h default.
   const timerDriven = c.bySource.get('proxy:timer-driven') ?? 0;
   const scaled = total - timerDriven + timerDriven * (SAFETY_MS / DEFAULT_TIMING.safetyPollMs);
@@ -364,13 +416,15 @@ await sleepMs(SWEEP_MS);
 
 const figures: Record<string, string> = {};
 if (CASES.has('steady')) {
+  const load = sampleLoad();
   const from = Date.now();
   await sleepMs(WINDOW_MS);
   const to = Date.now();
-  figures.steady = report('steady fleet', await countWindow(from, to), to - from).toFixed(2);
+  figures.steady = report('steady fleet', await countWindow(from, to), to - from, load.stop()).toFixed(2);
 }
 if (CASES.has('jitter')) {
   jitter = true;
+  const load = sampleLoad();
   const from = Date.now();
   await sleepMs(WINDOW_MS);
   const to = Date.now();
@@ -379,11 +433,13 @@ if (CASES.has('jitter')) {
     'latency jitter (probe target answers after 5-400 ms)',
     await countWindow(from, to),
     to - from,
+    load.stop(),
   ).toFixed(2);
 }
 if (CASES.has('outage')) {
   const callsBefore = providerCalls;
   outage = true;
+  const load = sampleLoad();
   const from = Date.now();
   const perSecond: number[] = [];
   let last = providerCalls;
@@ -395,19 +451,29 @@ if (CASES.has('outage')) {
   outage = false;
   const to = Date.now();
   const calls = providerCalls - callsBefore;
-  const sorted = [...perSecond].sort((a, b) => a - b);
-  report(`provider outage (${OUTAGE_MS / 1000} s, every call fails)`, await countWindow(from, to), to - from);
-  console.log(
-    `  provider calls during the outage: ${calls} in ${((to - from) / 1000).toFixed(0)} s = ${(calls / ((to - from) / 1000)).toFixed(2)}/s mean, p99 of 1 s buckets ${sorted[Math.floor(sorted.length * 0.99)] ?? 0}, max ${sorted.at(-1) ?? 0}`,
-  );
-  const notReady = N - (await readyCount());
-  const settledMs = await waitUntil(
+  // Recovery is timed from the outage's end, before the histories are
+  // counted (that takes a while at N = 1,000, and the fleet recovers meanwhile).
+  const atEnd = await listProxies();
+  const notReady = atEnd.filter((p) => p.status?.phase !== 'Ready').length;
+  const withError = atEnd.filter((p) => p.status?.message).length;
+  await waitUntil(
     'every Proxy Ready with no error in status',
     async () => (await readyCount((p) => p.status?.phase === 'Ready' && !p.status.message)) === N,
     10 * SWEEP_MS,
   );
+  const settledMs = Date.now() - to;
+  const sorted = [...perSecond].sort((a, b) => a - b);
+  report(
+    `provider outage (${OUTAGE_MS / 1000} s, every call fails)`,
+    await countWindow(from, to),
+    to - from,
+    load.stop(),
+  );
   console.log(
-    `  at recovery ${notReady} Proxies were not Ready; every Proxy Ready with no error in status ${(settledMs / 1000).toFixed(1)} s after recovery (sweep period ${SWEEP_MS / 1000} s)`,
+    `  provider calls during the outage: ${calls} in ${((to - from) / 1000).toFixed(0)} s = ${(calls / ((to - from) / 1000)).toFixed(2)}/s mean, p99 of 1 s buckets ${sorted[Math.floor(sorted.length * 0.99)] ?? 0}, max ${sorted.at(-1) ?? 0}`,
+  );
+  console.log(
+    `  at the outage's end ${notReady} Proxies were not Ready and ${withError} showed the provider error in status; every Proxy Ready with no error in status ${(settledMs / 1000).toFixed(1)} s after it ended (sweep period ${SWEEP_MS / 1000} s)`,
   );
   figures.outageCallsPerSecond = (calls / ((to - from) / 1000)).toFixed(2);
   figures.recoverySeconds = (settledMs / 1000).toFixed(1);
