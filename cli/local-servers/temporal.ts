@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { SEARCH_ATTRIBUTES } from '../../resources/search-attributes.js';
@@ -42,10 +42,45 @@ function tcpReady(host: string, port: number): Promise<boolean> {
 }
 
 /**
+ * Attempts when the server loses a port race: the dev server picks its
+ * internal services' ports itself (a free port, probed then bound), and a
+ * process that takes one in between makes it exit with "address already in
+ * use" (seen once in a full test run).
+ */
+const START_ATTEMPTS = 3;
+
+/**
  * Starts `temporal server start-dev` on the loopback with our search
  * attributes registered, and waits until the namespace answers.
  */
 export async function startTemporalDevServer(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
+  const logPath = join(opts.dataDir, 'temporal.log');
+  // The log is appended to across attempts: only this attempt's part counts.
+  const logSize = (): number => {
+    try {
+      return statSync(logPath).size;
+    } catch {
+      return 0;
+    }
+  };
+  for (let attempt = 1; ; attempt++) {
+    const from = logSize();
+    try {
+      return await startOnce(opts);
+    } catch (error) {
+      const exited = error instanceof Error && error.message.includes('process exited');
+      let log = '';
+      try {
+        log = readFileSync(logPath).subarray(from).toString('utf8');
+      } catch {
+        // no log: not a port race
+      }
+      if (attempt >= START_ATTEMPTS || !exited || !log.includes('address already in use')) throw error;
+    }
+  }
+}
+
+async function startOnce(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
   mkdirSync(opts.dataDir, { recursive: true });
   const host = '127.0.0.1';
   const namespace = opts.namespace ?? 'default';

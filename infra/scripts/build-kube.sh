@@ -12,8 +12,8 @@
 #
 # Concurrency: two cold builds at once (make dev and make test in two shells)
 # would each `rm -rf` the other's output. The build runs under an exclusive
-# flock on $CACHE_ROOT/kube/build.lock; a second caller waits for it and then
-# finds the first one's stamp and reuses its build.
+# flock on $CACHE_ROOT/kube/build.lock (lib/go-build.sh); a second caller
+# waits for it and then finds the first one's stamp and reuses its build.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
@@ -25,7 +25,9 @@ CACHE_ROOT="${EGRESS_PROXIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxi
 OUT="$CACHE_ROOT/kube/v$K8S_VERSION"
 STAMP="$OUT/.complete"
 
-source "$(dirname "${BASH_SOURCE[0]}")/go-version.sh"
+GB_NAME=build-kube
+GB_DIR=kube
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-build.sh"
 
 base_built() {
   [[ -f "$STAMP" && -x "$OUT/bin/kube-apiserver" && -x "$OUT/bin/etcd" && -x "$OUT/bin/kubectl" ]]
@@ -41,23 +43,9 @@ if built; then
   exit 0
 fi
 
-command -v go >/dev/null 2>&1 || {
-  echo "build-kube: 'go' is not on PATH; install Go >= 1.26 (apt-get install golang-go is too old; use the Go toolchain from go.dev or your distribution's backports)" >&2
-  exit 1
-}
-command -v flock >/dev/null 2>&1 || {
-  echo "build-kube: 'flock' is not on PATH; apt-get install -y util-linux" >&2
-  exit 1
-}
-
+gb_require_tools "Go >= 1.26 (apt-get install golang-go is too old; use the Go toolchain from go.dev or your distribution's backports)"
 # One build at a time per cache: wait for a running one, then re-check its stamp.
-mkdir -p "$CACHE_ROOT/kube"
-LOCK="$CACHE_ROOT/kube/build.lock"
-exec 9>>"$LOCK"
-if ! flock -n 9; then
-  echo "build-kube: another build is running (lock $LOCK); waiting for it" >&2
-  flock 9
-fi
+gb_lock
 if built; then
   echo "$OUT/bin"
   exit 0
@@ -71,49 +59,24 @@ else
   rm -rf "$OUT"
 fi
 mkdir -p "$OUT/bin"
-WORK="$(mktemp -d "$CACHE_ROOT/kube-build.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+gb_workdir
 
 if ((ONLY_KCM)); then
-  echo "build-kube: adding kube-controller-manager v$K8S_VERSION to the cached build; takes a few minutes" >&2
+  gb_say "adding kube-controller-manager v$K8S_VERSION to the cached build; takes a few minutes"
 else
-  echo "build-kube: building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl, etcd); first run takes 5-20 minutes" >&2
+  gb_say "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl, etcd); first run takes 5-20 minutes"
 fi
-cd "$WORK"
-downloaded=1
-GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >dl.json 2>dl.err || downloaded=0
-# A field of go's JSON answer ('' when absent or when go printed none).
-dl_field() { python3 -c 'import json,sys;print(json.load(open("dl.json")).get(sys.argv[1]) or "")' "$1" 2>/dev/null || true; }
-GOMOD_FILE="$(dl_field GoMod)"
-
 # The Go this Kubernetes needs is its go.mod's go directive (1.36.x: go 1.26.0).
-# Checked first: a too-old Go also fails the download, less clearly.
-if [[ -n "$GOMOD_FILE" && -f "$GOMOD_FILE" ]]; then
-  GO_REQUIRED="$(awk '$1=="go"{print $2; exit}' "$GOMOD_FILE")"
-  if [[ -z "$GO_REQUIRED" ]]; then
-    echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION's go.mod has no go directive; cannot tell which Go it needs" >&2
-    exit 1
-  fi
-  GO_FOUND="$(go env GOVERSION)"
-  if ! go_at_least "$GO_FOUND" "$GO_REQUIRED"; then
-    echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION needs Go >= $GO_REQUIRED (its go.mod); found $GO_FOUND" >&2
-    exit 1
-  fi
-fi
-if ((downloaded == 0)) || [[ -z "$GOMOD_FILE" ]]; then
-  why="$(dl_field Error)"
-  echo "build-kube: cannot download k8s.io/kubernetes@v$K8S_VERSION from the Go module proxy (${why:-$(tail -1 dl.err)})" >&2
-  exit 1
-fi
+gb_module k8s.io/kubernetes "v$K8S_VERSION"
+GOMOD_FILE="$GB_GOMOD"
+GO_REQUIRED="$GB_GO"
 STAGING_MINOR="0.${K8S_VERSION#1.}"
 
 # etcd: the version the apiserver's own module graph pins. Empty means the
 # go.mod changed shape; building some other etcd silently would be worse.
 ETCD_VERSION="$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2; exit}' "$GOMOD_FILE")"
-if [[ -z "$ETCD_VERSION" ]]; then
-  echo "build-kube: k8s.io/kubernetes@v$K8S_VERSION's go.mod pins no go.etcd.io/etcd/server/v3 version; cannot choose an etcd to build" >&2
-  exit 1
-fi
+[[ -n "$ETCD_VERSION" ]] ||
+  gb_fail "k8s.io/kubernetes@v$K8S_VERSION's go.mod pins no go.etcd.io/etcd/server/v3 version; cannot choose an etcd to build"
 
 cat >go.mod <<MOD
 module egress-proxies.local/kube-build
@@ -150,10 +113,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-if ! go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >get.log 2>&1; then
-  echo "build-kube: cannot get go.etcd.io/etcd/server/v3@$ETCD_VERSION ($(tail -1 get.log))" >&2
-  exit 1
-fi
+go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >get.log 2>&1 ||
+  gb_fail "cannot get go.etcd.io/etcd/server/v3@$ETCD_VERSION ($(tail -1 get.log))"
 GOFLAGS=-mod=mod go mod tidy >tidy.log 2>&1 || { cat tidy.log >&2; exit 1; }
 
 export CGO_ENABLED=0

@@ -11,9 +11,10 @@ bash infra/scripts/check-prereqs.sh
 
 # First run: the temporal CLI (seconds), Debian's squid and redis-server
 # (seconds), libvirt, QEMU and sshd for the kvm tests (apt-get install, about 15 s) and
-# kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores) and Jaeger for the
-# tracing test (Go, tens of minutes on 2 cores) into the cache; later runs
-# reuse them.
+# kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
+# tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
+# for the alert rules' test (Go, minutes) into the cache; later runs reuse
+# them.
 start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
@@ -21,6 +22,7 @@ bash infra/scripts/install-libvirt.sh >/dev/null
 bash infra/scripts/install-redis.sh >/dev/null
 bash infra/scripts/build-kube.sh >/dev/null
 bash infra/scripts/build-jaeger.sh >/dev/null
+bash infra/scripts/build-promtool.sh >/dev/null
 echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"
 
 echo "test.sh: format" && npx prettier --check . --log-level warn
