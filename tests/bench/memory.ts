@@ -2,7 +2,12 @@
  * Memory of each production process with N Proxies (DESIGN: "memory of each
  * process at 1,000 proxies").
  *
- *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 30] [--sample-every 5]
+ *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 30] [--settle-seconds 5] [--sample-every 5] [--cpu-profile DIR]
+ *
+ * --cpu-profile DIR writes a V8 CPU profile of each process's main isolate
+ * over the steady window (<command>-<pid>.cpuprofile; open it in Chrome
+ * DevTools or speedscope). The window's prober signals (transition,
+ * latency, resync, from the api's /metrics) are printed with the figures.
  *
  * (default N = 1000; the figures in docs/architecture.md came from
  * `1000 --steady-seconds 120 --sample-every 10`, about 4.5 min on 2 cores).
@@ -15,7 +20,7 @@
  * between, so the PID sampled is the process doing the work). Every process
  * uses the shipped defaults (log level info, drift sweep every 2 min and a
  * 6 h safety poll per Proxy, GC and provider checks on their schedules,
- * maxCachedWorkflows 250), only its addresses and directories are set.
+ * maxCachedWorkflows 100), only its addresses and directories are set.
  *
  * Then: an idle baseline (RSS of each process with no Proxies), N Managed
  * Proxies on the `local` provider applied, waited for until all are
@@ -62,9 +67,11 @@ const { values, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     'steady-seconds': { type: 'string', default: '30' },
+    'settle-seconds': { type: 'string', default: '5' },
     'sample-every': { type: 'string', default: '5' },
     from: { type: 'string', default: 'dist' },
     'idle-only': { type: 'boolean', default: false },
+    'cpu-profile': { type: 'string' },
     'worker-arg': { type: 'string', multiple: true, default: [] },
   },
 });
@@ -396,6 +403,22 @@ async function run(): Promise<void> {
   writeFileSync(
     gcHook,
     `import { writeFileSync, renameSync } from 'node:fs';\n` +
+      `import { Session } from 'node:inspector';\n` +
+      // --cpu-profile: SIGURG (ignored by default, so harmless when unused)
+      // starts a CPU profile of the main isolate and the next one writes it.
+      `let profiling;\n` +
+      `process.on('SIGURG', () => {\n` +
+      `  if (!profiling) {\n` +
+      `    profiling = new Session(); profiling.connect();\n` +
+      `    profiling.post('Profiler.enable', () => profiling.post('Profiler.start'));\n` +
+      `    return;\n` +
+      `  }\n` +
+      `  const session = profiling; profiling = undefined;\n` +
+      `  session.post('Profiler.stop', (err, result) => {\n` +
+      `    if (!err) writeFileSync(${JSON.stringify(values['cpu-profile'] ?? dir)} + '/' + (process.argv.find((a) => ['worker', 'bridge', 'api'].includes(a)) ?? 'node') + '-' + process.pid + '.cpuprofile', JSON.stringify(result.profile));\n` +
+      `    session.disconnect();\n` +
+      `  });\n` +
+      `});\n` +
       `process.on('SIGWINCH', () => {\n` +
       `  globalThis.gc();\n` +
       `  const path = ${JSON.stringify(memDir)} + '/' + process.pid + '.json';\n` +
@@ -601,12 +624,17 @@ async function run(): Promise<void> {
       (applyToReady === undefined ? '' : `, → all Ready ${applyToReady.toFixed(1)} s`),
   );
 
-  // Steady state: a short settle (the last status writes), then the window.
-  await sleep(5_000);
+  // Steady state: a settle (the last status writes; at N = 1,000 the tail of
+  // the provisioning, its Events and first sweeps, lasts minutes), then the window.
+  await sleep(Number(values['settle-seconds']) * 1000);
   const cpuBefore = new Map(parts.map((p) => [p.name, readProc(p.pid)?.cpuTicks ?? NaN]));
   const tSteady = performance.now();
   const probes0 = probes;
+  const signals0 = await proberSignals(apiAddr);
+  if (values['cpu-profile']) for (const p of parts) process.kill(p.pid, 'SIGURG');
   const steady = await sampleWindow(STEADY_MS, 'steady state');
+  if (values['cpu-profile']) for (const p of parts) process.kill(p.pid, 'SIGURG');
+  const signals1 = await proberSignals(apiAddr);
   const steadySeconds = (performance.now() - tSteady) / 1000;
   const final = await counts();
   const steadyGc = await afterGc('steady');
@@ -616,7 +644,11 @@ async function run(): Promise<void> {
   console.log('');
   console.log(
     `N=${N} Proxies, ${final.ready} Ready at the end; steady window ${steadySeconds.toFixed(0)} s, ` +
-      `${((probes - probes0) / steadySeconds).toFixed(1)} probes/s through the proxies`,
+      `${((probes - probes0) / steadySeconds).toFixed(1)} probes/s through the proxies; ` +
+      `prober signals to workflows in the window: ${
+        [...signals1].map(([kind, n]) => `${kind} ${n - (signals0.get(kind) ?? 0)}`).join(', ') ||
+        'none (api /metrics unreadable)'
+      }`,
   );
   console.log(
     '| process | idle RSS | start-up peak (VmHWM) | steady RSS, median (min-max) | peak VmHWM | after full GC: idle → steady RSS (V8 heap) | per proxy, after GC (as sampled) | CPU |',
@@ -632,7 +664,7 @@ async function run(): Promise<void> {
     const gi = idleGc.get(p.name)!;
     const gs = steadyGc.get(p.name)!;
     console.log(
-      `| ${p.name} | ${fmtMiB(idleRss)} | ${fmtMiB(startupPeak.get(p.name)!)} | ${fmtMiB(median(rss))} (${fmtMiB(Math.min(...rss))}-${fmtMiB(Math.max(...rss))}) | ${fmtMiB(last.hwmKiB)} | ${fmtMiB(gi.rssKiB)} (${fmtMiB(gi.heapUsedKiB)}) → ${fmtMiB(gs.rssKiB)} (${fmtMiB(gs.heapUsedKiB)}) | ${kibPerProxy(gs.rssKiB - gi.rssKiB)} (${kibPerProxy(median(rss) - idleRss)}) | ${(cpu * 100).toFixed(0)} % of a core |`,
+      `| ${p.name} | ${fmtMiB(idleRss)} | ${fmtMiB(startupPeak.get(p.name)!)} | ${fmtMiB(median(rss))} (${fmtMiB(Math.min(...rss))}-${fmtMiB(Math.max(...rss))}) | ${fmtMiB(last.hwmKiB)} | ${fmtMiB(gi.rssKiB)} (${fmtMiB(gi.heapUsedKiB)}) → ${fmtMiB(gs.rssKiB)} (${fmtMiB(gs.heapUsedKiB)}) | ${kibPerProxy(gs.rssKiB - gi.rssKiB)} (${kibPerProxy(median(rss) - idleRss)}) | ${(cpu * 100).toFixed(1)} % of a core |`,
     );
   }
   const total = (m: Map<string, ProcSample[]>) =>
@@ -693,4 +725,20 @@ try {
   process.exitCode = 1;
 } finally {
   await cleanup();
+}
+
+/** The prober's signal counters by kind (transition, latency, resync) from the api's /metrics; empty when unreadable. */
+async function proberSignals(apiAddr: string): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  try {
+    const text = await (await fetch(`http://${apiAddr}/metrics`)).text();
+    for (const m of text.matchAll(
+      /^proxy_operator_health_signals_total\{[^}]*kind="([a-z]+)"[^}]*\} ([0-9.e+]+)$/gm,
+    )) {
+      out.set(m[1]!, (out.get(m[1]!) ?? 0) + Number(m[2]));
+    }
+  } catch {
+    // a bench figure, not a failure
+  }
+  return out;
 }
