@@ -183,7 +183,7 @@ export async function startWorker(
       // the local provider, whose instances live in this process, reopens
       // their listeners on its first call.
       await client.schedule
-        .getHandle(scheduleIds().driftSweep)
+        .getHandle(scheduleIds(config.taskQueue).driftSweep)
         .trigger()
         .catch((error: unknown) =>
           logger.warn({ err: (error as Error).message }, 'could not start a drift sweep at start'),

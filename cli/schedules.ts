@@ -36,7 +36,12 @@ export const DEFAULT_CATCHUP_WINDOW_MS = 60_000;
 
 export interface SchedulesConfig {
   taskQueue: string;
-  /** Schedule IDs are `<prefix>-orphan-gc` and `<prefix>-provider-checks`. Default `egress-proxies`. */
+  /**
+   * Schedule IDs are `<prefix>-orphan-gc`, `<prefix>-provider-checks`,
+   * `<prefix>-drift-sweep`. Default: the task queue (`egress-proxies` unless
+   * set), so installations that share a Temporal namespace on different task
+   * queues keep schedules of their own.
+   */
   idPrefix?: string;
   gc: {
     /** 0 turns orphan GC off. */
@@ -62,7 +67,10 @@ export interface SchedulesConfig {
 
 export type ScheduleOutcome = 'created' | 'updated' | 'deleted' | 'absent';
 
-export function scheduleIds(prefix = 'egress-proxies'): {
+/** The IDs every installation used before they followed the task queue. */
+export const LEGACY_SCHEDULE_PREFIX = 'egress-proxies';
+
+export function scheduleIds(prefix = LEGACY_SCHEDULE_PREFIX): {
   gc: string;
   providerChecks: string;
   checksCleanup: string;
@@ -138,6 +146,7 @@ async function upsert(
   intervalMs: number,
   action: ScheduleOptionsStartWorkflowAction<Workflow>,
   catchupWindowMs: number,
+  carried?: LegacyState,
 ): Promise<ScheduleOutcome> {
   const spec = { intervals: [{ every: intervalMs }] };
   const policies = {
@@ -151,7 +160,9 @@ async function upsert(
       spec,
       action,
       policies,
-      state: { note: 'managed by the egress-proxies worker (ensureSchedules)' },
+      state: carried?.paused
+        ? { paused: true, note: carried.note ?? 'paused before the move from its legacy ID' }
+        : { note: 'managed by the egress-proxies worker (ensureSchedules)' },
     });
     return 'created';
   } catch (error) {
@@ -177,7 +188,55 @@ async function remove(client: Client, scheduleId: string): Promise<ScheduleOutco
   }
 }
 
-/** Creates, updates or deletes both schedules to match `cfg`. Safe to call at every start. */
+/**
+ * An installation on a task queue other than `egress-proxies` used to own
+ * the fixed `egress-proxies-*` IDs. Those that start workflows on our task
+ * queue are ours from before the upgrade: deleted, or both would run. One on
+ * another task queue belongs to another installation and is left alone.
+ */
+type ScheduleKey = 'gc' | 'providerChecks' | 'driftSweep';
+
+/** An operator's pause, carried from a legacy schedule to the one that replaces it. */
+interface LegacyState {
+  paused: boolean;
+  note?: string;
+}
+
+async function removeLegacySchedules(
+  client: Client,
+  ids: ReturnType<typeof scheduleIds>,
+  keys: ScheduleKey[],
+  taskQueue: string,
+  logger?: Logger,
+): Promise<Partial<Record<ScheduleKey, LegacyState>>> {
+  const legacy = scheduleIds(LEGACY_SCHEDULE_PREFIX);
+  const removed: Partial<Record<ScheduleKey, LegacyState>> = {};
+  for (const key of keys) {
+    if (legacy[key] === ids[key]) continue;
+    let state: LegacyState;
+    try {
+      const described = await client.schedule.getHandle(legacy[key]).describe();
+      if (described.action.type !== 'startWorkflow' || described.action.taskQueue !== taskQueue) continue;
+      state = {
+        paused: described.state.paused,
+        ...(described.state.note ? { note: described.state.note } : {}),
+      };
+    } catch (error) {
+      if (error instanceof ScheduleNotFoundError) continue;
+      throw error;
+    }
+    if ((await remove(client, legacy[key])) === 'deleted') {
+      removed[key] = state;
+      logger?.info(
+        { legacy: legacy[key], now: ids[key], paused: state.paused },
+        'replaced a schedule of this task queue under its old ID',
+      );
+    }
+  }
+  return removed;
+}
+
+/** Creates, updates or deletes the schedules to match `cfg`. Safe to call at every start. */
 export async function ensureSchedules(
   client: Client,
   cfg: SchedulesConfig,
@@ -189,7 +248,11 @@ export async function ensureSchedules(
   ] as const) {
     if (!(Number.isFinite(v) && v >= 0)) throw new Error(`${what} must be a non-negative number, got ${v}`);
   }
-  const ids = scheduleIds(cfg.idPrefix);
+  const ids = scheduleIds(cfg.idPrefix ?? cfg.taskQueue);
+  const managed: ScheduleKey[] = cfg.driftSweep
+    ? ['gc', 'providerChecks', 'driftSweep']
+    : ['gc', 'providerChecks'];
+  const adopted = await removeLegacySchedules(client, ids, managed, cfg.taskQueue, logger);
   const catchup = cfg.catchupWindowMs ?? DEFAULT_CATCHUP_WINDOW_MS;
 
   let gc: ScheduleOutcome;
@@ -209,6 +272,7 @@ export async function ensureSchedules(
       cfg.gc.intervalMs,
       startWorkflowAction('orphanGcWorkflow', [input], cfg.taskQueue, ids.gc, runTimeout),
       catchup,
+      adopted.gc,
     );
   }
 
@@ -240,6 +304,7 @@ export async function ensureSchedules(
       every,
       startWorkflowAction('providerChecksWorkflow', [input], cfg.taskQueue, ids.providerChecks, runTimeout),
       catchup,
+      adopted.providerChecks,
     );
   }
   let driftSweep: ScheduleOutcome | undefined;
@@ -256,8 +321,18 @@ export async function ensureSchedules(
       cfg.driftSweep.intervalMs,
       startWorkflowAction('driftSweepWorkflow', [input], cfg.taskQueue, ids.driftSweep, runTimeout),
       catchup,
+      adopted.driftSweep,
     );
   }
-  logger?.info({ gc, providerChecks, driftSweep, ids }, 'schedules ensured');
+  logger?.info(
+    {
+      gc,
+      providerChecks,
+      driftSweep,
+      ids,
+      ...(Object.keys(adopted).length > 0 ? { replacedLegacy: adopted } : {}),
+    },
+    'schedules ensured',
+  );
   return { gc, providerChecks, ...(driftSweep ? { driftSweep } : {}) };
 }

@@ -2,7 +2,11 @@
  * Memory of each production process with N Proxies (DESIGN: "memory of each
  * process at 1,000 proxies").
  *
- *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 30] [--settle-seconds 5] [--sample-every 5] [--cpu-profile DIR]
+ *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 30] [--settle-seconds 5] [--sample-every 5] [--cpu-profile DIR] [--from dist|source]
+ *
+ * --from dist (the default) runs the compiled processes a user runs, and
+ * runs `npm run build` first when dist/ is missing or older than a source
+ * file; --from source runs them through tsx.
  *
  * --cpu-profile DIR writes a V8 CPU profile of each process's main isolate
  * over the steady window (<command>-<pid>.cpuprofile; open it in Chrome
@@ -48,6 +52,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -103,9 +108,23 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function entryArgs(): string[] {
   if (FROM === 'source') return ['--import', 'tsx', join(REPO, 'cli/entry.ts')];
   const entry = join(REPO, 'dist/cli/entry.js');
+  const why = distOutOfDate(entry);
+  if (why !== undefined) {
+    // A fresh clone has no dist/: build it as the image does, rather than
+    // send the user off to run another command first.
+    console.log(`${elapsed()}  ${why}: running \`npm run build\``);
+    const built = spawnSync('npm', ['run', 'build', '--silent'], { cwd: REPO, stdio: 'inherit' });
+    if (built.status !== 0) throw new Error(`npm run build failed (exit ${built.status ?? built.signal})`);
+    const still = distOutOfDate(entry);
+    if (still !== undefined) throw new Error(`${still} after npm run build`);
+  }
+  return [entry];
+}
+
+/** Why dist/ cannot be measured as it is (missing, or older than a source file), or undefined. */
+function distOutOfDate(entry: string): string | undefined {
   const built = join(REPO, 'dist/build-info.json');
-  if (!existsSync(entry) || !existsSync(built))
-    throw new Error('dist/ is missing: run `npm run build` first (or pass --from source)');
+  if (!existsSync(entry) || !existsSync(built)) return 'dist/ is missing';
   const builtAt = statSync(built).mtimeMs;
   const newer: string[] = [];
   const walk = (d: string) => {
@@ -116,13 +135,20 @@ function entryArgs(): string[] {
         newer.push(path.slice(REPO.length));
     }
   };
-  for (const d of ['activities', 'api', 'cli', 'k8s-bridge', 'kube', 'providers', 'resources', 'workflows'])
+  for (const d of [
+    'activities',
+    'api',
+    'cli',
+    'k8s-bridge',
+    'kube',
+    'providers',
+    'resources',
+    'tracing',
+    'workflows',
+  ])
     walk(join(REPO, d));
-  if (newer.length > 0)
-    throw new Error(
-      `dist/ is older than ${newer.slice(0, 3).join(', ')}${newer.length > 3 ? ' ...' : ''}: run \`npm run build\` again`,
-    );
-  return [entry];
+  if (newer.length === 0) return undefined;
+  return `dist/ is older than ${newer.slice(0, 3).join(', ')}${newer.length > 3 ? ' ...' : ''}`;
 }
 
 // ---------------------------------------------------------------- /proc
@@ -221,6 +247,9 @@ const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length === 0 ? NaN : s[Math.floor((s.length - 1) / 2)]!;
 };
+
+// Resolved (and dist/ built when it must be) before any server starts.
+const ENTRY = entryArgs();
 
 // ---------------------------------------------------------------- cleanup
 
@@ -437,7 +466,7 @@ async function run(): Promise<void> {
         '--expose-gc',
         '--import',
         pathToFileURL(gcHook).href,
-        ...entryArgs(),
+        ...ENTRY,
         name,
         ...argsOf[name],
         ...(name === 'worker' ? WORKER_EXTRA : []),

@@ -518,7 +518,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
     }
 
     // GC: a sweep lists every provider and every live Proxy, and finds no orphan.
-    const report = (await triggerAndWait(scheduleIds().gc)) as {
+    const report = (await triggerAndWait(scheduleIds(taskQueue).gc)) as {
       providers: Record<string, { listed: number; firstSightings: unknown[]; error?: string }>;
     };
     expect(report.providers[localProvider]).toMatchObject({ listed: 1, firstSightings: [] });
@@ -648,7 +648,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
     resource: 'providerhealths/status',
     verb: 'patch',
     async breakIt() {
-      const handle = client.schedule.getHandle(scheduleIds().providerChecks);
+      const handle = client.schedule.getHandle(scheduleIds(taskQueue).providerChecks);
       await handle.trigger();
       await eventually(
         'the check round retried as forbidden',
@@ -842,7 +842,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
       port: port(),
     });
     // GC and the drift sweep list per namespace: a sweep sees the scoped instance as live.
-    const report = (await triggerAndWait(scheduleIds().gc)) as {
+    const report = (await triggerAndWait(scheduleIds(taskQueue).gc)) as {
       providers: Record<string, { listed: number; firstSightings: unknown[]; error?: string }>;
     };
     expect(report.providers[localProvider]).toMatchObject({ listed: 1, firstSightings: [] });

@@ -1,19 +1,26 @@
 /**
  * Drift found per provider (issue 10), on the real servers: the drift sweep
- * Schedule notices an instance deleted behind the workflow's back and only
- * that Proxy's workflow is signalled; with the sweep off, the safety poll
- * notices it; a health signal only writes status (no provider look, no new
- * timer); and a new run takes its timing from its worker.
+ * Schedule notices an instance deleted behind the workflow's back (by the
+ * provider, or its record removed by hand from the local provider's state
+ * directory) and only that Proxy's workflow is signalled; with the sweep
+ * off, the safety poll notices it; a health signal only writes status (no
+ * provider look, no new timer); and a new run takes its timing from its
+ * worker.
  */
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { temporal } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureSchedules, scheduleIds } from '../../cli/schedules.js';
+import { parseLocalProviderId } from '../../providers/local/provider.js';
+import { instanceRecordPath } from '../../providers/local/store.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import type { ProxyRef } from '../../workflows/proxy/types.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { getThroughConnect, startTarget } from '../helpers/net.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 
 const HOUR = 3_600_000;
@@ -134,6 +141,37 @@ describe('drift found by the per-provider sweep', () => {
     const bystanderAfter = tally((await bystanderHandle.fetchHistory()).events ?? []);
     expect(bystanderAfter).toEqual(bystanderBefore);
     expect(bystanderAfter.drift).toBe(0);
+  });
+
+  it("replaces an instance whose record an operator removed from the local provider's state dir", async () => {
+    const { ref, first } = await makeProxy(cp, 'px-record-gone', 18185);
+    await settled(cp, ref);
+    const name = parseLocalProviderId(first.status!.providerID!)!;
+    const removedAt = Date.now();
+    // What `rm` in the state directory does: no provider call, the worker is not told.
+    await rm(instanceRecordPath(join(cp.stateRoot, 'local'), name));
+
+    await eventually(
+      'a fresh instance with a record',
+      async () => {
+        const mine = await cp.instancesOf(ref.uid);
+        return mine.length === 1 && mine[0]!.state === 'Running' ? true : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    const again = await waitForProxy(cp.api, cp.namespace, 'px-record-gone', 'Running again', running);
+    console.log(`[drift] record removed → replacement Running in ${Date.now() - removedAt} ms`);
+    const t = tally((await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? []);
+    expect(t.drift).toBeGreaterThanOrEqual(1);
+    expect(t.timersFired).toBe(0);
+    expect(t.creates).toBe(2);
+    // The replacement forwards.
+    const target = await startTarget('through the replacement');
+    try {
+      expect(await getThroughConnect(again.status!.ip!, 18185, target.port)).toBe('through the replacement');
+    } finally {
+      await target.close();
+    }
   });
 
   it('a health or latency signal writes status only: no provider look, no new timer', async () => {
