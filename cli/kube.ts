@@ -1,11 +1,16 @@
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { reuseConnections } from '../kube/connections.js';
 
-/** A kubeconfig file when given; otherwise in-cluster config, then the default loading rules. */
+/**
+ * A kubeconfig file when given; otherwise in-cluster config, then the
+ * default loading rules. Its requests share keep-alive connections
+ * (kube/connections.ts).
+ */
 export function loadKubeConfig(path: string | undefined): KubeConfig {
   const kc = new KubeConfig();
   if (path) kc.loadFromFile(path);
   else kc.loadFromDefault();
-  return kc;
+  return reuseConnections(kc);
 }
 
 /**

@@ -14,6 +14,8 @@ export interface ManagedProcess {
 export interface SpawnServerOptions {
   /** Write `<pidDir>/<name>.pid` while it runs (reapServers in instance.ts reads it). */
   pidDir?: string;
+  /** The child's environment; default this process's. */
+  env?: NodeJS.ProcessEnv;
 }
 
 let setprivPath: string | null | undefined;
@@ -53,8 +55,13 @@ export function spawnServer(
     ? spawn(wrapper, ['--pdeathsig', 'KILL', '--', command, ...args], {
         stdio: ['ignore', 'pipe', 'pipe'],
         detached: true,
+        env: opts.env ?? process.env,
       })
-    : spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    : spawn(command, args, {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+        env: opts.env ?? process.env,
+      });
   child.stdout?.pipe(log, { end: false });
   child.stderr?.pipe(log, { end: false });
   const forget =

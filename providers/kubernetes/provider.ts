@@ -51,6 +51,7 @@ import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
+import { reuseConnections } from '../../kube/connections.js';
 import { providerCall } from '../../tracing/seam.js';
 import { boundedCall, CallEnded } from '../bounded-call.js';
 import { runOperation, type OperationFrame } from '../operation.js';
@@ -226,7 +227,8 @@ class KubernetesProviderImpl implements KubernetesProvider {
   /** The API client, loading the kubeconfig on first use. Config problems throw ProviderErrors. */
   private async api(operation: ProviderOperation, instance: string): Promise<Client> {
     if (this.client !== undefined) return this.client;
-    const kc = this.injected ?? (await this.loadKubeConfig(operation, instance));
+    // A kubeconfig we load gets keep-alive connections (kube/connections.ts); an injected one comes with its own.
+    const kc = this.injected ?? reuseConnections(await this.loadKubeConfig(operation, instance));
     // `context` selects within a kubeconfig we loaded; an injected one is used as given, never mutated.
     if (this.injected === undefined && this.config.context !== undefined) {
       if (!kc.getContexts().some((c) => c.name === this.config.context)) {

@@ -244,12 +244,36 @@ function healthyOf(e: Event): boolean | undefined {
   }
 }
 
+/** What a billable action was, whatever woke the workflow. */
+type Kind =
+  | 'workflow start / continue-as-new'
+  | 'schedule-started workflow'
+  | 'activity (attempts)'
+  | 'local-activity batch'
+  | 'timer'
+  | 'signal'
+  | 'search-attribute upsert'
+  | 'child workflow'
+  | 'external signal';
+const KIND_ORDER: Kind[] = [
+  'workflow start / continue-as-new',
+  'schedule-started workflow',
+  'activity (attempts)',
+  'local-activity batch',
+  'timer',
+  'signal',
+  'search-attribute upsert',
+  'child workflow',
+  'external signal',
+];
+
 function countActions(
   type: string,
   events: Event[],
   from: number,
   to: number,
   signals?: Map<SignalKind, number>,
+  kinds?: Map<Kind, number>,
 ): Map<Source, number> {
   const out = new Map<Source, number>();
   let lastHealthy: boolean | undefined;
@@ -260,9 +284,10 @@ function countActions(
   }
   let wokenBy: Source = 'proxy:other';
   let batchedTask: string | undefined;
-  const add = (n: number) => {
+  const add = (n: number, kind: Kind) => {
     const source = type === 'proxyWorkflow' ? wokenBy : (SOURCE_OF[type] ?? 'proxy:other');
     out.set(source, (out.get(source) ?? 0) + n);
+    kinds?.set(kind, (kinds.get(kind) ?? 0) + n);
   };
   let lastTaskCompleted = '';
   for (const e of events) {
@@ -282,18 +307,18 @@ function countActions(
     }
     if (t < from || t >= to) continue;
     if (kind && signals) signals.set(kind, (signals.get(kind) ?? 0) + 1);
-    if (e.workflowExecutionStartedEventAttributes) add(SCHEDULED_TYPES.has(type) ? 3 : 1);
-    else if (e.activityTaskScheduledEventAttributes) add(attempts.get(String(e.eventId)) ?? 1);
-    else if (
-      e.timerStartedEventAttributes ||
-      e.workflowExecutionSignaledEventAttributes ||
-      e.upsertWorkflowSearchAttributesEventAttributes ||
-      e.startChildWorkflowExecutionInitiatedEventAttributes ||
-      e.signalExternalWorkflowExecutionInitiatedEventAttributes
-    )
-      add(1);
+    if (e.workflowExecutionStartedEventAttributes) {
+      if (SCHEDULED_TYPES.has(type)) add(3, 'schedule-started workflow');
+      else add(1, 'workflow start / continue-as-new');
+    } else if (e.activityTaskScheduledEventAttributes)
+      add(attempts.get(String(e.eventId)) ?? 1, 'activity (attempts)');
+    else if (e.timerStartedEventAttributes) add(1, 'timer');
+    else if (e.workflowExecutionSignaledEventAttributes) add(1, 'signal');
+    else if (e.upsertWorkflowSearchAttributesEventAttributes) add(1, 'search-attribute upsert');
+    else if (e.startChildWorkflowExecutionInitiatedEventAttributes) add(1, 'child workflow');
+    else if (e.signalExternalWorkflowExecutionInitiatedEventAttributes) add(1, 'external signal');
     else if (e.markerRecordedEventAttributes?.markerName === 'core_local_activity') {
-      if (batchedTask !== lastTaskCompleted) add(1);
+      if (batchedTask !== lastTaskCompleted) add(1, 'local-activity batch');
       batchedTask = lastTaskCompleted;
     }
   }
@@ -302,6 +327,7 @@ function countActions(
 
 interface WindowCount {
   bySource: Map<Source, number>;
+  byKind: Map<Kind, number>;
   signals: Map<SignalKind, number>;
   timersFired: number;
   proxies: number;
@@ -309,6 +335,7 @@ interface WindowCount {
 
 async function countWindow(from: number, to: number): Promise<WindowCount> {
   const bySource = new Map<Source, number>();
+  const byKind = new Map<Kind, number>();
   const signals = new Map<SignalKind, number>();
   let timersFired = 0;
   const executions: Array<{ workflowId: string; runId: string; type: string }> = [];
@@ -320,7 +347,7 @@ async function countWindow(from: number, to: number): Promise<WindowCount> {
       executions.slice(i, i + 32).map(async ({ workflowId, runId, type }) => {
         const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
         const events = history.events ?? [];
-        for (const [source, n] of countActions(type, events, from, to, signals)) {
+        for (const [source, n] of countActions(type, events, from, to, signals, byKind)) {
           bySource.set(source, (bySource.get(source) ?? 0) + n);
         }
         if (type === 'proxyWorkflow') {
@@ -331,7 +358,7 @@ async function countWindow(from: number, to: number): Promise<WindowCount> {
       }),
     );
   }
-  return { bySource, signals, timersFired, proxies: N };
+  return { bySource, byKind, signals, timersFired, proxies: N };
 }
 
 /** The 1-minute load average, sampled every 10 s while a window runs: the figures carry their machine's load. */
@@ -369,6 +396,10 @@ function report(label: string, c: WindowCount, windowMs: number, load: string): 
   console.log(
     `  ${'all sources'.padEnd(20)} ${String(total).padStart(6)} actions  ${per(total).toFixed(2).padStart(7)} per proxy-hour (safety poll ${SAFETY_MS / 1000} s)`,
   );
+  const byKind = KIND_ORDER.filter((k) => (c.byKind.get(k) ?? 0) > 0)
+    .map((k) => `${k} ${c.byKind.get(k)}`)
+    .join(', ');
+  console.log(`  by kind: ${byKind || 'none'}`);
   const kinds = [...c.signals].map(([kind, n]) => `${kind} ${n}`).join(', ');
   console.log(`  signals: ${kinds || 'none'}`);
   // The safety poll's part scaled from the compressed poll to the 6 h default.

@@ -2,19 +2,24 @@
  * Memory of each production process with N Proxies (DESIGN: "memory of each
  * process at 1,000 proxies").
  *
- *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 30] [--settle-seconds 5] [--sample-every 5] [--cpu-profile DIR] [--from dist|source]
+ *   nice npx tsx tests/bench/memory.ts [N] [--steady-seconds 60] [--settle-seconds 60] [--sample-every 5] [--cpu-profile DIR] [--from dist|source] [--inherit-env]
  *
  * --from dist (the default) runs the compiled processes a user runs, and
  * runs `npm run build` first when dist/ is missing or older than a source
- * file; --from source runs them through tsx.
+ * file; --from source runs them through tsx. The processes get the image's
+ * environment (the Dockerfile's final-stage ENV, e.g. MALLOC_ARENA_MAX=2);
+ * --inherit-env gives them this shell's alone.
  *
  * --cpu-profile DIR writes a V8 CPU profile of each process's main isolate
  * over the steady window (<command>-<pid>.cpuprofile; open it in Chrome
  * DevTools or speedscope). The window's prober signals (transition,
  * latency, resync, from the api's /metrics) are printed with the figures.
  *
- * (default N = 1000; the figures in docs/architecture.md came from
- * `1000 --steady-seconds 120 --sample-every 10`, about 4.5 min on 2 cores).
+ * (default N = 1000, about 6 min on a quiet 2-core machine.) Steady state
+ * starts a minute after the last Proxy is Ready (--settle-seconds): right
+ * after a fast provisioning burst the worker still holds what the burst
+ * used (measured: 377 MiB over a window starting 5 s after Ready, 328 MiB
+ * over one starting 60 s after, the same run conditions otherwise).
  *
  * Starts its own Temporal dev server and kube-apiserver (with etcd), installs
  * the CRDs, writes a providers config with the `local` provider, and runs
@@ -67,16 +72,18 @@ import { freePort } from '../../cli/local-servers/ports.js';
 import { spawnServer, type ManagedProcess } from '../../cli/local-servers/process.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { imageEnvironment } from '../helpers/image-env.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
   options: {
-    'steady-seconds': { type: 'string', default: '30' },
-    'settle-seconds': { type: 'string', default: '5' },
+    'steady-seconds': { type: 'string', default: '60' },
+    'settle-seconds': { type: 'string', default: '60' },
     'sample-every': { type: 'string', default: '5' },
     from: { type: 'string', default: 'dist' },
     'idle-only': { type: 'boolean', default: false },
     'cpu-profile': { type: 'string' },
+    'inherit-env': { type: 'boolean', default: false },
     'worker-arg': { type: 'string', multiple: true, default: [] },
   },
 });
@@ -250,6 +257,14 @@ const median = (xs: number[]) => {
 
 // Resolved (and dist/ built when it must be) before any server starts.
 const ENTRY = entryArgs();
+/**
+ * The three processes run with the image's environment (the Dockerfile's
+ * final-stage ENV, MALLOC_ARENA_MAX among it) over this shell's, as they run
+ * in their containers; --inherit-env runs them with this shell's alone.
+ */
+const IMAGE_ENV = values['inherit-env'] ? {} : imageEnvironment();
+if (values['cpu-profile']) mkdirSync(values['cpu-profile'], { recursive: true });
+const PROCESS_ENV: NodeJS.ProcessEnv = { ...process.env, ...IMAGE_ENV };
 
 // ---------------------------------------------------------------- cleanup
 
@@ -352,6 +367,13 @@ async function run(): Promise<void> {
   console.log(
     `# memory per process, N=${N} Proxies (local provider, ${process.version}, 2 cores), processes from ${FROM === 'dist' ? 'dist/ (compiled)' : 'source (tsx)'}` +
       (WORKER_EXTRA.length > 0 ? `, worker flags ${WORKER_EXTRA.join(' ')}` : ''),
+  );
+  const envShown = Object.entries(IMAGE_ENV).map(([k, v]) => `${k}=${v}`);
+  console.log(
+    `  environment: ${envShown.length > 0 ? `the image's (${envShown.join(' ')}) over this shell's` : "this shell's (--inherit-env)"}` +
+      (process.env.MALLOC_ARENA_MAX && !IMAGE_ENV.MALLOC_ARENA_MAX
+        ? `, MALLOC_ARENA_MAX=${process.env.MALLOC_ARENA_MAX}`
+        : ''),
   );
   console.log(`  temp dir ${dir}`);
   const [cli, binDir] = await Promise.all([ensureTemporalCli(), ensureKubeBinaries()]);
@@ -472,6 +494,7 @@ async function run(): Promise<void> {
         ...(name === 'worker' ? WORKER_EXTRA : []),
       ],
       logPath,
+      { env: PROCESS_ENV },
     );
     children.push(proc);
     parts.push({ name, proc, pid: proc.child.pid!, logPath });

@@ -12,15 +12,17 @@ import {
   type Proxy,
   type ProxySpecInput,
 } from '../../resources/proxy-schema.js';
+import { reuseConnections } from '../../kube/connections.js';
 import { eventually } from './temporal.js';
 
 const run = promisify(execFile);
 
 /** The shared test cluster's, or the cluster at `path` (a test with an apiserver of its own). */
+/** The shared test apiserver's kubeconfig, with keep-alive connections as the CLI's (cli/kube.ts). */
 export function kubeConfig(path: string = inject('kubeconfigPath')): KubeConfig {
   const kc = new KubeConfig();
   kc.loadFromFile(path);
-  return kc;
+  return reuseConnections(kc);
 }
 
 export function customObjects(kc = kubeConfig()): CustomObjectsApi {

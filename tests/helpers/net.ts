@@ -99,11 +99,22 @@ export class TcpRelay {
   private server: TcpServer | undefined;
   private readonly sockets = new Set<Socket>();
   port = 0;
+  /** Connections accepted since the relay was created. */
+  accepted = 0;
+
+  /** Client connections open through the relay now. */
+  get live(): number {
+    return this.clients.size;
+  }
+  private readonly clients = new Set<Socket>();
 
   constructor(private readonly target: { host: string; port: number }) {}
 
   async open(): Promise<void> {
     const server = createTcpServer((client) => {
+      this.accepted += 1;
+      this.clients.add(client);
+      client.on('close', () => this.clients.delete(client));
       const upstream = connect(this.target.port, this.target.host);
       for (const s of [client, upstream]) {
         this.sockets.add(s);

@@ -26,6 +26,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
+import { imageEnvironment } from '../helpers/image-env.js';
 
 const run = promisify(execFile);
 
@@ -70,7 +71,8 @@ describe('the image contents: the built tree with production dependencies only',
     const child = startCli(args, {
       entry: [join(app, 'bin/egress-proxies.js')],
       cwd: app,
-      env: { HOME: dir, DISCOVERY_TOKEN: 'image-test', ...env },
+      // The image's ENV (Dockerfile), then what this test sets.
+      env: { ...imageEnvironment(), HOME: dir, DISCOVERY_TOKEN: 'image-test', ...env },
     });
     children.push(child);
     return child;

@@ -231,17 +231,30 @@ async function podGone(core: CoreV1Api, namespace: string, name: string): Promis
 }
 
 /**
- * A TCP relay in front of the apiserver. `stall()` holds every new
- * connection unanswered (the TLS handshake never starts) until released: a
- * real stuck backend call, with nothing faked above the socket.
+ * A TCP relay in front of the apiserver. `stall()` holds every connection
+ * unanswered until released: a new one never starts its TLS handshake, and
+ * an open one (the provider keeps its connections alive) forwards nothing
+ * either way. A real stuck backend call, with nothing faked above the socket.
  */
 async function startRelay(target: URL) {
   let gate: Promise<void> = Promise.resolve();
   const sockets = new Set<Socket>();
+  const pairs = new Set<{ client: Socket; upstream: Socket }>();
   const track = (s: Socket) => {
     sockets.add(s);
     s.once('close', () => sockets.delete(s));
     s.on('error', () => s.destroy());
+  };
+  // Unpiped and paused, a socket's bytes wait in the kernel until resumed.
+  const hold = ({ client, upstream }: { client: Socket; upstream: Socket }) => {
+    client.unpipe(upstream);
+    upstream.unpipe(client);
+    client.pause();
+    upstream.pause();
+  };
+  const flow = ({ client, upstream }: { client: Socket; upstream: Socket }) => {
+    client.pipe(upstream);
+    upstream.pipe(client);
   };
   const server = createServer((client) => {
     track(client);
@@ -250,11 +263,14 @@ async function startRelay(target: URL) {
       if (client.destroyed) return;
       const upstream = connect({ host: target.hostname, port: Number(target.port) });
       track(upstream);
-      client.once('close', () => upstream.destroy());
+      const pair = { client, upstream };
+      pairs.add(pair);
+      client.once('close', () => {
+        pairs.delete(pair);
+        upstream.destroy();
+      });
       upstream.once('close', () => client.destroy());
-      client.pipe(upstream);
-      upstream.pipe(client);
-      client.resume();
+      flow(pair);
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -264,7 +280,10 @@ async function startRelay(target: URL) {
     stall(): () => void {
       let release!: () => void;
       gate = new Promise<void>((r) => (release = r));
+      const held = [...pairs];
+      for (const pair of held) hold(pair);
       return () => {
+        for (const pair of held) if (!pair.client.destroyed) flow(pair);
         gate = Promise.resolve();
         release();
       };
