@@ -51,17 +51,12 @@ export function spawnServer(
 ): ManagedProcess {
   const log: WriteStream = createWriteStream(logPath, { flags: 'a' });
   const wrapper = setpriv();
-  const child = wrapper
-    ? spawn(wrapper, ['--pdeathsig', 'KILL', '--', command, ...args], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-        detached: true,
-        env: opts.env ?? process.env,
-      })
-    : spawn(command, args, {
-        stdio: ['ignore', 'pipe', 'pipe'],
-        detached: true,
-        env: opts.env ?? process.env,
-      });
+  const [file, argv] = wrapper ? [wrapper, ['--pdeathsig', 'KILL', '--', command, ...args]] : [command, args];
+  const child = spawn(file, argv, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+    env: opts.env ?? process.env,
+  });
   child.stdout?.pipe(log, { end: false });
   child.stderr?.pipe(log, { end: false });
   const forget =

@@ -257,13 +257,13 @@ const median = (xs: number[]) => {
 
 // Resolved (and dist/ built when it must be) before any server starts.
 const ENTRY = entryArgs();
+if (values['cpu-profile']) mkdirSync(values['cpu-profile'], { recursive: true });
 /**
  * The three processes run with the image's environment (the Dockerfile's
  * final-stage ENV, MALLOC_ARENA_MAX among it) over this shell's, as they run
  * in their containers; --inherit-env runs them with this shell's alone.
  */
 const IMAGE_ENV = values['inherit-env'] ? {} : imageEnvironment();
-if (values['cpu-profile']) mkdirSync(values['cpu-profile'], { recursive: true });
 const PROCESS_ENV: NodeJS.ProcessEnv = { ...process.env, ...IMAGE_ENV };
 
 // ---------------------------------------------------------------- cleanup

@@ -17,8 +17,11 @@ import { eventually } from './temporal.js';
 
 const run = promisify(execFile);
 
-/** The shared test cluster's, or the cluster at `path` (a test with an apiserver of its own). */
-/** The shared test apiserver's kubeconfig, with keep-alive connections as the CLI's (cli/kube.ts). */
+/**
+ * The shared test cluster's kubeconfig, or the cluster's at `path` (a test
+ * with an apiserver of its own), with keep-alive connections as the CLI's
+ * (cli/kube.ts).
+ */
 export function kubeConfig(path: string = inject('kubeconfigPath')): KubeConfig {
   const kc = new KubeConfig();
   kc.loadFromFile(path);

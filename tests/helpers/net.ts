@@ -90,32 +90,55 @@ export function getThroughProxy(
   });
 }
 
+/** Both ends of one relayed connection. */
+interface RelayedPair {
+  client: Socket;
+  upstream: Socket;
+}
+
+/** Unpiped and paused, a connection's bytes wait in the kernel until it flows again. */
+function hold({ client, upstream }: RelayedPair): void {
+  client.unpipe(upstream);
+  upstream.unpipe(client);
+  client.pause();
+  upstream.pause();
+}
+
+function flow({ client, upstream }: RelayedPair): void {
+  client.pipe(upstream);
+  upstream.pipe(client);
+}
+
 /**
  * A TCP relay on the loopback in front of a server: `cut` drops every
  * connection and refuses new ones (the port is closed), `open` listens again
- * on the same port.
+ * on the same port, `stall` holds every connection, open or new, until
+ * released (a stuck backend, with nothing faked above the socket).
  */
 export class TcpRelay {
   private server: TcpServer | undefined;
   private readonly sockets = new Set<Socket>();
+  private readonly pairs = new Set<RelayedPair>();
+  /** The connections `stall` holds; undefined while they flow. */
+  private held: Set<RelayedPair> | undefined;
   port = 0;
   /** Connections accepted since the relay was created. */
   accepted = 0;
 
+  constructor(private readonly target: { host: string; port: number }) {}
+
   /** Client connections open through the relay now. */
   get live(): number {
-    return this.clients.size;
+    return this.pairs.size;
   }
-  private readonly clients = new Set<Socket>();
-
-  constructor(private readonly target: { host: string; port: number }) {}
 
   async open(): Promise<void> {
     const server = createTcpServer((client) => {
       this.accepted += 1;
-      this.clients.add(client);
-      client.on('close', () => this.clients.delete(client));
       const upstream = connect(this.target.port, this.target.host);
+      const pair = { client, upstream };
+      this.pairs.add(pair);
+      client.on('close', () => this.pairs.delete(pair));
       for (const s of [client, upstream]) {
         this.sockets.add(s);
         s.on('close', () => this.sockets.delete(s));
@@ -124,7 +147,10 @@ export class TcpRelay {
           upstream.destroy();
         });
       }
-      client.pipe(upstream).pipe(client);
+      // A new socket does not read until piped: a held one's first bytes (a
+      // TLS ClientHello) wait for the release.
+      if (this.held) this.held.add(pair);
+      else flow(pair);
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -132,6 +158,19 @@ export class TcpRelay {
     });
     this.port = (server.address() as { port: number }).port;
     this.server = server;
+  }
+
+  /** Holds every connection, open and new, forwarding nothing either way; returns the release. */
+  stall(): () => void {
+    if (this.held) throw new Error('TcpRelay: already stalled');
+    const held = new Set(this.pairs);
+    for (const pair of held) hold(pair);
+    this.held = held;
+    return () => {
+      if (this.held !== held) return;
+      this.held = undefined;
+      for (const pair of held) if (!pair.client.destroyed) flow(pair);
+    };
   }
 
   async cut(): Promise<void> {

@@ -23,7 +23,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -60,6 +59,7 @@ import {
   kubeConfig,
   waitForProxy,
 } from '../helpers/kube.js';
+import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 
 const live = () => new AbortController().signal;
@@ -230,70 +230,11 @@ async function podGone(core: CoreV1Api, namespace: string, name: string): Promis
   }
 }
 
-/**
- * A TCP relay in front of the apiserver. `stall()` holds every connection
- * unanswered until released: a new one never starts its TLS handshake, and
- * an open one (the provider keeps its connections alive) forwards nothing
- * either way. A real stuck backend call, with nothing faked above the socket.
- */
-async function startRelay(target: URL) {
-  let gate: Promise<void> = Promise.resolve();
-  const sockets = new Set<Socket>();
-  const pairs = new Set<{ client: Socket; upstream: Socket }>();
-  const track = (s: Socket) => {
-    sockets.add(s);
-    s.once('close', () => sockets.delete(s));
-    s.on('error', () => s.destroy());
-  };
-  // Unpiped and paused, a socket's bytes wait in the kernel until resumed.
-  const hold = ({ client, upstream }: { client: Socket; upstream: Socket }) => {
-    client.unpipe(upstream);
-    upstream.unpipe(client);
-    client.pause();
-    upstream.pause();
-  };
-  const flow = ({ client, upstream }: { client: Socket; upstream: Socket }) => {
-    client.pipe(upstream);
-    upstream.pipe(client);
-  };
-  const server = createServer((client) => {
-    track(client);
-    client.pause();
-    void gate.then(() => {
-      if (client.destroyed) return;
-      const upstream = connect({ host: target.hostname, port: Number(target.port) });
-      track(upstream);
-      const pair = { client, upstream };
-      pairs.add(pair);
-      client.once('close', () => {
-        pairs.delete(pair);
-        upstream.destroy();
-      });
-      upstream.once('close', () => client.destroy());
-      flow(pair);
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: `https://127.0.0.1:${port}`,
-    stall(): () => void {
-      let release!: () => void;
-      gate = new Promise<void>((r) => (release = r));
-      const held = [...pairs];
-      for (const pair of held) hold(pair);
-      return () => {
-        for (const pair of held) if (!pair.client.destroyed) flow(pair);
-        gate = Promise.resolve();
-        release();
-      };
-    },
-    close: () =>
-      new Promise<void>((r) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => r());
-      }),
-  };
+/** A relay in front of the apiserver; its `stall()` holds the provider's calls, open connections too (they are kept alive). */
+async function startRelay(target: URL): Promise<{ relay: TcpRelay; url: string }> {
+  const relay = new TcpRelay({ host: target.hostname, port: Number(target.port) });
+  await relay.open();
+  return { relay, url: `https://127.0.0.1:${relay.port}` };
 }
 
 /** A kubeconfig file for the harness cluster, optionally via another URL or as another user. */
@@ -333,10 +274,10 @@ describeProviderConformance('kubernetes', async () => {
   const kc = kubeConfig();
   const core = kc.makeApiClient(CoreV1Api);
   const namespace = await createNamespace(kc, 'k8s-conformance');
-  const relay = await startRelay(new URL(kc.getCurrentCluster()!.server));
+  const { relay, url } = await startRelay(new URL(kc.getCurrentCluster()!.server));
   const dir = await mkdtemp(join(tmpdir(), 'ep-k8s-conformance-'));
   // Through the relay, so `stall` can hold the provider's calls; loaded from a file, as configured.
-  const path = await writeKubeconfig(dir, { server: relay.url });
+  const path = await writeKubeconfig(dir, { server: url });
   const { provider, lines } = makeProvider({ namespace, kubeconfig: path }, { name: 'k8s-conformance' });
   const kubelet = kubeletLoop(core, namespace);
 
@@ -388,7 +329,7 @@ describeProviderConformance('kubernetes', async () => {
       await kubelet.stop();
       await clearNamespace(core, namespace);
       await provider.close();
-      await relay.close();
+      await relay.cut();
       await rm(dir, { recursive: true, force: true });
     },
   };
@@ -595,8 +536,8 @@ describe('kubernetes provider: pods in a real apiserver', () => {
   });
 
   it('every apiserver call is bounded by operationTimeoutSeconds, whatever the caller’s signal', async () => {
-    const relay = await startRelay(new URL(kc.getCurrentCluster()!.server));
-    const path = await writeKubeconfig(dir, { server: relay.url });
+    const { relay, url } = await startRelay(new URL(kc.getCurrentCluster()!.server));
+    const path = await writeKubeconfig(dir, { server: url });
     const { provider: slow } = makeProvider({ namespace, kubeconfig: path, operationTimeoutSeconds: 0.5 });
     try {
       const id = await slow.create(request(), live());
@@ -616,7 +557,7 @@ describe('kubernetes provider: pods in a real apiserver', () => {
           name: 'apiserver',
           ready: false,
           reason: 'Timeout',
-          address: relay.url,
+          address: url,
         });
       } finally {
         release();
@@ -625,7 +566,7 @@ describe('kubernetes provider: pods in a real apiserver', () => {
       expect((await slow.check(live()))[0]).toMatchObject({ ready: true, reason: 'Reachable' });
     } finally {
       await slow.close();
-      await relay.close();
+      await relay.cut();
     }
   });
 
