@@ -19,7 +19,12 @@ import {
   type ApiOptions,
   type LeaseStore,
 } from '../api/index.js';
-import { createProber, createProxyProbeTargets, createTemporalHealthSignaller } from '../api/prober/index.js';
+import {
+  createProber,
+  createProxyProbeTargets,
+  createTemporalHealthSignaller,
+  proxyKey,
+} from '../api/prober/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import {
@@ -369,15 +374,21 @@ export async function startApi(
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
     started.push({ what: 'Temporal connection', stop: () => connection.close() });
     await checkNamespace(connection, config.temporalNamespace);
+    const targets = createProxyProbeTargets(proxies);
     const signaller = createTemporalHealthSignaller(
       new Client({ connection, namespace: config.temporalNamespace, plugins: tracing.temporalPlugins }),
       {
         logger,
+        // A report for a Proxy that is still there waits for its workflow to start.
+        stillWanted: (ref, report) => {
+          const target = targets.get(proxyKey(ref));
+          return target?.ref.uid === ref.uid && target.host === report.ip;
+        },
       },
     );
     started.push({ what: 'health signaller', stop: () => signaller.stop() });
     const prober = createProber({
-      targets: createProxyProbeTargets(proxies),
+      targets,
       signal: signaller.signal,
       logger,
       registry,

@@ -27,7 +27,7 @@ export interface ProviderRequestMetrics {
   observe(provider: string, op: ProviderOperation, result: ProviderRequestResult, seconds: number): void;
 }
 
-export const PROVIDER_REQUESTS_TOTAL = 'egress_provider_requests_total';
+export const PROVIDER_REQUESTS_TOTAL = 'proxy_operator_provider_requests_total';
 export const PROVIDER_REQUEST_DURATION = 'egress_provider_request_duration_seconds';
 
 /** The counter and histogram on `registry` (reused when already there: one set per process). */

@@ -34,20 +34,20 @@ export function registerProberMetrics(
     registers: [registry],
   });
   const lag = new Histogram({
-    name: 'proxy_operator_healthcheck_schedule_lag_seconds',
+    name: 'egress_prober_schedule_lag_seconds',
     help: 'How late probes start against their scheduled time (grows when the concurrency cap is reached).',
     buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
     registers: [registry],
   });
   const signals = new Counter({
-    name: 'proxy_operator_health_signals_total',
+    name: 'egress_prober_signals_total',
     help: 'Health reports the prober sent to Proxy workflows, by kind.',
     labelNames: ['kind'] as const,
     registers: [registry],
   });
   for (const kind of ['transition', 'latency', 'resync'] as const) signals.inc({ kind }, 0);
   new Gauge({
-    name: 'proxy_operator_healthcheck_in_flight',
+    name: 'egress_prober_probes_in_flight',
     help: 'Probes running now.',
     registers: [registry],
     collect() {
@@ -55,7 +55,7 @@ export function registerProberMetrics(
     },
   });
   new Gauge({
-    name: 'proxy_operator_healthcheck_proxies',
+    name: 'egress_prober_proxies',
     help: 'Proxies the prober is probing.',
     registers: [registry],
     collect() {

@@ -14,10 +14,14 @@
  *   discarded;
  * - gone, deleting or without an address: dropped with its metric series.
  *
- * Anti-entropy: a report can be lost (the workflow did not exist yet, the
- * signaller gave up, the process stopped with a report pending). When the
- * Proxy's condition still disagrees with the prober's verdict `resyncAfterMs`
- * after the last report, the current verdict is sent again.
+ * Anti-entropy: a report can be lost (taken by a run that was then
+ * terminated, the signaller stopped with a report pending, a status write
+ * that failed). When the Proxy's condition still disagrees with the
+ * prober's verdict `resyncFirstMs` (30 s) after the last report, the current
+ * verdict is sent again, then after twice as long, up to `resyncAfterMs`
+ * (5 min) between re-sends, so a disagreement that lasts (a status write
+ * outage) costs one signal per proxy per 5 min at most. A workflow that is
+ * not running yet is the signaller's to wait for (see signaller.ts).
  *
  * Nothing a probe does can end a proxy's probe loop: a probe that throws
  * counts as a failed probe (reason ProberError, logged), a throwing metric or
@@ -74,7 +78,9 @@ export interface ProberOptions {
   tls?: ProbeTls;
   userAgent?: string;
   latencyPolicy?: LatencyPolicy;
-  /** Re-send the verdict when the Proxy's condition still disagrees this long after the last report (default 5 min). */
+  /** First re-send when the Proxy's condition still disagrees this long after the last report (default 30 s). */
+  resyncFirstMs?: number;
+  /** Longest wait between re-sends while the disagreement lasts (default 5 min). */
   resyncAfterMs?: number;
   /** Called after every probe whose result counted: diagnostics and benchmarks. */
   onProbe?: (event: ProbeEvent) => void;
@@ -110,6 +116,8 @@ interface Tracked {
   lastFailure: { reason: string; message: string } | undefined;
   /** Clock time of the last report sent (or of seeding). */
   lastSignalAt: number;
+  /** Wait before the next re-send while the condition disagrees: resyncFirstMs doubling to resyncAfterMs. */
+  resyncDelayMs: number;
   running: boolean;
 }
 
@@ -126,6 +134,7 @@ export function createProber(options: ProberOptions): Prober {
   const log = options.logger.child({ component: 'prober' });
   const latencyPolicy = options.latencyPolicy ?? DEFAULT_LATENCY_POLICY;
   const resyncAfterMs = options.resyncAfterMs ?? 300_000;
+  const resyncFirstMs = Math.min(options.resyncFirstMs ?? 30_000, resyncAfterMs);
   const maxConcurrent = Math.max(1, options.maxConcurrentProbes ?? DEFAULT_MAX_CONCURRENT_PROBES);
   const probe = options.probe ?? probeThroughProxy;
   if (options.userAgent !== undefined && !HEADER_SAFE.test(options.userAgent)) {
@@ -169,6 +178,7 @@ export function createProber(options: ProberOptions): Prober {
       latency: seed === 'Healthy' ? { millis: target.latencyMillis ?? 0, at: now } : undefined,
       lastFailure: undefined,
       lastSignalAt: now,
+      resyncDelayMs: resyncFirstMs,
       running: false,
     };
   }
@@ -309,21 +319,21 @@ export function createProber(options: ProberOptions): Prober {
         'health verdict changed',
       );
       send(state, 'transition', now, result.ok ? latencyMillis : undefined);
+      state.resyncDelayMs = resyncFirstMs;
     } else if (
       result.ok &&
       latencyWorthReporting({ verdict, last: state.latency, latencyMillis, now, policy: latencyPolicy })
     ) {
       send(state, 'latency', now, latencyMillis);
-    } else if (
-      verdict !== 'Unknown' &&
-      state.target.condition !== verdict &&
-      now - state.lastSignalAt >= resyncAfterMs
-    ) {
+    } else if (verdict === 'Unknown' || state.target.condition === verdict) {
+      state.resyncDelayMs = resyncFirstMs;
+    } else if (now - state.lastSignalAt >= state.resyncDelayMs) {
       log.info(
         { proxy: run.key, verdict, condition: state.target.condition },
         'condition disagrees with the verdict; re-sending',
       );
       send(state, 'resync', now, result.ok ? latencyMillis : state.latency?.millis);
+      state.resyncDelayMs = Math.min(state.resyncDelayMs * 2, resyncAfterMs);
     }
   }
 

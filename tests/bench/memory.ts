@@ -785,7 +785,7 @@ async function proberSignals(apiAddr: string): Promise<Map<string, number>> {
   try {
     const text = await (await fetch(`http://${apiAddr}/metrics`)).text();
     for (const m of text.matchAll(
-      /^proxy_operator_health_signals_total\{[^}]*kind="([a-z]+)"[^}]*\} ([0-9.e+]+)$/gm,
+      /^egress_prober_signals_total\{[^}]*kind="([a-z]+)"[^}]*\} ([0-9.e+]+)$/gm,
     )) {
       out.set(m[1]!, (out.get(m[1]!) ?? 0) + Number(m[2]));
     }

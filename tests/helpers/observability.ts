@@ -3,6 +3,7 @@
  * the metric names their queries use, and a scrape for the names it holds,
  * so a test can require every name used to exist in real /metrics output.
  */
+import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 
 /** Every series name a scrape can answer for: families, and a histogram's _bucket/_sum/_count. */
@@ -122,4 +123,52 @@ export function metricNamesInRules(text: string): string[] {
   const rules = parseRules(text);
   const recorded = new Set(rules.flatMap((r) => (r.record ? [r.record] : [])));
   return [...new Set(rules.flatMap((r) => metricNamesInExpr(r.expr)))].filter((n) => !recorded.has(n));
+}
+
+export interface MetricFamily {
+  type: string;
+  /** Label names seen on the family's samples (a histogram's `le` left out). */
+  labelNames: Set<string>;
+  samples: number;
+}
+
+/** Every metric family in Prometheus text scrapes: its TYPE and the label names its samples carry. */
+export function metricFamilies(texts: readonly string[]): Map<string, MetricFamily> {
+  const families = new Map<string, MetricFamily>();
+  for (const text of texts) {
+    for (const line of text.split('\n')) {
+      const type = /^# TYPE (\S+) (\S+)/.exec(line);
+      if (type) {
+        if (!families.has(type[1]!))
+          families.set(type[1]!, { type: type[2]!, labelNames: new Set(), samples: 0 });
+        continue;
+      }
+      const sample = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})? /.exec(line);
+      if (!sample) continue;
+      const name = sample[1]!;
+      const family =
+        families.get(name) ??
+        families.get(name.replace(/_(bucket|sum|count)$/, '')) ??
+        families.get(name.replace(/_total$/, ''));
+      if (!family) continue;
+      family.samples++;
+      for (const m of (sample[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="/g)) {
+        if (m[1] !== 'le') family.labelNames.add(m[1]!);
+      }
+    }
+  }
+  return families;
+}
+
+export interface SeedMetric {
+  name: string;
+  type: string;
+  labels: string[];
+  process: 'worker' | 'api';
+}
+
+/** The seed's exported metrics (tests/fixtures/seed-metrics.json). */
+export function seedMetrics(): SeedMetric[] {
+  const file = new URL('../fixtures/seed-metrics.json', import.meta.url);
+  return (JSON.parse(readFileSync(file, 'utf8')) as { metrics: SeedMetric[] }).metrics;
 }

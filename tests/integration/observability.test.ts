@@ -33,7 +33,13 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
-import { metricNamesInDashboard, metricNamesInRules, metricsExposed } from '../helpers/observability.js';
+import {
+  metricFamilies,
+  metricNamesInDashboard,
+  metricNamesInRules,
+  metricsExposed,
+  seedMetrics,
+} from '../helpers/observability.js';
 
 const run = promisify(execFile);
 const HOLD = 'test.example.com/hold';
@@ -226,7 +232,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
       'the worker counted the deletion poll',
       async () => {
         const text = await scrape(`${workerUrl}/metrics`);
-        return /egress_provider_requests_total\{provider="local",op="get",result="not_found"\} [1-9]/.test(
+        return /proxy_operator_provider_requests_total\{provider="local",op="get",result="not_found"\} [1-9]/.test(
           text,
         )
           ? text
@@ -238,13 +244,13 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     const apiText = await scrape(`${apiUrl}/metrics`);
 
     expect(workerText).toMatch(
-      /egress_provider_requests_total\{provider="local",op="create",result="ok"\} 1\n/,
+      /proxy_operator_provider_requests_total\{provider="local",op="create",result="ok"\} 1\n/,
     );
     expect(workerText).toMatch(
-      /egress_provider_requests_total\{provider="local",op="get",result="ok"\} [1-9]/,
+      /proxy_operator_provider_requests_total\{provider="local",op="get",result="ok"\} [1-9]/,
     );
     expect(workerText).toMatch(
-      /egress_provider_requests_total\{provider="local",op="delete",result="ok"\} [1-9]/,
+      /proxy_operator_provider_requests_total\{provider="local",op="delete",result="ok"\} [1-9]/,
     );
     expect(workerText).toMatch(
       /egress_provider_request_duration_seconds_count\{provider="local",op="create"\} 1\n/,
@@ -279,6 +285,26 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     expect(used.length).toBeGreaterThan(10);
     // `up` is the one name Prometheus makes itself, per scrape target.
     expect(used.filter((name) => name !== 'up' && !exposed.has(name))).toEqual([]);
+
+    // The seed's metrics keep the seed's names, types and labels, on the process that does the seed's work;
+    // everything else this project exports is egress_* (or the SDK's and Node's own families).
+    const byProcess = { worker: metricFamilies([workerText]), api: metricFamilies([apiText]) };
+    const seed = seedMetrics();
+    expect(seed).toHaveLength(9);
+    for (const metric of seed) {
+      const family = byProcess[metric.process].get(metric.name);
+      expect(family, `${metric.name} on the ${metric.process}`).toBeDefined();
+      expect(family!.type, metric.name).toBe(metric.type);
+      if (family!.samples > 0)
+        expect([...family!.labelNames].sort(), metric.name).toEqual([...metric.labels].sort());
+    }
+    expect(byProcess.worker.get('proxy_operator_provider_requests_total')!.samples).toBeGreaterThan(0);
+    expect(byProcess.api.get('proxy_operator_lease_requests_total')!.samples).toBeGreaterThan(0);
+    const seedNames = new Set(seed.map((m) => m.name));
+    const offPrefix = [...metricFamilies([workerText, bridgeText, apiText]).keys()].filter(
+      (name) => !seedNames.has(name) && !/^(egress_|temporal_|process_|nodejs_)/.test(name),
+    );
+    expect(offPrefix).toEqual([]);
 
     for (const child of [worker, bridge, api]) expect(await child.stop(60_000), child.output()).toBe(0);
     const logs = [worker, bridge, api].map((c) => c.output()).join('\n');

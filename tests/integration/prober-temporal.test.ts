@@ -52,6 +52,15 @@ describe('prober with the control plane', () => {
       },
       { timeoutMs, intervalMs: 200 },
     );
+  const waitForCondition = (name: string, test: (p: Proxy) => boolean) =>
+    eventually(
+      `${name}: condition`,
+      async () => {
+        const p = await getProxy(cp.api, cp.namespace, name);
+        return test(p) ? p : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
   const healthy = (p: Proxy) => p.status?.conditions?.find((c) => c.type === 'Healthy');
   const healthSignals = async (workflowId: string) =>
     (await cp.client.workflow.getHandle(workflowId).fetchHistory()).events?.filter(
@@ -213,6 +222,52 @@ describe('prober with the control plane', () => {
       await outage.stop();
       await connection.close();
       await relay.close();
+    }
+  });
+
+  it('a report for a Proxy whose workflow is not running yet waits for the workflow and lands when it starts; dropped once the Proxy is gone', async () => {
+    // No bridge: the Proxy exists, its workflow does not (the prober saw it first).
+    await cp.bridge.stop();
+    const created = await createProxy(cp.api, cp.namespace, 'px-early', {
+      mode: 'External',
+      endpoint: { host: '127.0.0.1', port: 1 },
+      healthCheck: { probeURL: target.url, intervalSeconds: 300 },
+    });
+    const early: ProxyRef = { namespace: cp.namespace, name: 'px-early', uid: created.metadata.uid! };
+    let proxyThere = true;
+    const waiting = createTemporalHealthSignaller(cp.client, {
+      stillWanted: (r, rep) => proxyThere && r.uid === early.uid && rep.ip === '127.0.0.1',
+      notFoundInitialBackoffMs: 50,
+      notFoundMaxBackoffMs: 500,
+    });
+    const later = cp.createBridge();
+    try {
+      waiting.signal(early, { ip: '127.0.0.1', healthy: true, checkedAt: new Date().toISOString() });
+      await eventually('the report held for the workflow', () =>
+        Promise.resolve(waiting.stats().notFoundRetries >= 2 ? true : undefined),
+      );
+      expect(waiting.stats()).toMatchObject({ delivered: 0, dropped: 0, waitingForWorkflow: 1 });
+
+      // The bridge starts the workflow: the held report reaches it, and the status shows it.
+      await later.start();
+      await eventually(
+        'delivered',
+        () => Promise.resolve(waiting.stats().delivered === 1 ? true : undefined),
+        {
+          timeoutMs: 30_000,
+        },
+      );
+      await waitForCondition('px-early', (p) => healthy(p)?.status === 'True');
+      expect(waiting.stats()).toMatchObject({ dropped: 0, waitingForWorkflow: 0 });
+
+      // A report for a Proxy that is gone is dropped at its next try, not held forever.
+      proxyThere = false;
+      waiting.signal({ ...early, uid: 'gone-uid' }, { ip: '127.0.0.1', healthy: true, checkedAt: '' });
+      await eventually('dropped', () => Promise.resolve(waiting.stats().dropped === 1 ? true : undefined));
+      expect(waiting.stats().waitingForWorkflow).toBe(0);
+    } finally {
+      await waiting.stop();
+      await later.stop();
     }
   });
 });

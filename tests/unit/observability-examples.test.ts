@@ -48,7 +48,7 @@ describe('infra/observability examples', () => {
       expect(rule.annotations?.summary).toBeTruthy();
     }
     expect(metricNamesInRules(read('infra/observability/prometheus-rules.yaml'))).toContain(
-      'egress_provider_requests_total',
+      'proxy_operator_provider_requests_total',
     );
   });
 

@@ -71,7 +71,9 @@ describe('provider request metrics: every provider buildProviders makes is count
 
     const text = await metrics.metrics();
     const count = (labels: string) =>
-      Number(new RegExp(`egress_provider_requests_total\\{${labels}\\} (\\d+)`).exec(text)?.[1] ?? 'NaN');
+      Number(
+        new RegExp(`proxy_operator_provider_requests_total\\{${labels}\\} (\\d+)`).exec(text)?.[1] ?? 'NaN',
+      );
     expect(count('provider="one",op="create",result="ok"')).toBe(1);
     expect(count('provider="one",op="create",result="quota_exceeded"')).toBe(1);
     expect(count('provider="one",op="get",result="ok"')).toBe(1);
