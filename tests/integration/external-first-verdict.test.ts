@@ -143,7 +143,8 @@ describe('External Proxies applied in a burst', () => {
     await apply(late);
     await eventually(
       'every first verdict sent with no workflow to take it',
-      async () => ((await signals(apiUrl, 'transition')) >= transitionsBefore + late.length ? true : undefined),
+      async () =>
+        (await signals(apiUrl, 'transition')) >= transitionsBefore + late.length ? true : undefined,
       { timeoutMs: 60_000, intervalMs: 250 },
     );
     expect([...(await readyNames())].filter((n) => n.startsWith('ext-c'))).toEqual([]);
