@@ -2,8 +2,8 @@
  * One line per proxy the lease API lists: its id, endpoint, attributes, and
  * the egress IP an IP-echo target saw through it, or why that failed. Under
  * `dev` the echo is the one in the banner, and each `local` proxy shows its
- * own loopback address; against a real fleet, point it at a public IP-echo
- * site (`https://` ones need CONNECT: `--connect`).
+ * own loopback address; against a real fleet, point it at a plain-http://
+ * IP-echo endpoint the proxies can reach (https:// is not supported yet).
  *
  *   npx tsx cli/show-egress-ips.ts [--api URL] [--echo URL] [--connect]
  *
@@ -49,6 +49,10 @@ export async function egressRows(options: ShowEgressOptions): Promise<EgressRow[
   const res = await fetch(listUrl, {
     headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
     signal: AbortSignal.timeout(options.timeoutMs ?? 10_000),
+  }).catch((error: unknown) => {
+    // fetch says only "fetch failed"; the reason (ECONNREFUSED...) is its cause.
+    const cause = (error as { cause?: { message?: unknown } }).cause?.message;
+    throw new Error(`GET ${listUrl.href}: ${typeof cause === 'string' ? cause : String(error)}`);
   });
   if (res.status !== 200) throw new Error(`GET ${listUrl.href}: HTTP ${res.status} ${await res.text()}`);
   const { proxies } = (await res.json()) as { proxies: ListedProxy[] };
