@@ -3,7 +3,8 @@
  * cloud account. Starts (or reuses) a Temporal dev server and, unless a
  * kubeconfig is given, a local kube-apiserver with etcd and a
  * kube-controller-manager; installs the CRDs; runs worker, bridge and lease
- * API in this process with the `local` provider. State persists across
+ * API in this process with the `local` provider, and an IP-echo target
+ * that shows which proxy carried a request. State persists across
  * restarts in one directory per instance (`--state-dir`, default
  * <cache>/dev): Temporal's database, etcd, the kubeconfigs, the providers'
  * state, the pids of the servers. The servers die with this process however
@@ -23,12 +24,15 @@ import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
 import { ensureJaeger, ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
 import { startJaeger } from './local-servers/jaeger.js';
+import { startIpEcho } from './local-servers/ip-echo.js';
 import { packageVersion } from './version.js';
 import { startTracing, type TracingConfig } from '../tracing/index.js';
 import type { CommandPlan } from './plan.js';
 import { startApi, startBridge, startWorker, type Running } from './processes.js';
 
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+/** The IP-echo target's preferred port (next to the lease API's 8090); a port in use is replaced. */
+const IP_ECHO_PORT = 8091;
 
 /**
  * Runs what `planCommand('dev', ...)` planned: every part gets its own
@@ -165,6 +169,10 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     );
     stops.push(() => api.stop());
     parts.push(api);
+    // A stand-in for an IP-echo site (api.ipify.org): fetched through a
+    // `local` proxy it answers with that proxy's own address, its egress IP.
+    const echo = await startIpEcho({ host: '127.0.0.1', port: await preferredOrFreePort(IP_ECHO_PORT) });
+    stops.push(() => echo.close());
     starting.release();
 
     const banner = [
@@ -174,6 +182,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       `  Kubernetes   export KUBECONFIG=${kubeconfigPath}`,
       `               ${kubectlHint} apply -f infra/samples/proxy-local.yaml && ${kubectlHint} get px -w`,
       ...parts.map((p) => `  ${p.name.padEnd(12)} ${p.describe()}`),
+      `  IP echo      ${echo.url} answers {"ip":"<caller>"}; through a local proxy, its egress IP`,
       ...(jaegerUi
         ? [`  Tracing      Jaeger UI ${jaegerUi}`]
         : tracingConfig

@@ -56,15 +56,16 @@ const RESERVED = parseIPv4('127.0.0.1')!;
 
 /**
  * Usable host addresses of the range, in the order `create` tries them for
- * `name`: starting at a slot derived from the name's SHA-256 (so a recreated
- * instance usually gets its old address back, and names spread over the
- * range), then upwards with wrap-around. Skips the block's first and last
- * address and 127.0.0.1. A generator: a /8 has 16 million entries.
+ * `key` (the provider passes the instance name and the spec hash): starting
+ * at a slot derived from the key's SHA-256 (so the same key usually gets its
+ * old address back, and keys spread over the range), then upwards with
+ * wrap-around. Skips the block's first and last address and 127.0.0.1. A
+ * generator: a /8 has 16 million entries.
  */
-export function* candidateAddresses(range: LoopbackRange, name: string): Generator<string> {
+export function* candidateAddresses(range: LoopbackRange, key: string): Generator<string> {
   const first = range.base + 1;
   const count = range.size - 2;
-  const start = createHash('sha256').update(name, 'utf8').digest().readUInt32BE(0) % count;
+  const start = createHash('sha256').update(key, 'utf8').digest().readUInt32BE(0) % count;
   for (let i = 0; i < count; i++) {
     const n = first + ((start + i) % count);
     if (n !== RESERVED) yield formatIPv4(n);

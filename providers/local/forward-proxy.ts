@@ -9,6 +9,11 @@
  * `forwarded_for off`) and only dials loopback targets unless
  * `allowNonLoopback` is set: everything in this workplace must stay on
  * 127.0.0.0/8.
+ *
+ * Outgoing connections to loopback targets leave FROM the proxy's own listen
+ * address (`localAddress`), so a target sees 127.77.x.y rather than
+ * 127.0.0.1: that address is the local stand-in for a VM's egress IP, and
+ * what tests and the dev IP-echo target use to tell proxies apart.
  */
 import {
   createServer,
@@ -65,12 +70,36 @@ export function isLoopbackHost(host: string): boolean {
   return false;
 }
 
+/**
+ * Where a connection to `targetHost` leaves from: the proxy's own listen
+ * address when that is a specific loopback address and the target is a
+ * loopback target of the same family. Otherwise undefined (the kernel picks):
+ * an unspecified listen address (0.0.0.0, ::) names no one source; a loopback
+ * source cannot reach a target off the machine (only dialled with
+ * `allowNonLoopback`); an IPv4 source cannot reach ::1 and vice versa.
+ * `family` steers the lookup of `localhost` to the source's family.
+ */
+export function egressSource(
+  listenHost: string,
+  targetHost: string,
+): { localAddress: string; family: 4 | 6 } | undefined {
+  const listen = listenHost.replace(/^\[|\]$/g, '');
+  const family = isIP(listen);
+  if ((family !== 4 && family !== 6) || !isLoopbackHost(listen)) return undefined;
+  const target = targetHost.replace(/^\[|\]$/g, '');
+  if (!isLoopbackHost(target)) return undefined;
+  if (target !== 'localhost' && isIP(target) !== family) return undefined;
+  return { localAddress: listen, family };
+}
+
 export async function startForwardProxy(options: ForwardProxyOptions): Promise<ForwardProxy> {
   const connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
   const sockets = new Set<Socket>();
   const state = { behaviour: options.behaviour ?? 'forward' };
 
   const targetAllowed = (host: string) => options.allowNonLoopback === true || isLoopbackHost(host);
+  // Set once listening: the address actually bound (what `host` resolved to).
+  let listenAddress = options.host;
 
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
     if (state.behaviour === 'hang') return;
@@ -96,6 +125,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     }
     const upstream = httpRequest(
       {
+        ...egressSource(listenAddress, target.hostname),
         host: target.hostname.replace(/^\[|\]$/g, ''),
         port: target.port || 80,
         method: req.method,
@@ -138,7 +168,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       clientSocket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    const upstream = connect({ host, port, timeout: connectTimeoutMs });
+    const upstream = connect({ ...egressSource(listenAddress, host), host, port, timeout: connectTimeoutMs });
     let established = false;
     upstream.once('connect', () => {
       established = true;
@@ -172,6 +202,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     });
   });
   const address = server.address() as AddressInfo;
+  listenAddress = address.address;
 
   return {
     host: address.address,

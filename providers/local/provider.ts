@@ -62,6 +62,7 @@ import {
   type LocalInstanceRecord,
 } from './store.js';
 import { providerCall } from '../../tracing/seam.js';
+import { cloudInitContentHash, specHash } from '../spec-hash.js';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 const ID_PREFIX = 'local/';
@@ -433,7 +434,16 @@ class LocalProviderImpl implements LocalProvider {
     s: AbortSignal,
   ): Promise<{ proxy: ForwardProxy; address: string }> {
     let attempts = 0;
-    for (const address of candidateAddresses(this.range, req.name)) {
+    // The first candidate derives from the name AND the spec: a retried create
+    // of one spec lands on the same address, while a replacement (a spec
+    // edit) usually moves to another, as a new VM gets a new egress IP, so
+    // rotation is visible on one machine.
+    const slotKey = `${req.name}/${specHash({
+      placement: req.placement,
+      port: req.port,
+      cloudInitSha256: cloudInitContentHash(req.cloudInit),
+    })}`;
+    for (const address of candidateAddresses(this.range, slotKey)) {
       if (this.addressOwner.has(address)) continue;
       if (attempts >= MAX_BIND_ATTEMPTS) {
         throw this.fail(

@@ -1,7 +1,9 @@
 /**
  * The README's first command, for real: `egress-proxies dev` in a child
  * process brings up Temporal and the apiserver, prints where each is, and a
- * Proxy applied with the kubectl it built comes up. Uses its own cache
+ * Proxy applied with the kubectl it built comes up; three Proxies show three
+ * egress addresses in dev's IP-echo target, and a replaced one its new
+ * address. Uses its own cache
  * directory (the binaries come from the run's cache through TEMPORAL_CLI and
  * KUBE_BIN_DIR, so nothing is rebuilt).
  */
@@ -13,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { egressIpThrough } from '../../cli/local-servers/ip-echo.js';
 import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);
@@ -31,7 +34,7 @@ describe('make dev (egress-proxies dev)', () => {
     rmSync(cache, { recursive: true, force: true });
   });
 
-  it('starts Temporal and the apiserver, prints where they are, and runs a Proxy; Ctrl-C stops everything', async () => {
+  it('starts Temporal and the apiserver, prints where they are, runs Proxies that egress from their own addresses; Ctrl-C stops everything', async () => {
     child = spawn(
       process.execPath,
       ['--import', 'tsx', join(ROOT, 'cli/entry.ts'), 'dev', '--discovery-addr', '127.0.0.1:0'],
@@ -91,6 +94,90 @@ describe('make dev (egress-proxies dev)', () => {
       { timeoutMs: 60_000 },
     );
     expect(ip).toMatch(/^127\./);
+
+    // Each local proxy egresses from its own address: the banner's IP-echo
+    // target sees three proxies as three callers, each its status.ip.
+    const echoUrl = /IP echo\s+(http:\/\/127\.0\.0\.1:\d+\/)/.exec(banner)?.[1];
+    expect(echoUrl).toBeDefined();
+    await run(kubectl, [
+      '--kubeconfig',
+      kubeconfig!,
+      'apply',
+      '-f',
+      join(ROOT, 'infra/samples/proxies-local-more.yaml'),
+    ]);
+    // `notHash`: wait for an instance created for another spec than this one (a replacement).
+    const provisioned = (name: string, notHash?: string) =>
+      eventually(
+        `${name} Provisioned for its current generation`,
+        async () => {
+          const { stdout } = await run(kubectl, [
+            '--kubeconfig',
+            kubeconfig!,
+            'get',
+            'px',
+            name,
+            '-o',
+            'jsonpath={.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Provisioned")].status} {.status.ip} {.spec.port} {.status.specHash}',
+          ]);
+          const [generation, observed, status, addr, port, hash] = stdout.trim().split(' ');
+          return generation === observed && status === 'True' && addr && port && hash && hash !== notHash
+            ? { ip: addr, port: Number(port), specHash: hash }
+            : undefined;
+        },
+        { timeoutMs: 60_000 },
+      );
+    const names = ['local-1', 'local-2', 'local-3'];
+    const endpoints = await Promise.all(names.map((name) => provisioned(name)));
+    const seen = await Promise.all(
+      endpoints.map((e) => egressIpThrough(e.ip, e.port, echoUrl!, { via: 'connect' })),
+    );
+    expect(seen).toEqual(endpoints.map((e) => e.ip));
+    expect(new Set(seen).size).toBe(3);
+    for (const e of endpoints) expect(await egressIpThrough(e.ip, e.port, echoUrl!)).toBe(e.ip);
+
+    // The script of the README prints the same, one line per proxy.
+    const apiUrl = /lease API (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)![1]!;
+    // Until the lease API's informer has every status.ip the script says "no address yet" and exits 1.
+    const table = await eventually(
+      'show-egress-ips with an egress IP for every proxy',
+      () =>
+        run(process.execPath, [
+          '--import',
+          'tsx',
+          join(ROOT, 'cli/show-egress-ips.ts'),
+          '--api',
+          apiUrl,
+          '--echo',
+          echoUrl!,
+        ]),
+      { timeoutMs: 30_000, intervalMs: 1_000 },
+    );
+    for (const [i, name] of names.entries()) {
+      const e = endpoints[i]!;
+      expect(table.stdout).toMatch(new RegExp(`default/${name}\\s+${e.ip}:${e.port}\\s+\\S+\\s+${e.ip}\\n`));
+    }
+    expect(table.stdout).toContain('-- 3 of 3 answered through their proxy --');
+
+    // A spec edit replaces the instance: the echo sees the replacement's address, the old one is gone.
+    await run(kubectl, [
+      '--kubeconfig',
+      kubeconfig!,
+      'patch',
+      'px',
+      'local-2',
+      '--type',
+      'merge',
+      '-p',
+      JSON.stringify({ spec: { port: endpoints[1]!.port + 1 } }),
+    ]);
+    const replaced = await provisioned('local-2', endpoints[1]!.specHash);
+    expect(replaced.port).toBe(endpoints[1]!.port + 1);
+    expect(await egressIpThrough(replaced.ip, replaced.port, echoUrl!)).toBe(replaced.ip);
+    expect(replaced.ip).not.toBe(endpoints[1]!.ip);
+    await expect(egressIpThrough(endpoints[1]!.ip, endpoints[1]!.port, echoUrl!)).rejects.toThrow(
+      /ECONNREFUSED/,
+    );
 
     child.kill('SIGINT');
     const code = await new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));

@@ -17,6 +17,7 @@ import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { egressIpThrough, startIpEcho } from '../../cli/local-servers/ip-echo.js';
 import { classOf, ProviderError } from '../../providers/errors.js';
 import { localConfigSchema, type LocalConfig } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
@@ -269,6 +270,50 @@ describe('local provider: real forwarding and restarts', () => {
     const b = await waitRunning(provider, await provider.create(request(PORT + 2), live()));
     expect(a.ip).not.toBe(b.ip);
     expect((await viaAbsoluteForm(b.ip!, PORT + 2)).status).toBe(200);
+  });
+
+  it("egresses from its own address: a loopback target sees the instance's IP, for CONNECT and absolute form", async () => {
+    const echo = await startIpEcho();
+    try {
+      const { provider } = await fresh();
+      const a = await waitRunning(provider, await provider.create(request(PORT + 12), live()));
+      const b = await waitRunning(provider, await provider.create(request(PORT + 12), live()));
+      expect(a.ip).not.toBe(b.ip);
+      for (const inst of [a, b]) {
+        expect(await egressIpThrough(inst.ip!, PORT + 12, echo.url, { via: 'connect' })).toBe(inst.ip);
+        expect(await egressIpThrough(inst.ip!, PORT + 12, echo.url, { via: 'absolute' })).toBe(inst.ip);
+        // `localhost` resolves to the source's family (127.0.0.1, not ::1), so it egresses the same way.
+        const byName = `http://localhost:${echo.port}/`;
+        expect(await egressIpThrough(inst.ip!, PORT + 12, byName, { via: 'connect' })).toBe(inst.ip);
+        expect(await egressIpThrough(inst.ip!, PORT + 12, byName, { via: 'absolute' })).toBe(inst.ip);
+      }
+      // Without the binding every instance would show the host's 127.0.0.1.
+      expect(a.ip).not.toBe('127.0.0.1');
+    } finally {
+      await echo.close();
+    }
+  });
+
+  it('a replacement (a port edit) egresses from its new address, and the old address no longer answers', async () => {
+    const echo = await startIpEcho();
+    try {
+      const { provider } = await fresh();
+      // A fixed UID: the two specs' first candidate addresses are known to differ.
+      const req = request(PORT + 13, { uid: '00000000-0000-4000-8000-000000000035' });
+      const id = await provider.create(req, live());
+      const before = await waitRunning(provider, id);
+      expect(await egressIpThrough(before.ip!, PORT + 13, echo.url)).toBe(before.ip);
+
+      // What the workflow does on a spec edit: delete, then create the same name with the new spec.
+      await provider.delete(id, live());
+      const after = await waitRunning(provider, await provider.create({ ...req, port: PORT + 14 }, live()));
+      expect(after.ip).not.toBe(before.ip);
+      expect(await egressIpThrough(after.ip!, PORT + 14, echo.url, { via: 'connect' })).toBe(after.ip);
+      expect(await egressIpThrough(after.ip!, PORT + 14, echo.url, { via: 'absolute' })).toBe(after.ip);
+      await expect(egressIpThrough(before.ip!, PORT + 13, echo.url)).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      await echo.close();
+    }
   });
 
   it('a record removed by hand is gone: NotFound, not listed, and a re-create leaves one listener', async () => {
