@@ -9,13 +9,13 @@
  */
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
 import { mapLimit } from '../providers/concurrency.js';
 import { classOf, isProviderError } from '../providers/errors.js';
 import type { Instance } from '../providers/types.js';
-import { listAllProxies } from '../kube/proxy-list.js';
+import { createProxyClient } from '../kube/proxies.js';
 import type { Proxy } from '../resources/proxy-schema.js';
 import { findDrift, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
@@ -80,13 +80,13 @@ function recordedOf(proxy: Proxy): RecordedProxy {
 }
 
 export function createDriftActivities(deps: DriftActivityDeps): DriftActivities {
-  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const proxies = createProxyClient(deps.kubeConfig);
   const log = deps.logger.child({ component: 'drift-sweep' });
   const pageSize = deps.proxyPageSize ?? 500;
   const signal = deps.signal ?? contextSignaller;
 
   const listProxies = async (): Promise<RecordedProxy[]> =>
-    (await listAllProxies(api, { namespaces: deps.namespaces, pageSize })).map(recordedOf);
+    (await proxies.listAll({ namespaces: deps.namespaces, pageSize })).map(recordedOf);
 
   return {
     async sweepDrift({ listTimeoutMs }) {

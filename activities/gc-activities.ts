@@ -4,12 +4,12 @@
  * delete one confirmed orphan (re-reading its marks first, logging loudly).
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
 import { classOf, isProviderError, safeCause } from '../providers/errors.js';
 import type { Instance, Provider } from '../providers/types.js';
-import { listAllProxies } from '../kube/proxy-list.js';
+import { createProxyClient } from '../kube/proxies.js';
 import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
 import { activityCancellation, withDeadline } from './deadline.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
@@ -86,7 +86,7 @@ export function toListedInstances(provider: string, listed: unknown): ListedInst
 }
 
 export function createGcActivities(deps: GcActivityDeps): GcActivities {
-  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const proxies = createProxyClient(deps.kubeConfig);
   const log = deps.logger.child({ component: 'orphan-gc' });
   const pageSize = deps.proxyPageSize ?? 500;
 
@@ -128,7 +128,7 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
 
     async gcListLiveProxyUids() {
       const uids: string[] = [];
-      for (const proxy of await listAllProxies(api, { namespaces: deps.namespaces, pageSize })) {
+      for (const proxy of await proxies.listAll({ namespaces: deps.namespaces, pageSize })) {
         // A Proxy without a UID cannot come from the apiserver; refusing
         // the list is safer than a live set with a hole in it.
         if (!proxy.metadata.uid)

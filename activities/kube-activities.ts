@@ -2,33 +2,19 @@
  * Activities that read and write Kubernetes objects: Proxy status (the
  * workflow is its single writer), the finalizer, and cloud-init resolution.
  */
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-  type KubeConfig,
-} from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import {
   ANNOTATION_SKIP_CLEANUP,
   FINALIZER,
-  GROUP,
   LABEL_CLOUD_INIT,
-  PROXY_PLURAL,
-  VERSION,
   type ProxyStatus,
 } from '../resources/proxy-schema.js';
 import type { EventRecorder } from '../kube/events.js';
+import { apiErrorLine, httpCode } from '../kube/errors.js';
+import { createProxyClient, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
-import type { CloudInitRef, ProxyRef, RecordedStatus } from '../workflows/proxy/types.js';
-import {
-  apiErrorLine,
-  createProxyReader,
-  httpCode,
-  isProxyNotFound,
-  type ProxyReader,
-} from '../kube/proxy-reader.js';
+import type { CloudInitRef, RecordedStatus } from '../workflows/proxy/types.js';
 import { nonRetryable } from './failures.js';
 import { statusEvents } from './proxy-events.js';
 import type { KubeActivities } from './types.js';
@@ -40,13 +26,13 @@ import type { KubeActivities } from './types.js';
  */
 export async function resolveCloudInit(
   kc: KubeConfig,
-  reader: ProxyReader,
+  proxies: Pick<ProxyClient, 'read'>,
   ref: ProxyRef,
   cloudInit: CloudInitRef | undefined,
 ): Promise<string | undefined> {
   if (!cloudInit) return undefined;
   if (cloudInit.source === 'inline') {
-    const proxy = await reader.readProxy(ref);
+    const proxy = await proxies.read(ref);
     if (!proxy)
       throw nonRetryable(
         FailureType.ProxyGone,
@@ -97,15 +83,14 @@ export function createKubeActivities(deps: {
   /** Where the Events a status write stands for go; none when absent. */
   events?: EventRecorder;
 }): KubeActivities {
-  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
   const log = deps.logger.child({ component: 'kube-activities' });
-  const reader = createProxyReader(deps.kubeConfig);
+  const proxies = createProxyClient(deps.kubeConfig);
 
   /** The status as the apiserver has it, for the Events of the transition; 'unknown' when it cannot be read. */
   const statusNow = async (ref: ProxyRef): Promise<ProxyStatus | undefined | 'unknown'> => {
     if (!deps.events) return 'unknown';
     try {
-      return (await reader.readProxy(ref))?.status;
+      return (await proxies.read(ref))?.status;
     } catch {
       return 'unknown';
     }
@@ -117,33 +102,11 @@ export function createKubeActivities(deps: {
       // saw, whichever run of the workflow wrote it last. One GET per status
       // write, and status writes are transition-only.
       const before = await statusNow(ref);
-      // The UID test makes the write fail (422) instead of landing on a
-      // recreated Proxy of the same name.
+      let written: 'written' | 'gone';
       try {
-        await api.patchNamespacedCustomObjectStatus(
-          {
-            group: GROUP,
-            version: VERSION,
-            namespace: ref.namespace,
-            plural: PROXY_PLURAL,
-            name: ref.name,
-            body: [
-              { op: 'test', path: '/metadata/uid', value: ref.uid },
-              { op: 'add', path: '/status', value: status },
-            ],
-          },
-          setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-        );
-        if (deps.events && before !== 'unknown') {
-          for (const event of statusEvents(before, status)) await deps.events.record(ref, event);
-        }
-        return 'written';
+        written = await proxies.writeStatus(ref, status);
       } catch (error) {
         const code = httpCode(error);
-        if (isProxyNotFound(error, ref.name)) return 'gone';
-        // 422 is both a failed UID test and a status the schema rejects: only
-        // a fresh read tells them apart, and 'gone' ends the Proxy's workflow.
-        if (code === 422 && (await reader.readProxy(ref)) === undefined) return 'gone';
         // Said here, at each attempt: the workflow hears of a failure only
         // once the local activity's retries are spent (minutes), and a
         // denied write (a missing RBAC rule) should be seen at once.
@@ -153,40 +116,21 @@ export function createKubeActivities(deps: {
         );
         throw error;
       }
+      if (written === 'written' && deps.events && before !== 'unknown') {
+        for (const event of statusEvents(before, status)) await deps.events.record(ref, event);
+      }
+      return written;
     },
 
     async readRecordedStatus({ ref }) {
-      return recordedStatusOf((await reader.readProxy(ref))?.status);
+      return recordedStatusOf((await proxies.read(ref))?.status);
     },
 
     async removeProxyFinalizer({ ref }) {
       // Optimistic concurrency: the patch names the resourceVersion it read;
       // on 409 the activity fails and Temporal retries with a fresh read.
-      const proxy = await reader.readProxy(ref);
-      if (!proxy) return 'gone';
-      const finalizers = proxy.metadata.finalizers ?? [];
-      if (!finalizers.includes(FINALIZER)) return 'absent';
-      try {
-        await api.patchNamespacedCustomObject(
-          {
-            group: GROUP,
-            version: VERSION,
-            namespace: ref.namespace,
-            plural: PROXY_PLURAL,
-            name: ref.name,
-            body: {
-              metadata: {
-                resourceVersion: proxy.metadata.resourceVersion,
-                finalizers: finalizers.filter((f) => f !== FINALIZER),
-              },
-            },
-          },
-          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-        );
-      } catch (error) {
-        if (isProxyNotFound(error, ref.name)) return 'gone';
-        throw error;
-      }
+      const { result, proxy } = await proxies.removeFinalizer(ref, FINALIZER);
+      if (result !== 'removed' || !proxy) return result;
       log.info({ proxy: `${ref.namespace}/${ref.name}`, uid: ref.uid }, 'finalizer removed');
       const instance = proxy.status?.providerID;
       const note =

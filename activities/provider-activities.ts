@@ -15,7 +15,7 @@ import { cloudInitContentHash, specHash } from '../providers/spec-hash.js';
 import type { Provider } from '../providers/types.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
-import { createProxyReader } from '../kube/proxy-reader.js';
+import { createProxyClient } from '../kube/proxies.js';
 import { resolveCloudInit } from './kube-activities.js';
 import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { ProviderActivities } from './types.js';
@@ -69,7 +69,7 @@ async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
 }
 
 export function createProviderActivities(deps: ProviderActivityDeps): ProviderActivities {
-  const reader = createProxyReader(deps.kubeConfig);
+  const proxies = createProxyClient(deps.kubeConfig);
   const log = deps.logger.child({ component: 'provider-activities' });
   const circuits =
     deps.circuits ??
@@ -101,7 +101,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     createInstance: (input) =>
       heartbeating(async () => {
         const provider = lookup(input.provider);
-        const cloudInit = await resolveCloudInit(deps.kubeConfig, reader, input.ref, input.cloudInit);
+        const cloudInit = await resolveCloudInit(deps.kubeConfig, proxies, input.ref, input.cloudInit);
         const hash = specHash({
           placement: input.placement,
           port: input.port,

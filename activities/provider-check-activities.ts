@@ -19,19 +19,13 @@
  */
 import { createHash } from 'node:crypto';
 import { Context } from '@temporalio/activity';
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { Gauge, type Registry } from 'prom-client';
 import type { ProviderRegistry } from '../providers/config.js';
 import { isProviderError, safeCause } from '../providers/errors.js';
 import type { Provider, TargetStatus } from '../providers/types.js';
-import {
-  API_VERSION,
-  PROVIDER_HEALTH_PLURAL,
-  GROUP,
-  VERSION,
-  type ProviderHealth,
-} from '../resources/proxy-schema.js';
+import type { ProviderHealth } from '../resources/proxy-schema.js';
 import {
   buildProviderHealthStatus,
   LABEL_INSTALLATION,
@@ -43,7 +37,7 @@ import {
 } from '../workflows/provider-checks/status.js';
 import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
 import { nonRetryable } from './failures.js';
-import { httpCode } from '../kube/proxy-reader.js';
+import { createProviderHealthClient } from '../kube/provider-healths.js';
 
 /** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
 export const ProviderCheckFailure = {
@@ -177,13 +171,8 @@ export function installationLabelValue(installation: string): string {
   return `sha256-${createHash('sha256').update(installation, 'utf8').digest('hex').slice(0, 32)}`;
 }
 
-/** A label key as a JSON Pointer segment (RFC 6901: `~` then `/` escaped). */
-function pointerSegment(key: string): string {
-  return key.replace(/~/g, '~0').replace(/\//g, '~1');
-}
-
 export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): ProviderCheckActivities {
-  const api = deps.kubeConfig.makeApiClient(CustomObjectsApi);
+  const objects = createProviderHealthClient(deps.kubeConfig);
   const installationLabel = installationLabelValue(deps.installation);
   const log = deps.logger.child({ component: 'provider-checks' });
 
@@ -200,20 +189,7 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       [LABEL_MANAGED_BY]: MANAGED_BY_VALUE,
       [LABEL_INSTALLATION]: installationLabel,
     };
-    const adopted = (await api.patchClusterCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        plural: PROVIDER_HEALTH_PLURAL,
-        name: ph.metadata.name,
-        body: [
-          { op: 'test', path: '/metadata/uid', value: ph.metadata.uid },
-          { op: 'test', path: '/metadata/resourceVersion', value: ph.metadata.resourceVersion },
-          { op: 'add', path: '/metadata/labels', value: labels },
-        ],
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-    )) as ProviderHealth;
+    const adopted = await objects.setLabels(ph, labels);
     log.info(
       { provider: ph.metadata.name, installation: installationLabel },
       'adopted a ProviderHealth object without an installation label',
@@ -350,45 +326,18 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
     },
 
     async publishProviderHealth({ result }) {
-      let existing: ProviderHealth | undefined;
-      try {
-        existing = (await api.getClusterCustomObject({
-          group: GROUP,
-          version: VERSION,
-          plural: PROVIDER_HEALTH_PLURAL,
-          name: result.provider,
-        })) as ProviderHealth;
-      } catch (error) {
-        if (httpCode(error) !== 404) throw error;
-      }
+      let existing = await objects.get(result.provider);
       let outcome: 'created' | 'updated' = 'updated';
       if (existing === undefined) {
-        const body: ProviderHealth = {
-          apiVersion: API_VERSION,
-          kind: 'ProviderHealth',
-          metadata: {
-            name: result.provider,
-            labels: { [LABEL_MANAGED_BY]: MANAGED_BY_VALUE, [LABEL_INSTALLATION]: installationLabel },
-          },
-        };
-        try {
-          existing = (await api.createClusterCustomObject({
-            group: GROUP,
-            version: VERSION,
-            plural: PROVIDER_HEALTH_PLURAL,
-            body,
-          })) as ProviderHealth;
+        // Created concurrently (a retried round): the existing one is read back.
+        const made = await objects.create(result.provider, {
+          [LABEL_MANAGED_BY]: MANAGED_BY_VALUE,
+          [LABEL_INSTALLATION]: installationLabel,
+        });
+        existing = made.object;
+        if (made.created) {
           outcome = 'created';
           log.info({ provider: result.provider }, 'created ProviderHealth');
-        } catch (error) {
-          // Created concurrently (a retried round): read it back below.
-          if (httpCode(error) !== 409) throw error;
-          existing = (await api.getClusterCustomObject({
-            group: GROUP,
-            version: VERSION,
-            plural: PROVIDER_HEALTH_PLURAL,
-            name: result.provider,
-          })) as ProviderHealth;
         }
       }
       // Another installation's object of the same name (two control planes on
@@ -408,61 +357,28 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       // Made by an older version or by hand for this provider name: ours from now on.
       if (owner === undefined) existing = await adopt(existing);
       const status = buildProviderHealthStatus(existing.status, result);
-      await api.patchClusterCustomObjectStatus(
-        {
-          group: GROUP,
-          version: VERSION,
-          plural: PROVIDER_HEALTH_PLURAL,
-          name: result.provider,
-          // The tests pin the write to the object read and to its owner: a recreated object, or one
-          // another installation has claimed since, fails it (422) and the activity retries on a
-          // fresh read (which then finds it foreign).
-          body: [
-            { op: 'test', path: '/metadata/uid', value: existing.metadata.uid },
-            {
-              op: 'test',
-              path: `/metadata/labels/${pointerSegment(LABEL_INSTALLATION)}`,
-              value: installationLabel,
-            },
-            { op: 'add', path: '/status', value: status },
-          ],
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-      );
+      // Pinned to the object read and to its owner: a recreated object, or one another installation has
+      // claimed since, fails the write (422) and the activity retries on a fresh read (which then finds it foreign).
+      await objects.writeStatus(existing, { key: LABEL_INSTALLATION, value: installationLabel }, status);
       return outcome;
     },
 
     async deleteStaleProviderHealth({ keep }) {
       const wanted = new Set(keep);
-      const list = (await api.listClusterCustomObject({
-        group: GROUP,
-        version: VERSION,
-        plural: PROVIDER_HEALTH_PLURAL,
-        labelSelector: `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE},${LABEL_INSTALLATION}=${installationLabel}`,
-      })) as { items: ProviderHealth[] };
+      const listed = await objects.list(
+        `${LABEL_MANAGED_BY}=${MANAGED_BY_VALUE},${LABEL_INSTALLATION}=${installationLabel}`,
+      );
       const deleted: string[] = [];
-      for (const ph of list.items) {
+      for (const ph of listed) {
         if (wanted.has(ph.metadata.name)) continue;
-        try {
-          await api.deleteClusterCustomObject({
-            group: GROUP,
-            version: VERSION,
-            plural: PROVIDER_HEALTH_PLURAL,
-            name: ph.metadata.name,
-            // Only the object listed: one recreated under this name since (its provider
-            // configured again, another installation's) fails the precondition (409).
-            body: { preconditions: { uid: ph.metadata.uid } },
-          });
-        } catch (error) {
-          const code = httpCode(error);
-          if (code === 409) {
-            log.info(
-              { name: ph.metadata.name },
-              'ProviderHealth recreated since it was listed; not deleted (the next round looks again)',
-            );
-            continue;
-          }
-          if (code !== 404) throw error;
+        // Only the object listed: one recreated under this name since (its provider
+        // configured again, another installation's) fails the precondition.
+        if ((await objects.delete(ph)) === 'conflict') {
+          log.info(
+            { name: ph.metadata.name },
+            'ProviderHealth recreated since it was listed; not deleted (the next round looks again)',
+          );
+          continue;
         }
         deleted.push(ph.metadata.name);
         log.info({ name: ph.metadata.name }, 'deleted the ProviderHealth of a provider no longer configured');

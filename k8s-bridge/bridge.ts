@@ -6,25 +6,11 @@
  * resourceVersion, same generation) changes nothing the bridge sends and is
  * dropped: the workflow's own status writes cannot feed it a storm.
  */
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-  type KubeConfig,
-  type V1Secret,
-} from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import {
-  FINALIZER,
-  GROUP,
-  LABEL_CLOUD_INIT,
-  PROXY_PLURAL,
-  VERSION,
-  type Proxy,
-} from '../resources/proxy-schema.js';
+import { FINALIZER, LABEL_CLOUD_INIT, type Proxy } from '../resources/proxy-schema.js';
 import { parseProxyWorkflowId, proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
 import {
@@ -34,12 +20,12 @@ import {
   ProxyPhaseKey,
   ProxyProviderKey,
 } from '../workflows/proxy/search-attributes.js';
-import type { ProxyRef, ProxyWorkflowInput } from '../workflows/proxy/types.js';
-import { desiredSpecOf, refOf, type SecretView } from './desired.js';
+import type { ProxyWorkflowInput } from '../workflows/proxy/types.js';
+import { desiredSpecOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
-import { createProxyReader } from '../kube/proxy-reader.js';
+import { createProxyClient, refOf, type ProxyRef } from '../kube/proxies.js';
 import { createWorkQueue } from './workqueue.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
@@ -101,7 +87,6 @@ const key = (namespace: string, name: string) => `${namespace}/${name}`;
 
 export function createBridge(opts: BridgeOptions): Bridge {
   const log = opts.logger.child({ component: 'bridge' });
-  const objects = opts.kubeConfig.makeApiClient(CustomObjectsApi);
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
   const concurrency = opts.concurrency ?? 8;
   const counters = {
@@ -114,7 +99,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     restartedRuns: 0,
     retries: 0,
   };
-  const reader = createProxyReader(opts.kubeConfig);
+  const proxyClient = createProxyClient(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
   const lastSent = new Map<string, string>();
@@ -213,31 +198,10 @@ export function createBridge(opts: BridgeOptions): Bridge {
   }
 
   async function addFinalizer(proxy: Proxy): Promise<void> {
-    const finalizers = proxy.metadata.finalizers ?? [];
-    try {
-      await objects.patchNamespacedCustomObject(
-        {
-          group: GROUP,
-          version: VERSION,
-          namespace: proxy.metadata.namespace ?? 'default',
-          plural: PROXY_PLURAL,
-          name: proxy.metadata.name,
-          body: {
-            metadata: {
-              resourceVersion: proxy.metadata.resourceVersion,
-              finalizers: [...finalizers, FINALIZER],
-            },
-          },
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      );
-      counters.finalizersAdded += 1;
-      metrics?.finalizers.inc();
-    } catch (error) {
-      // 409: someone else (another bridge) changed it; the update event brings us back.
-      const code = (error as { code?: number }).code;
-      if (code !== 409 && code !== 404) throw error;
-    }
+    // A conflict (another bridge changed it) or a Proxy already gone: its next event brings us back.
+    if ((await proxyClient.addFinalizer(proxy, FINALIZER)) !== 'added') return;
+    counters.finalizersAdded += 1;
+    metrics?.finalizers.inc();
   }
 
   async function reconcile(k: string, span: SpanHandle): Promise<void> {
@@ -353,7 +317,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
       // One run that cannot be checked or told must not stop the others.
       try {
-        if ((await reader.readProxy(ref)) !== undefined) continue;
+        if ((await proxyClient.read(ref)) !== undefined) continue;
         await opts.client.workflow
           .getHandle(run.workflowId)
           .signal(deletionRequestedSignal, { skipCleanup: false });

@@ -10,7 +10,8 @@ import {
   SPEC_HASH_VERSIONS,
   specHash,
 } from '../providers/spec-hash.js';
-import type { CloudInitRef, DesiredSpec, ProxyRef } from '../workflows/proxy/types.js';
+import { refOf } from '../resources/proxy-ref.js';
+import type { CloudInitRef, DesiredSpec } from '../workflows/proxy/types.js';
 
 export interface SecretView {
   labels: Record<string, string>;
@@ -19,14 +20,6 @@ export interface SecretView {
 }
 
 export type SecretLookup = (namespace: string, name: string) => SecretView | undefined;
-
-export function refOf(proxy: Proxy): ProxyRef {
-  return {
-    namespace: proxy.metadata.namespace ?? 'default',
-    name: proxy.metadata.name,
-    uid: proxy.metadata.uid ?? '',
-  };
-}
 
 export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): DesiredSpec {
   const spec = proxy.spec;

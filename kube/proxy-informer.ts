@@ -3,10 +3,11 @@
  * namespace-scoped install, tests). One per process: the api process shares
  * it between the lease API's catalog and the prober.
  */
-import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../resources/proxy-schema.js';
+import type { Proxy } from '../resources/proxy-schema.js';
 import { createResilientInformer, type ResilientInformer } from './informer.js';
+import { createProxyClient, proxyWatchPath } from './proxies.js';
 import { unionInformers, watchScopes } from './namespaced-informer.js';
 
 export interface ProxyInformerOptions {
@@ -24,24 +25,14 @@ export interface ProxyInformerOptions {
 
 export function createProxyInformer(options: ProxyInformerOptions): ResilientInformer<Proxy> {
   const { kubeConfig } = options;
-  const api = kubeConfig.makeApiClient(CustomObjectsApi);
+  const proxies = createProxyClient(kubeConfig);
   const scopes = watchScopes(options.namespace ? [options.namespace] : options.namespaces);
   return unionInformers(
     scopes.map((namespace) =>
       createResilientInformer<Proxy>({
         kubeConfig,
-        path: namespace
-          ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
-          : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`,
-        list: () =>
-          namespace
-            ? api.listNamespacedCustomObject({
-                group: GROUP,
-                version: VERSION,
-                namespace,
-                plural: PROXY_PLURAL,
-              })
-            : api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL }),
+        path: proxyWatchPath(namespace),
+        list: () => proxies.list(namespace),
         logger: options.logger,
         initialBackoffMs: options.initialBackoffMs,
         maxBackoffMs: options.maxBackoffMs,

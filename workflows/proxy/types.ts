@@ -6,12 +6,9 @@
  */
 import type { Condition, ProxyPhase } from '../../resources/proxy-schema.js';
 import type { InstanceState, Placement } from '../../providers/types.js';
+import type { ProxyRef } from '../../resources/proxy-ref.js';
 
-export interface ProxyRef {
-  namespace: string;
-  name: string;
-  uid: string;
-}
+export type { ProxyRef };
 
 export type CloudInitRef = { source: 'inline' } | { source: 'secret'; name: string; key: string };
 

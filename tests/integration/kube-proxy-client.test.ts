@@ -6,7 +6,7 @@
  */
 import { ApiException, KubeConfig } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { createProxyReader, isProxyNotFound } from '../../kube/proxy-reader.js';
+import { createProxyClient, isProxyNotFound } from '../../kube/proxies.js';
 import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
 
 describe('the direct Proxy reader', () => {
@@ -17,12 +17,12 @@ describe('the direct Proxy reader', () => {
       mode: 'External',
       endpoint: { host: '127.0.0.1', port: 3128 },
     });
-    const reader = createProxyReader(kc);
+    const reader = createProxyClient(kc);
     const uid = created.metadata.uid!;
-    expect((await reader.readProxy({ namespace, name: 'present', uid }))?.metadata.uid).toBe(uid);
-    expect(await reader.readProxy({ namespace, name: 'present', uid: 'another-uid' })).toBeUndefined();
-    expect(await reader.readProxy({ namespace, name: 'absent', uid })).toBeUndefined();
-    expect(await reader.readProxy({ namespace: 'no-such-namespace', name: 'absent', uid })).toBeUndefined();
+    expect((await reader.read({ namespace, name: 'present', uid }))?.metadata.uid).toBe(uid);
+    expect(await reader.read({ namespace, name: 'present', uid: 'another-uid' })).toBeUndefined();
+    expect(await reader.read({ namespace, name: 'absent', uid })).toBeUndefined();
+    expect(await reader.read({ namespace: 'no-such-namespace', name: 'absent', uid })).toBeUndefined();
 
     // The same apiserver behind a path it does not serve: every request is a bare 404.
     const misrouted = new KubeConfig();
@@ -32,8 +32,8 @@ describe('the direct Proxy reader', () => {
       contexts: kc.contexts,
       currentContext: kc.getCurrentContext(),
     });
-    const error = await createProxyReader(misrouted)
-      .readProxy({ namespace, name: 'present', uid })
+    const error = await createProxyClient(misrouted)
+      .read({ namespace, name: 'present', uid })
       .then(
         () => undefined,
         (e: unknown) => e,
