@@ -3,12 +3,19 @@ import { defineConfig } from 'vitest/config';
 // Three layers, one command: `unit` needs no server; `integration` gets one
 // Temporal dev server and one kube-apiserver for the whole run from the
 // global setup (tests/harness/global-setup.ts).
+// No test may find Google credentials by accident or probe a GCE metadata
+// server (169.254.169.254): nothing leaves the machine. A test that wants a
+// token source starts one on the loopback (tests/helpers/gcp-token-source.ts).
+// Child processes (the CLI tests) inherit it.
+const env = { METADATA_SERVER_DETECTION: 'none' };
+
 export default defineConfig({
   test: {
     projects: [
       {
         test: {
           name: 'unit',
+          env,
           include: ['tests/unit/**/*.test.ts'],
           sequence: { groupOrder: 0 },
           testTimeout: 20_000,
@@ -17,6 +24,7 @@ export default defineConfig({
       {
         test: {
           name: 'integration',
+          env,
           include: ['tests/integration/**/*.test.ts'],
           sequence: { groupOrder: 1 },
           globalSetup: ['tests/harness/global-setup.ts'],

@@ -43,6 +43,12 @@ interface CircuitState {
   openUntil: number;
   /** A trial call is out (half-open): others still fail fast. */
   trialInFlight: boolean;
+  /**
+   * What the last failure said (a ProviderError's own message, composed from
+   * identifiers), so a paused call still shows why: without it a Proxy's
+   * status read only "calls paused" while its provider had no credentials.
+   */
+  lastFailure?: string;
 }
 
 export interface CircuitView {
@@ -92,11 +98,15 @@ export function createProviderCircuits(
     const wasOpen = c.openUntil !== 0;
     c.consecutiveFailures = 0;
     c.openUntil = 0;
+    c.lastFailure = undefined;
     if (wasOpen) options.onChange?.(provider, view(provider));
   };
-  const failed = (provider: string): void => {
+  const failed = (provider: string, outcome: unknown): void => {
     const c = stateOf(provider);
     c.consecutiveFailures += 1;
+    if (outcome instanceof ProviderError && !(outcome instanceof ProviderPausedError)) {
+      c.lastFailure = outcome.message.slice(0, 500);
+    }
     const beyond = c.consecutiveFailures - opts.failuresToOpen;
     if (beyond < 0) return;
     const wasOpen = c.openUntil !== 0;
@@ -106,7 +116,7 @@ export function createProviderCircuits(
   };
   const record = (provider: string, outcome: unknown): void => {
     if (outcome === 'ok' || classOf(outcome) !== 'Transient') succeeded(provider);
-    else failed(provider);
+    else failed(provider, outcome);
   };
 
   return {
@@ -121,7 +131,9 @@ export function createProviderCircuits(
             operation,
             provider,
             instance,
-            message: `calls paused after ${c.consecutiveFailures} consecutive transient failures; next trial in ${Math.max(0, waitMs)} ms`,
+            message:
+              `calls paused after ${c.consecutiveFailures} consecutive transient failures; next trial in ${Math.max(0, waitMs)} ms` +
+              (c.lastFailure === undefined ? '' : `; last: ${c.lastFailure}`),
           });
         }
         c.trialInFlight = true;

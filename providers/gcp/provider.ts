@@ -10,14 +10,17 @@
  * of the first NIC); gc-mark native-labels (instance labels, in the insert);
  * created-at backend-timestamp (`creationTimestamp`); list-partial
  * omit-unreachable (one aggregated list with `returnPartialSuccess`, zones
- * left out are logged); quota detected (429, 403 quotaExceeded /
- * rateLimitExceeded, and quota codes of a failed operation); not-found
- * status-404; primary-key name-is-key (`zones/<zone>/instances/<name>`);
+ * left out are logged); quota detected (403 quotaExceeded and quota codes
+ * of a failed operation; 429 and 403 rate limits are Transient); not-found
+ * status-404 naming the instance (a 404 for the project, zone or anything
+ * else, and any token-source failure, is never NotFound); primary-key name-is-key (`zones/<zone>/instances/<name>`);
  * provisioning-state native (PROVISIONING, STAGING, REPAIRING); async-ops
  * task-handle (operations are read: the insert's in create, unfinished ones
  * on the instance in get and delete); secondary-resources cascade (boot disk
  * auto-delete); credentials environment (Application Default Credentials
- * only); client-kind vendor-sdk; timeouts per-call (each request bounded
+ * only, resolved by the provider on the first call and on every call until
+ * they exist, so a provider without them fails only its own calls: see
+ * auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
  * by callTimeoutMs and the caller's signal).
  *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
@@ -26,13 +29,14 @@
  * while one runs).
  *
  * Construction does nothing (contract §7): the clients are built on the
- * first call, and ADC is resolved by the SDK then.
+ * first call, after the provider has resolved ADC itself (never inside the
+ * client library, whose failure there escaped as an unhandled rejection).
  */
 // Types only at import: the client library (with its protobuf descriptors,
 // ~190 MiB of heap) loads on the first call, so processes that configure no
 // gcp provider (the bridge, the api, a local-only worker) never pay for it.
 import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
-import type { AuthClient } from 'google-auth-library';
+import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { Logger } from 'pino';
 import { providerError, ProviderError } from '../errors.js';
 import {
@@ -44,12 +48,15 @@ import {
   type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
+import { ComputeAuth, CredentialsError, describeCredential, resolveAdc } from './auth.js';
 import {
   checkReason,
   classify,
   classifyOperationError,
   httpStatus,
+  isInstanceNotFound,
   type Classification,
+  type ClassifyCall,
 } from './classify.js';
 import type { GcpConfig } from './config.js';
 import {
@@ -136,7 +143,11 @@ class GcpProviderImpl implements GcpProvider {
   readonly name: string;
   readonly config: GcpConfig;
   private clients: Clients | undefined;
+  /** The one build of the clients in flight (concurrent first calls share it; cleared when it ends). */
+  private building: Promise<Clients> | undefined;
   private loading: Promise<ComputeModule> | undefined;
+  /** ADC, resolved on the first call and again on each call until it succeeds. */
+  private adc: GoogleAuth | undefined;
   private readonly callTimeoutMs: number;
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
@@ -173,20 +184,34 @@ class GcpProviderImpl implements GcpProvider {
     return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
   }
 
-  private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
+  private wrap(
+    operation: ProviderOperation,
+    instance: string,
+    err: unknown,
+    call: ClassifyCall = 'other',
+  ): ProviderError {
     if (err instanceof ProviderError) return err;
     if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
-    const c = this.logApiError(operation, instance, err);
+    const c = this.logApiError(operation, instance, err, call);
     return this.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
   /** The raw status and reasons at debug, because the class collapses them (never the body). */
-  private logApiError(operation: ProviderOperation, instance: string, err: unknown): Classification {
-    const c = classify(err);
-    this.log.debug(
-      { operation, instance, httpStatus: c.status, reasons: c.reasons },
-      'Compute API call failed',
-    );
+  private logApiError(
+    operation: ProviderOperation,
+    instance: string,
+    err: unknown,
+    call: ClassifyCall = 'other',
+  ): Classification {
+    const c = classify(err, call);
+    if (err instanceof CredentialsError) {
+      this.log.debug({ operation, instance, errorClass: c.errorClass }, 'credentials failed');
+    } else {
+      this.log.debug(
+        { operation, instance, httpStatus: c.status, reasons: c.reasons },
+        'Compute API call failed',
+      );
+    }
     return c;
   }
 
@@ -217,7 +242,10 @@ class GcpProviderImpl implements GcpProvider {
     // One client span per Compute request (list: its bounded page walk), its result the error class.
     return providerCall(this, request, () => boundedCall(signal, timeoutMs, 'Compute API call', fn), {
       operation,
-      classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
+      classify: (err) =>
+        err instanceof CallEnded
+          ? 'Transient'
+          : classify(err, request === 'instances.insert' ? 'insert' : 'other').errorClass,
     });
   }
 
@@ -226,11 +254,26 @@ class GcpProviderImpl implements GcpProvider {
     return { timeout: this.callTimeoutMs, maxRetries: 0 };
   }
 
-  private async api(): Promise<Clients> {
-    if (this.clients !== undefined) return this.clients;
+  /**
+   * The clients, built on the first call (contract §7: construction dials
+   * nothing) and kept once they work. Credentials come first, from our own
+   * call (auth.ts says why); then each client's stub is created and awaited
+   * here, so a failure of it is this call's error and never an unobserved
+   * rejection. A build that fails leaves nothing behind: the next call tries
+   * again (credentials mounted later are picked up without a restart).
+   */
+  private api(): Promise<Clients> {
+    if (this.clients !== undefined) return Promise.resolve(this.clients);
+    this.building ??= this.build().finally(() => {
+      this.building = undefined;
+    });
+    return this.building;
+  }
+
+  private async build(): Promise<Clients> {
     this.loading ??= import('@google-cloud/compute');
     const compute = await this.loading;
-    if (this.clients !== undefined) return this.clients;
+    const auth = await this.credentials(compute);
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
       const url = new URL(this.config.endpoint);
@@ -239,20 +282,48 @@ class GcpProviderImpl implements GcpProvider {
       opts.port = url.port === '' ? (protocol === 'https' ? 443 : 80) : Number(url.port);
       opts.protocol = protocol;
     }
-    if (this.options.authClient !== undefined) opts.authClient = this.options.authClient;
-    this.clients = {
+    // The client takes any object with fetch and getRequestHeaders as its auth client.
+    opts.authClient = auth as unknown as AuthClient;
+    const clients: Clients = {
       instances: new compute.InstancesClient(opts),
       operations: new compute.ZoneOperationsClient(opts),
     };
+    // Both stubs now, observed: every later method call re-throws this promise
+    // from an unobserved .catch, so a client whose stub failed is never used.
+    const made = await Promise.allSettled([clients.instances.initialize(), clients.operations.initialize()]);
+    const failed = made.find((r) => r.status === 'rejected');
+    if (failed !== undefined) {
+      await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
+      throw failed.reason instanceof CredentialsError
+        ? failed.reason
+        : new CredentialsError(
+            'Transient',
+            'Unreachable',
+            `the Compute client could not be set up with ${auth.credential}`,
+          );
+    }
+    this.clients = clients;
     this.log.info(
-      {
-        project: this.config.project,
-        endpoint: this.address(),
-        credentials: this.options.authClient ? 'injected' : 'adc',
-      },
+      { project: this.config.project, endpoint: this.address(), credentials: auth.credential },
       'gcp provider ready',
     );
-    return this.clients;
+    return clients;
+  }
+
+  /** The injected auth client (tests), or Application Default Credentials; failures are CredentialsError. */
+  private async credentials(compute: ComputeModule): Promise<ComputeAuth> {
+    if (this.options.authClient !== undefined) {
+      return new ComputeAuth(
+        this.options.authClient,
+        describeCredential(this.options.authClient, 'injected'),
+      );
+    }
+    if (this.adc === undefined) {
+      const { GoogleAuth } = await import('google-auth-library');
+      // projectId given, so resolving never asks gcloud or a metadata server which project this is.
+      this.adc = new GoogleAuth({ scopes: compute.InstancesClient.scopes, projectId: this.config.project });
+    }
+    return resolveAdc(this.adc);
   }
 
   private address(): string {
@@ -310,7 +381,8 @@ class GcpProviderImpl implements GcpProvider {
         );
         operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
       } catch (err) {
-        if (httpStatus(err) !== 409) throw err;
+        // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
+        if (httpStatus(err) !== 409) throw this.wrap('create', instance, err, 'insert');
         this.logApiError('create', id, err);
         return this.adopt(req, zone, id, signal);
       }
@@ -433,7 +505,7 @@ class GcpProviderImpl implements GcpProvider {
         instances.get({ project: this.config.project, zone, instance: req.name }, this.callOptions),
       );
     } catch (err) {
-      if (httpStatus(err) === 404) {
+      if (isInstanceNotFound(err, this.config.project, zone, req.name)) {
         throw this.fail('Transient', 'create', req.name, 'the existing VM disappeared during create; retry');
       }
       throw err;
@@ -463,7 +535,8 @@ class GcpProviderImpl implements GcpProvider {
         this.log.debug({ instance: id, status: inst.status, state: out.state, ip: out.ip }, 'get');
         return out;
       } catch (err) {
-        if (httpStatus(err) !== 404) throw err;
+        // Only Compute's own 404 for this VM means gone: not one for the project or zone, not a token source's.
+        if (!isInstanceNotFound(err, this.config.project, zone, name)) throw err;
         this.logApiError('get', id, err);
       }
       // Gone, unless an insert is still being processed: then the name is
@@ -509,7 +582,7 @@ class GcpProviderImpl implements GcpProvider {
         const op = (lro as { latestResponse?: Operation }).latestResponse ?? {};
         this.log.info({ instance: id, operation: op.name }, 'delete submitted');
       } catch (err) {
-        if (httpStatus(err) === 404) {
+        if (isInstanceNotFound(err, this.config.project, zone, name)) {
           this.logApiError('delete', id, err);
           this.log.debug({ instance: id }, 'delete: already gone');
           return;
@@ -604,7 +677,9 @@ class GcpProviderImpl implements GcpProvider {
       const reason = checkReason(err, ended || signal.aborted);
       const message = ended
         ? err.message
-        : `aggregated list (managed filter, maxResults 1): ${classify(err).summary}`;
+        : err instanceof CredentialsError
+          ? `credentials: ${err.message}`
+          : `aggregated list (managed filter, maxResults 1): ${classify(err).summary}`;
       this.log.debug({ reason, httpStatus: httpStatus(err) }, 'check failed');
       return [{ ...target, ready: false, reason, message, latencyMillis: Date.now() - started }];
     }

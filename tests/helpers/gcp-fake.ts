@@ -12,7 +12,15 @@
  * - delete returns an operation; the VM is STOPPING until it is DONE after
  *   `timing.deleteMs`, then gone; a delete while another operation runs on
  *   the VM is 400 resourceNotReady; a missing VM is 404 notFound;
- * - errors use the API's body: `{"error":{"code","message","errors":[{"reason","domain","message"}]}}`;
+ * - errors use the API's body: `{"error":{"code","message","errors":[{"reason","domain","message"}]}}`,
+ *   a 404's message naming the resource (`The resource 'projects/p/zones/z/instances/n' was not found`);
+ * - an insert naming an image, machine type or network listed in `missing`
+ *   is refused synchronously, 404 naming that resource (as GCE does: no
+ *   operation is made); with `denyExternalIp` (the organization policy
+ *   `constraints/compute.vmExternalIpAccess`) an insert asking for an
+ *   external IP is 412 conditionNotMet naming the constraint; any request
+ *   in a zone of `missingZones`, or for another project, is 404 naming the
+ *   zone or project;
  * - aggregatedList filters on `labels.KEY = VALUE` server-side, pages with
  *   maxResults and pageToken, and with returnPartialSuccess reports an
  *   unreachable zone as a per-scope `warning` (code UNREACHABLE) plus the
@@ -82,6 +90,12 @@ export class FakeCompute {
   /** Zones the aggregated list walks (the ones holding VMs are added). */
   readonly zones = new Set<string>(['europe-west1-b', 'us-central1-a']);
   readonly unreachableZones = new Set<string>();
+  /** Zones that do not exist: every request in one is 404 naming the zone. */
+  readonly missingZones = new Set<string>();
+  /** Resource paths (`projects/<p>/global/images/<i>`, `.../zones/<z>/machineTypes/<t>`, `.../global/networks/<n>`) that do not exist. */
+  readonly missing = new Set<string>();
+  /** The organization policy constraints/compute.vmExternalIpAccess denies every VM an external IP. */
+  denyExternalIp = false;
   private readonly server: Server;
   private nextId = 1000;
   private nextIp = 2;
@@ -406,6 +420,10 @@ export class FakeCompute {
       return;
     }
     const zone = rest[1]!;
+    if (this.missingZones.has(zone)) {
+      this.error(res, 404, 'notFound', `The resource 'projects/${this.project}/zones/${zone}' was not found`);
+      return;
+    }
     if (rest[2] === 'instances') {
       if (rest.length === 3 && rec.method === 'POST') return this.insert(res, zone, body);
       const name = rest[3] ?? '';
@@ -449,6 +467,23 @@ export class FakeCompute {
         return;
       }
     }
+    // What GCE resolves synchronously: a missing image, machine type or network is a 404, no operation.
+    for (const path of this.referencedResources(resource, zone)) {
+      if (this.missing.has(path)) {
+        this.error(res, 404, 'notFound', `The resource '${path}' was not found`);
+        return;
+      }
+    }
+    const nics = (resource.networkInterfaces ?? []) as { accessConfigs?: unknown[] }[];
+    if (this.denyExternalIp && nics.some((n) => (n.accessConfigs ?? []).length > 0)) {
+      this.error(
+        res,
+        412,
+        'conditionNotMet',
+        `Constraint constraints/compute.vmExternalIpAccess violated for project 123456789012. Add instance projects/${this.project}/zones/${zone}/instances/${name} to the constraint to use external IP with it.`,
+      );
+      return;
+    }
     const key = `${zone}/${name}`;
     if (this.instances.has(key)) {
       this.error(
@@ -481,6 +516,25 @@ export class FakeCompute {
     );
     this.settle();
     this.json(res, 200, this.opJson(op));
+  }
+
+  /** The image, machine type and network an insert body names, as full resource paths. */
+  private referencedResources(resource: Record<string, unknown>, zone: string): string[] {
+    const full = (ref: unknown, scope: string): string | undefined => {
+      if (typeof ref !== 'string' || ref === '') return undefined;
+      const path = ref.replace(/^https:\/\/[^/]+\/compute\/v1\//, '');
+      return path.startsWith('projects/') ? path : `projects/${this.project}/${scope}${path}`;
+    };
+    const disks = (resource.disks ?? []) as { initializeParams?: { sourceImage?: unknown } }[];
+    const nics = (resource.networkInterfaces ?? []) as { network?: unknown }[];
+    return [
+      full(disks[0]?.initializeParams?.sourceImage, ''),
+      full(
+        resource.machineType,
+        resource.machineType?.toString().startsWith('zones/') ? '' : `zones/${zone}/`,
+      ),
+      full(nics[0]?.network, ''),
+    ].filter((p): p is string => p !== undefined);
   }
 
   private getInstance(res: ServerResponse, zone: string, name: string): void {

@@ -9,11 +9,12 @@
  * config entry, and Proxies going through the real worker and bridge.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
-import { OAuth2Client } from 'google-auth-library';
+import { Compute, OAuth2Client } from 'google-auth-library';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
@@ -37,8 +38,11 @@ import type { Proxy } from '../../resources/proxy-schema.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { FakeCompute } from '../helpers/gcp-fake.js';
+import { FakeTokenSource } from '../helpers/gcp-token-source.js';
 import { createProxy, getProxy, waitForProxy } from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const ZONE = 'europe-west1-b';
@@ -336,10 +340,12 @@ describe('gcp provider against the fake Compute API', () => {
   });
 
   it.each([
-    [404, 'notFound', 'NotFound'],
-    [429, 'rateLimitExceeded', 'QuotaExceeded'],
+    // A 404 whose body names no resource is not "this VM is gone": cannot tell.
+    [404, 'notFound', 'Transient'],
+    [429, 'rateLimitExceeded', 'Transient'],
     [403, 'quotaExceeded', 'QuotaExceeded'],
-    [403, 'rateLimitExceeded', 'QuotaExceeded'],
+    [403, 'rateLimitExceeded', 'Transient'],
+    [403, 'userRateLimitExceeded', 'Transient'],
     [403, 'forbidden', 'Permanent'],
     [403, 'accessNotConfigured', 'Permanent'],
     [401, 'authError', 'Permanent'],
@@ -629,6 +635,276 @@ describe('gcp provider against the fake Compute API', () => {
   });
 });
 
+// -- errors by source: a token source's failure is never Compute's answer -------
+
+describe('gcp provider: errors classified by their source', () => {
+  let fake: FakeCompute;
+  let tokens: FakeTokenSource;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  const dir = mkdtempSync(join(tmpdir(), 'ep-gcp-creds-'));
+  const saved = {
+    GCE_METADATA_HOST: process.env.GCE_METADATA_HOST,
+    GOOGLE_APPLICATION_CREDENTIALS: process.env.GOOGLE_APPLICATION_CREDENTIALS,
+    METADATA_SERVER_DETECTION: process.env.METADATA_SERVER_DETECTION,
+  };
+  const errors: unknown[] = [];
+
+  beforeAll(async () => {
+    fake = await FakeCompute.start('test-project');
+    tokens = await FakeTokenSource.start(fake.token);
+    // The library's metadata-server credential talks to our loopback server; nothing else is probed.
+    process.env.GCE_METADATA_HOST = tokens.host;
+    process.env.METADATA_SERVER_DETECTION = 'none';
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger, { authClient: new Compute() });
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+    await tokens?.stop();
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  afterEach(() => {
+    tokens.metadata = { token: fake.token };
+    fake.missing.clear();
+    fake.missingZones.clear();
+    fake.denyExternalIp = false;
+  });
+
+  it('a token source answering 404 during deletion: delete and get never say gone, and the VM stays', async () => {
+    const req = request();
+    const id = await provider.create(req, live());
+    expect(tokens.hits.filter((h) => h.includes('/service-accounts/default/token')).length).toBeGreaterThan(
+      0,
+    );
+    // The node's metadata server has no service account now: every token request is 404.
+    tokens.metadata = { status: 404, body: 'Not Found' };
+    const before = fake.requests.length;
+    const del = await rejectionOf(provider.delete(id, live()));
+    const got = await rejectionOf(provider.get(id, live()));
+    errors.push(del, got);
+    for (const err of [del, got]) {
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toContain(
+        "could not obtain an access token for the metadata server's service account (token source answered 404)",
+      );
+      expect(err.message).not.toContain('no such VM');
+    }
+    // Nothing reached Compute: no DELETE, no operations listing; the VM is still there.
+    expect(fake.requests.length).toBe(before);
+    expect(fake.instance(ZONE, req.name)?.status).toBe('RUNNING');
+    // The provider health check says the same, as a credentials problem.
+    const [t] = await provider.check(live());
+    expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
+    expect(t!.message).toContain('credentials: could not obtain an access token');
+    // The token source recovers: the same provider deletes the VM.
+    tokens.metadata = { token: fake.token };
+    await provider.delete(id, live());
+    expect(fake.requestsTo('DELETE', `/instances/${req.name}`)).toHaveLength(1);
+  });
+
+  it('Application Default Credentials refused with invalid_grant: Permanent, naming the credential', async () => {
+    const key = join(dir, 'external-account.json');
+    writeFileSync(join(dir, 'subject-token'), 'subject-token-sentinel');
+    writeFileSync(key, JSON.stringify(tokens.externalAccount(join(dir, 'subject-token'))));
+    process.env.GOOGLE_APPLICATION_CREDENTIALS = key;
+    const adc = providerFor(fake, captured.logger, { authClient: undefined });
+    try {
+      const id = `zones/${ZONE}/instances/${instanceNameFromUid(randomUUID())}`;
+      const stsBefore = tokens.hits.filter((h) => h === 'POST /v1/token').length;
+      const before = fake.requests.length;
+      // One call at a time: a rejection must never wait unobserved.
+      for (const call of [
+        () => adc.get(id, live()),
+        () => adc.delete(id, live()),
+        () => adc.create(request(), live()),
+      ]) {
+        const err = await rejectionOf(call());
+        errors.push(err);
+        expect(err.errorClass).toBe('Permanent');
+        expect(err.message).toContain(
+          `the token endpoint refused external account credentials (key file ${key}) (invalid_grant)`,
+        );
+        // The token endpoint's own text is never copied.
+        expect(err.message).not.toContain('sentinel');
+      }
+      // The real library asked our token endpoint; Compute never saw a request.
+      expect(tokens.hits.filter((h) => h === 'POST /v1/token').length).toBeGreaterThan(stsBefore);
+      expect(fake.requests.length).toBe(before);
+      const [t] = await adc.check(live());
+      expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
+      expect(t!.message).toContain('(invalid_grant)');
+    } finally {
+      await adc.close();
+      delete process.env.GOOGLE_APPLICATION_CREDENTIALS;
+    }
+  });
+
+  it('a key file that does not parse, or a private key that does not: Permanent, naming the key', async () => {
+    const broken = join(dir, 'broken.json');
+    writeFileSync(broken, '{"type": "service_account", ');
+    const badPem = join(dir, 'bad-pem.json');
+    writeFileSync(
+      badPem,
+      JSON.stringify({
+        type: 'service_account',
+        project_id: 'test-project',
+        private_key_id: 'k1',
+        private_key: '-----BEGIN PRIVATE KEY-----\nnot-a-key-sentinel\n-----END PRIVATE KEY-----\n',
+        client_email: 'proxies@test-project.iam.gserviceaccount.com',
+        client_id: '1',
+        // Never reached: signing fails first (and the library's JWT path ignores token_uri anyway).
+        token_uri: `http://${tokens.host}/v1/token`,
+      }),
+    );
+    for (const [file, want] of [
+      [broken, `the credentials key file ${broken} does not parse as a Google credential`],
+      [
+        badPem,
+        `the private key of service account proxies@test-project.iam.gserviceaccount.com (key file ${badPem}) does not parse`,
+      ],
+    ] as const) {
+      process.env.GOOGLE_APPLICATION_CREDENTIALS = file;
+      const adc = providerFor(fake, captured.logger, { authClient: undefined });
+      try {
+        const err = await rejectionOf(adc.get(`zones/${ZONE}/instances/proxy-x`, live()));
+        errors.push(err);
+        expect(err.errorClass).toBe('Permanent');
+        expect(err.message).toContain(want);
+        expect(err.message).not.toContain('sentinel');
+      } finally {
+        await adc.close();
+        delete process.env.GOOGLE_APPLICATION_CREDENTIALS;
+      }
+    }
+  });
+
+  it('no credentials at all: every call is Transient naming what is missing, and nothing is left unobserved', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    const home = process.env.HOME;
+    process.env.HOME = dir; // no ~/.config/gcloud here
+    delete process.env.GOOGLE_APPLICATION_CREDENTIALS;
+    const adc = providerFor(fake, captured.logger, { authClient: undefined });
+    try {
+      for (const call of [
+        () => adc.get(`zones/${ZONE}/instances/proxy-x`, live()),
+        () => adc.delete(`zones/${ZONE}/instances/proxy-x`, live()),
+        () => adc.create(request(), live()),
+        () => adc.listByTag(live()),
+      ]) {
+        const err = await rejectionOf(call());
+        errors.push(err);
+        expect(err.errorClass).toBe('Transient');
+        expect(err.message).toContain(
+          'no Google credentials found: Application Default Credentials are not set up',
+        );
+      }
+      const [t] = await adc.check(live());
+      expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
+      // An unobserved rejection would surface by the next macrotask turns; give it a few.
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      process.env.HOME = home;
+      await adc.close();
+    }
+  });
+
+  it("get and delete: a 404 for the project or the zone is Permanent, never NotFound (and never 'already gone')", async () => {
+    const elsewhere = providerFor(fake, captured.logger, {
+      authClient: fakeAuth(fake),
+      config: { project: 'no-such-project' },
+    });
+    try {
+      const id = `zones/${ZONE}/instances/proxy-x`;
+      for (const call of [() => elsewhere.get(id, live()), () => elsewhere.delete(id, live())]) {
+        const err = await rejectionOf(call());
+        errors.push(err);
+        expect(err.errorClass).toBe('Permanent');
+        expect(err.message).toContain('Compute API answered 404 notFound for the project; check gcp.project');
+      }
+    } finally {
+      await elsewhere.close();
+    }
+    fake.missingZones.add('europe-west9-z');
+    const inNoZone = 'zones/europe-west9-z/instances/proxy-x';
+    for (const call of [() => provider.get(inNoZone, live()), () => provider.delete(inNoZone, live())]) {
+      const err = await rejectionOf(call());
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toContain('404 notFound for the zone; check placement.zone');
+    }
+    // Compute's own 404 for the VM itself is still NotFound (get) and success (delete).
+    const gone = `zones/${ZONE}/instances/${instanceNameFromUid(randomUUID())}`;
+    expect((await rejectionOf(provider.get(gone, live()))).errorClass).toBe('NotFound');
+    await provider.delete(gone, live());
+  });
+
+  it('insert: a missing image is a synchronous 404, Permanent with the field named; no operation is made', async () => {
+    const image = 'projects/x/global/images/no-such-image';
+    fake.missing.add(image);
+    const opsBefore = fake.operations.length;
+    const err = await rejectionOf(provider.create(request({ placement: { ...PLACEMENT, image } }), live()));
+    errors.push(err);
+    expect(err.errorClass).toBe('Permanent');
+    expect(err.operation).toBe('create');
+    expect(err.message).toContain('Compute API answered 404 notFound for the image; check placement.image');
+    expect(fake.operations.length).toBe(opsBefore);
+    fake.missing.add('projects/test-project/global/networks/default');
+    const net = await rejectionOf(provider.create(request(), live()));
+    expect(net.message).toContain('404 notFound for the network; check gcp.network');
+  });
+
+  it('insert refused by an organization policy (412 conditionNotMet): Permanent, naming the constraint', async () => {
+    fake.denyExternalIp = true;
+    const err = await rejectionOf(provider.create(request(), live()));
+    errors.push(err);
+    expect(err.errorClass).toBe('Permanent');
+    expect(err.message).toContain(
+      'Compute API answered 412 conditionNotMet: refused by organization policy constraints/compute.vmExternalIpAccess',
+    );
+    // The body's own text (a project number, the instance path) is not copied.
+    expect(err.message).not.toContain('123456789012');
+  });
+
+  it('insert rate-limited (403 rateLimitExceeded, 429): Transient, retried with backoff', async () => {
+    for (const [status, reason] of [
+      [403, 'rateLimitExceeded'],
+      [403, 'userRateLimitExceeded'],
+      [429, 'rateLimitExceeded'],
+    ] as const) {
+      fake.failNext((r) => r.method === 'POST' && r.path.endsWith('/instances'), { status, reason });
+      const err = await rejectionOf(provider.create(request(), live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toContain(
+        `Compute API answered ${status} ${reason} (rate limited; retried with backoff)`,
+      );
+    }
+  });
+
+  // Last: everything provoked above.
+  it('no token, key text or token-endpoint text in any error or log line', () => {
+    expect(errors.length).toBeGreaterThan(10);
+    const secrets = [fake.token, 'sentinel', 'not-a-key', 'BEGIN PRIVATE KEY'];
+    for (const line of captured.lines) for (const s of secrets) expect(line).not.toContain(s);
+    for (const err of errors) {
+      const e = err as ProviderError;
+      for (const text of [String(e), JSON.stringify(e), JSON.stringify(e.cause ?? null)]) {
+        for (const s of secrets) expect(text).not.toContain(s);
+      }
+    }
+  });
+});
+
 // -- the seed's config entry, loaded as it is, run against the fake ------------
 
 /** The seed's sample providers config (tests/fixtures/seed-providers-config.yaml, copied verbatim). */
@@ -777,17 +1053,90 @@ describe("the seed's gcp-eu providers-config entry", () => {
       expect(condition(recovered, 'QuotaExceeded')?.status).toBe('False');
     });
 
-    it('an insert that fails on a missing image sets the Proxy Failed with the reason', async () => {
-      const stop = fake.failInsertOperations(
-        (body) => JSON.stringify(body).includes('no-such-image'),
-        ['RESOURCE_NOT_FOUND'],
-        404,
-      );
+    it('a token source answering 404 during deletion: the finalizer and the VM are kept, the error shown, until it recovers', async () => {
+      const tokens = await FakeTokenSource.start(fake.token);
+      const saved = process.env.GCE_METADATA_HOST;
+      process.env.GCE_METADATA_HOST = tokens.host;
+      const meta = createGcpProvider({
+        name: 'gcp-meta',
+        config: { ...provider.config },
+        logger: cp.logger,
+        // The library's metadata-server credential, on our loopback metadata server.
+        authClient: new Compute(),
+        insertWaitMs: 5_000,
+      });
+      cp.registry.add(meta);
+      try {
+        const px = sample();
+        const created = await createProxy(cp.api, cp.namespace, 'gcp-token', {
+          ...px.spec,
+          provider: 'gcp-meta',
+        } as never);
+        const name = instanceNameFromUid(created.metadata.uid!);
+        await waitForProxy(cp.api, cp.namespace, 'gcp-token', 'Running with an IP', (p) =>
+          Boolean(p.status?.ip),
+        );
+        // The node's metadata server loses its service account: every token request is 404.
+        tokens.metadata = { status: 404, body: 'Not Found' };
+        const tokenCalls = () =>
+          tokens.hits.filter((h) => h.endsWith('/service-accounts/default/token')).length;
+        const before = tokenCalls();
+        await cp.api.deleteNamespacedCustomObject({
+          group: 'crawl.example.com',
+          version: 'v1alpha1',
+          namespace: cp.namespace,
+          plural: 'proxies',
+          name: 'gcp-token',
+        });
+        const handle = cp.client.workflow.getHandle(
+          proxyWorkflowId({ namespace: cp.namespace, name: 'gcp-token', uid: created.metadata.uid! }),
+        );
+        // The workflow has tried several times, and records the token error (never "gone").
+        const seen = await eventually(
+          'deletion attempts failing on the token, with the error recorded',
+          async () => {
+            if (tokenCalls() < before + 3) return undefined;
+            const v = await handle.query(stateQuery);
+            return v.lastError?.message.includes('could not obtain an access token') ? v : undefined;
+          },
+          { timeoutMs: 60_000, intervalMs: 200 },
+        );
+        expect(seen.deletionRequested).toBe(true);
+        expect(seen.lastError?.type).toBe('Transient');
+        expect(seen.lastError?.message).toContain('(token source answered 404)');
+        // The finalizer is kept: the Proxy is still there, Deleting; the VM runs on; no DELETE reached Compute.
+        const still = await getProxy(cp.api, cp.namespace, 'gcp-token');
+        expect(still.metadata?.deletionTimestamp).toBeTruthy();
+        expect(still.metadata?.finalizers?.length).toBeGreaterThan(0);
+        expect(fake.instance('europe-west1-b', name)?.status).toBe('RUNNING');
+        expect(fake.requestsTo('DELETE', `/instances/${name}`)).toEqual([]);
+        // The token source recovers: the deletion completes, VM first.
+        tokens.metadata = { token: fake.token };
+        await eventually(
+          'the Proxy is gone',
+          async () => {
+            await expect(getProxy(cp.api, cp.namespace, 'gcp-token')).rejects.toThrow();
+            return true;
+          },
+          { timeoutMs: 60_000 },
+        );
+        expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+      } finally {
+        if (saved === undefined) delete process.env.GCE_METADATA_HOST;
+        else process.env.GCE_METADATA_HOST = saved;
+        await meta.close();
+        await tokens.stop();
+      }
+    });
+
+    it('an insert refused at once for a missing image (404, as GCE does) sets the Proxy Failed naming the field', async () => {
+      const image = 'projects/x/global/images/no-such-image';
+      fake.missing.add(image);
       try {
         const px = sample();
         await createProxy(cp.api, cp.namespace, 'gcp-bad-image', {
           ...px.spec,
-          placement: { zone: ZONE, machineType: 'e2-micro', image: 'projects/x/global/images/no-such-image' },
+          placement: { zone: ZONE, machineType: 'e2-micro', image },
         } as never);
         const failed = await waitForProxy(
           cp.api,
@@ -797,10 +1146,32 @@ describe("the seed's gcp-eu providers-config entry", () => {
           (p) => p.status?.phase === 'Failed',
         );
         expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
-        expect(condition(failed, 'Provisioned')?.message).toContain('RESOURCE_NOT_FOUND');
-        expect(condition(failed, 'Provisioned')?.message).toContain('check placement.image');
+        expect(condition(failed, 'Provisioned')?.message).toContain(
+          'Compute API answered 404 notFound for the image; check placement.image',
+        );
       } finally {
-        stop();
+        fake.missing.delete(image);
+      }
+    });
+
+    it('an insert refused by an organization policy (412) sets the Proxy Failed naming the constraint', async () => {
+      fake.denyExternalIp = true;
+      try {
+        const px = sample();
+        await createProxy(cp.api, cp.namespace, 'gcp-org-policy', px.spec as never);
+        const failed = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-org-policy',
+          'Failed',
+          (p) => p.status?.phase === 'Failed',
+        );
+        expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
+        expect(condition(failed, 'Provisioned')?.message).toContain(
+          'refused by organization policy constraints/compute.vmExternalIpAccess',
+        );
+      } finally {
+        fake.denyExternalIp = false;
       }
     });
   });

@@ -6,10 +6,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { parseProvidersConfig, ProvidersConfigError } from '../../providers/config.js';
+import { adcError, CredentialsError, tokenError } from '../../providers/gcp/auth.js';
 import {
   checkReason,
   classify,
   classifyOperationError,
+  httpStatus,
+  isInstanceNotFound,
+  notFoundResource,
   QUOTA_OPERATION_CODES,
 } from '../../providers/gcp/classify.js';
 import { gcpConfigSchema, networkPath } from '../../providers/gcp/config.js';
@@ -37,9 +41,18 @@ function issuesOf(block: string): string[] {
 
 /** A gaxios-shaped API error: the status, and the JSON body as the message. */
 function apiError(status: number, ...reasons: string[]): Error {
+  return apiErrorSaying(status, 'm', ...reasons);
+}
+
+/** The same, with the body's message (what Compute writes, e.g. "The resource '...' was not found"). */
+function apiErrorSaying(status: number, message: string, ...reasons: string[]): Error {
   const err = new Error(
     JSON.stringify({
-      error: { code: status, message: 'm', errors: reasons.map((reason) => ({ reason, domain: 'global' })) },
+      error: {
+        code: status,
+        message,
+        errors: reasons.map((reason) => ({ reason, domain: 'global', message })),
+      },
     }),
   );
   err.name = 'GaxiosError';
@@ -191,12 +204,26 @@ describe("gcp state table (the seed's rows)", () => {
 });
 
 describe('gcp classification', () => {
+  const gone = (path: string) => apiErrorSaying(404, `The resource '${path}' was not found`, 'notFound');
+
   it.each([
-    [apiError(404, 'notFound'), 'NotFound'],
-    [apiError(429, 'rateLimitExceeded'), 'QuotaExceeded'],
-    [apiError(429), 'QuotaExceeded'],
+    [gone('projects/p-1/zones/europe-west1-b/instances/proxy-a'), 'NotFound'],
+    [gone('projects/p-1'), 'Permanent'],
+    [gone('projects/p-1/zones/europe-west9-z'), 'Permanent'],
+    [gone('projects/debian-cloud/global/images/family/nope'), 'Permanent'],
+    [gone('projects/p-1/zones/europe-west1-b/operations/operation-1'), 'Transient'],
+    [apiError(404, 'notFound'), 'Transient'],
+    [apiError(404), 'Transient'],
+    [
+      apiErrorSaying(412, 'Constraint constraints/compute.vmExternalIpAccess violated', 'conditionNotMet'),
+      'Permanent',
+    ],
+    [apiError(412, 'conditionNotMet'), 'Permanent'],
+    [apiError(429, 'rateLimitExceeded'), 'Transient'],
+    [apiError(429), 'Transient'],
     [apiError(403, 'quotaExceeded'), 'QuotaExceeded'],
-    [apiError(403, 'rateLimitExceeded'), 'QuotaExceeded'],
+    [apiError(403, 'rateLimitExceeded'), 'Transient'],
+    [apiError(403, 'userRateLimitExceeded'), 'Transient'],
     [apiError(403, 'forbidden'), 'Permanent'],
     [apiError(403, 'accessNotConfigured'), 'Permanent'],
     [apiError(403), 'Permanent'],
@@ -209,6 +236,8 @@ describe('gcp classification', () => {
     [apiError(503), 'Transient'],
     [Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }), 'Transient'],
     [new Error('Could not load the default credentials.'), 'Transient'],
+    [new CredentialsError('Permanent', 'Unauthorized', 'refused'), 'Permanent'],
+    [new CredentialsError('Transient', 'Unauthorized', 'not yet'), 'Transient'],
     [Object.assign(new Error('aborted'), { name: 'AbortError' }), 'Transient'],
     ['a string', 'Transient'],
     [null, 'Transient'],
@@ -223,6 +252,105 @@ describe('gcp classification', () => {
     const plain = new Error('not json at all');
     Object.assign(plain, { status: 500 });
     expect(classify(plain).summary).toBe('Compute API answered 500');
+  });
+
+  it('reads NotFound as gone only for the very instance; names the field for anything else', () => {
+    const mine = gone('projects/p-1/zones/europe-west1-b/instances/proxy-a');
+    expect(isInstanceNotFound(mine, 'p-1', 'europe-west1-b', 'proxy-a')).toBe(true);
+    expect(isInstanceNotFound(mine, 'p-1', 'europe-west1-b', 'proxy-b')).toBe(false);
+    expect(isInstanceNotFound(mine, 'p-2', 'europe-west1-b', 'proxy-a')).toBe(false);
+    expect(
+      isInstanceNotFound(gone('projects/p-1/zones/europe-west1-b'), 'p-1', 'europe-west1-b', 'proxy-a'),
+    ).toBe(false);
+    expect(isInstanceNotFound(apiError(404, 'notFound'), 'p-1', 'europe-west1-b', 'proxy-a')).toBe(false);
+    // A full URL form is read too; anything not a resource path is not.
+    expect(
+      notFoundResource(
+        gone('https://www.googleapis.com/compute/v1/projects/p-1/zones/europe-west1-b/instances/proxy-a'),
+      ),
+    ).toBe('projects/p-1/zones/europe-west1-b/instances/proxy-a');
+    expect(notFoundResource(gone('projects/p 1; drop'))).toBeUndefined();
+    expect(classify(gone('projects/p-1')).summary).toBe(
+      'Compute API answered 404 notFound for the project; check gcp.project (and that the Compute API is enabled)',
+    );
+    expect(classify(gone('projects/p-1/zones/europe-west9-z')).summary).toContain(
+      'for the zone; check placement.zone',
+    );
+    // On insert, any 404 is Permanent, with the field when the body names it.
+    const image = classify(gone('projects/x/global/images/no-such-image'), 'insert');
+    expect(image).toMatchObject({ errorClass: 'Permanent' });
+    expect(image.summary).toBe('Compute API answered 404 notFound for the image; check placement.image');
+    expect(classify(gone('projects/p-1/zones/z-a/machineTypes/e2-nano'), 'insert').summary).toContain(
+      'check placement.machineType',
+    );
+    expect(classify(gone('projects/p-1/global/networks/nope'), 'insert').summary).toContain(
+      'check gcp.network',
+    );
+    expect(classify(gone('projects/p-1/regions/r/subnetworks/s'), 'insert').summary).toContain('subnetwork');
+    expect(classify(apiError(404, 'notFound'), 'insert')).toMatchObject({ errorClass: 'Permanent' });
+    // The resource path picks the hint; it is never copied (a project ID or image name is config, not a secret, but stays out).
+    expect(image.summary).not.toContain('no-such-image');
+  });
+
+  it('a 412 names the organization-policy constraint; the rest of its text is not kept', () => {
+    const c = classify(
+      apiErrorSaying(
+        412,
+        'Constraint constraints/compute.vmExternalIpAccess violated for project 123. Add instance projects/p/zones/z/instances/n to the constraint',
+        'conditionNotMet',
+      ),
+      'insert',
+    );
+    expect(c.errorClass).toBe('Permanent');
+    expect(c.summary).toBe(
+      'Compute API answered 412 conditionNotMet: refused by organization policy constraints/compute.vmExternalIpAccess; ask for an exception or change the provider config',
+    );
+    expect(c.summary).not.toContain('123');
+  });
+
+  it('credentials failures: refused or unparseable is Permanent naming the credential, the rest Transient', () => {
+    const refused = tokenError(
+      Object.assign(new Error('invalid_grant: sentinel'), {
+        status: 400,
+        response: { status: 400, data: { error: 'invalid_grant', error_description: 'sentinel' } },
+      }),
+      'service account sa@p-1.iam.gserviceaccount.com',
+    );
+    expect(refused).toMatchObject({ errorClass: 'Permanent', checkReason: 'Unauthorized' });
+    expect(refused.message).toContain(
+      'refused service account sa@p-1.iam.gserviceaccount.com (invalid_grant)',
+    );
+    expect(refused.message).not.toContain('sentinel');
+    // A token source's 404 (a metadata server with no service account) is Transient, and has no HTTP status for classify.
+    const meta = tokenError(
+      Object.assign(new Error('A Not Found error was returned'), {
+        status: 404,
+        response: { status: 404, data: 'x' },
+      }),
+      "the metadata server's service account",
+    );
+    expect(meta).toMatchObject({ errorClass: 'Transient' });
+    expect(meta.message).toContain('(token source answered 404)');
+    expect(httpStatus(meta)).toBeUndefined();
+    expect(classify(meta).errorClass).toBe('Transient');
+    expect(tokenError(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }), 'c')).toMatchObject({
+      errorClass: 'Transient',
+      checkReason: 'Unreachable',
+    });
+    expect(tokenError(Object.assign(new Error('x'), { code: 'ERR_OSSL_UNSUPPORTED' }), 'c').errorClass).toBe(
+      'Permanent',
+    );
+    expect(adcError(new Error('Could not load the default credentials. Browse to ...'))).toMatchObject({
+      errorClass: 'Transient',
+      checkReason: 'Unauthorized',
+    });
+    expect(adcError(new SyntaxError('Unexpected token n in JSON')).errorClass).toBe('Permanent');
+    expect(
+      adcError(new Error('The incoming JSON object does not contain a client_email field')).errorClass,
+    ).toBe('Permanent');
+    expect(adcError(Object.assign(new Error('ENOENT: no such file'), { code: 'ENOENT' })).errorClass).toBe(
+      'Transient',
+    );
   });
 
   it('classifies failed operations by code first, then by HTTP status; 404 is never NotFound', () => {
@@ -242,6 +370,8 @@ describe('gcp classification', () => {
     [apiError(504), false, 'Timeout'],
     [Object.assign(new Error('x'), { code: 'ECONNREFUSED' }), false, 'Unreachable'],
     [new Error('Could not load the default credentials.'), false, 'Unreachable'],
+    [new CredentialsError('Transient', 'Unauthorized', 'no credentials'), false, 'Unauthorized'],
+    [new CredentialsError('Transient', 'Unreachable', 'token endpoint down'), false, 'Unreachable'],
     [apiError(500), true, 'Timeout'],
   ])('check reason for %s (aborted %s) is %s', (err, aborted, reason) => {
     expect(checkReason(err, aborted)).toBe(reason);

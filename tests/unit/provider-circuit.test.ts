@@ -45,6 +45,8 @@ describe('provider circuit', () => {
       const error = await h.call().catch((e: unknown) => e);
       expect(classOf(error)).toBe('Transient');
       expect((error as Error).message).toMatch(/calls paused after 3 consecutive transient failures/);
+      // Why it is paused stays visible: the last failure's own message.
+      expect((error as Error).message).toContain('; last: p: get i: down (Transient)');
     }
     expect(h.calls()).toBe(3);
     expect(h.changes).toHaveLength(1);
