@@ -20,6 +20,7 @@ import type { Proxy } from '../resources/proxy-schema.js';
 import { findDrift, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { driftDetectedSignal } from '../workflows/proxy/messages.js';
+import { signalProxy } from '../workflows/proxy/client.js';
 import type { DriftReport, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
 import { withDeadline } from './deadline.js';
 import type { ProviderCircuits } from './provider-circuit.js';
@@ -53,7 +54,7 @@ export function isSwept(registry: ProviderRegistry, provider: string, sweepOn: b
 
 const contextSignaller: DriftSignaller = async (workflowId, report) => {
   try {
-    await Context.current().client.workflow.getHandle(workflowId).signal(driftDetectedSignal, report);
+    await signalProxy(Context.current().client, { workflowId }, driftDetectedSignal, report);
     return 'signalled';
   } catch (error) {
     // A stopped workflow: the bridge restarts it, and the new run looks for itself.

@@ -29,7 +29,7 @@ import {
   type noMatchSchema,
   type proxyListSchema,
 } from './schemas.js';
-import { parseTraceparent, type TraceHook } from './tracing.js';
+import { parseTraceparent, type TraceHook } from '../tracing/http.js';
 
 export const MAX_BODY_BYTES = 64 * 1024;
 

@@ -54,4 +54,4 @@ export {
   type TraceHook,
   type TraceRequest,
   type TraceSpan,
-} from './tracing.js';
+} from '../tracing/http.js';

@@ -24,7 +24,7 @@ import {
   createProxyProbeTargets,
   createTemporalHealthSignaller,
   proxyKey,
-} from '../api/prober/index.js';
+} from '../prober/index.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import {

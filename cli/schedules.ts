@@ -24,6 +24,7 @@ import {
   type Workflow,
 } from '@temporalio/client';
 import type { Logger } from 'pino';
+import type { driftSweepWorkflow, orphanGcWorkflow, providerChecksWorkflow } from '../workflows/index.js';
 import { DRIFT_SWEEP_DEFAULTS, type DriftSweepInput } from '../workflows/drift-sweep/types.js';
 import { GC_DEFAULTS, type OrphanGcInput } from '../workflows/gc/types.js';
 import { CHECK_DEFAULTS, type ProviderChecksInput } from '../workflows/provider-checks/types.js';
@@ -123,9 +124,10 @@ export function providerCheckTimeoutMs(intervalMs: number, timeoutMs?: number): 
   return timeoutMs ?? Math.min(CHECK_DEFAULTS.timeoutMs, intervalMs);
 }
 
-function startWorkflowAction(
+/** A schedule's start action, its arguments checked against the workflow's own signature (`W`). */
+function startWorkflowAction<W extends Workflow>(
   workflowType: string,
-  args: unknown[],
+  args: Parameters<W>,
   taskQueue: string,
   workflowId: string,
   runTimeoutMs: number,
@@ -270,7 +272,13 @@ export async function ensureSchedules(
       client,
       ids.gc,
       cfg.gc.intervalMs,
-      startWorkflowAction('orphanGcWorkflow', [input], cfg.taskQueue, ids.gc, runTimeout),
+      startWorkflowAction<typeof orphanGcWorkflow>(
+        'orphanGcWorkflow',
+        [input],
+        cfg.taskQueue,
+        ids.gc,
+        runTimeout,
+      ),
       catchup,
       adopted.gc,
     );
@@ -282,7 +290,7 @@ export async function ensureSchedules(
     providerChecks = await remove(client, ids.providerChecks);
     try {
       const input: ProviderChecksInput = { cleanupOnly: true };
-      await client.workflow.start('providerChecksWorkflow', {
+      await client.workflow.start<typeof providerChecksWorkflow>('providerChecksWorkflow', {
         workflowId: ids.checksCleanup,
         taskQueue: cfg.taskQueue,
         args: [input],
@@ -302,7 +310,13 @@ export async function ensureSchedules(
       client,
       ids.providerChecks,
       every,
-      startWorkflowAction('providerChecksWorkflow', [input], cfg.taskQueue, ids.providerChecks, runTimeout),
+      startWorkflowAction<typeof providerChecksWorkflow>(
+        'providerChecksWorkflow',
+        [input],
+        cfg.taskQueue,
+        ids.providerChecks,
+        runTimeout,
+      ),
       catchup,
       adopted.providerChecks,
     );
@@ -319,7 +333,13 @@ export async function ensureSchedules(
       client,
       ids.driftSweep,
       cfg.driftSweep.intervalMs,
-      startWorkflowAction('driftSweepWorkflow', [input], cfg.taskQueue, ids.driftSweep, runTimeout),
+      startWorkflowAction<typeof driftSweepWorkflow>(
+        'driftSweepWorkflow',
+        [input],
+        cfg.taskQueue,
+        ids.driftSweep,
+        runTimeout,
+      ),
       catchup,
       adopted.driftSweep,
     );

@@ -20,7 +20,8 @@ import {
   ProxyPhaseKey,
   ProxyProviderKey,
 } from '../workflows/proxy/search-attributes.js';
-import type { ProxyWorkflowInput } from '../workflows/proxy/types.js';
+import type { DesiredSpec, ProxyWorkflowInput } from '../workflows/proxy/types.js';
+import { PROXY_WORKFLOW_TYPE, signalProxy, type ProxyWorkflow } from '../workflows/proxy/client.js';
 import { desiredSpecOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
@@ -218,9 +219,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       if (!ref) return;
       span.setAttributes({ action: 'signal-deletion' });
       try {
-        await opts.client.workflow
-          .getHandle(proxyWorkflowId(ref))
-          .signal(deletionRequestedSignal, { skipCleanup: false });
+        await signalProxy(opts.client, ref, deletionRequestedSignal, { skipCleanup: false });
         counters.deletion += 1;
         metrics?.signals.inc({ signal: 'deletionRequested' });
       } catch (error) {
@@ -248,7 +247,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     const input: ProxyWorkflowInput = { ref, desired };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
     try {
-      await opts.client.workflow.signalWithStart('proxyWorkflow', {
+      await opts.client.workflow.signalWithStart<ProxyWorkflow, [DesiredSpec]>(PROXY_WORKFLOW_TYPE, {
         workflowId: proxyWorkflowId(ref),
         taskQueue: opts.taskQueue,
         args: [input],
@@ -305,7 +304,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
         : watched.length === 1
           ? ` AND ${ProxyNamespaceKey.name} = '${watched[0]}'`
           : ` AND ${ProxyNamespaceKey.name} IN (${watched.map((n) => `'${n}'`).join(', ')})`;
-    const query = `WorkflowType = 'proxyWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
+    const query = `WorkflowType = '${PROXY_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
     let failures = 0;
     const runningIds = new Set<string>();
     // Proxies in the cache before the list: one created during it may not be listed yet.
@@ -318,9 +317,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       // One run that cannot be checked or told must not stop the others.
       try {
         if ((await proxyClient.read(ref)) !== undefined) continue;
-        await opts.client.workflow
-          .getHandle(run.workflowId)
-          .signal(deletionRequestedSignal, { skipCleanup: false });
+        await signalProxy(opts.client, run, deletionRequestedSignal, { skipCleanup: false });
         counters.orphanedRuns += 1;
         metrics?.signals.inc({ signal: 'deletionRequested' });
         log.warn(

@@ -8,7 +8,7 @@
  */
 import type { Logger } from 'pino';
 import { ProviderError, providerError } from './errors.js';
-import type { ProviderOperation } from './types.js';
+import type { ErrorClass, ProviderOperation } from './types.js';
 
 export interface OperationFrame {
   /** The configured provider name. */
@@ -43,4 +43,31 @@ export async function runOperation<T>(
     frame.log[quiet ? 'debug' : 'warn']({ error: wrapped.toJSON() }, `${operation} failed`);
     throw wrapped;
   }
+}
+
+/** The two things a provider does with its frame: name a failure, and run an operation in it. */
+export interface Operations {
+  /** A ProviderError of this provider for `operation` on `instance`. */
+  fail(
+    errorClass: ErrorClass,
+    operation: ProviderOperation,
+    instance: string,
+    message: string,
+    cause?: unknown,
+  ): ProviderError;
+  /** `fn` as one operation: aborted-caller check, classification, one log line (runOperation). */
+  run<T>(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+  ): Promise<T>;
+}
+
+export function operations(frame: OperationFrame): Operations {
+  return {
+    fail: (errorClass, operation, instance, message, cause) =>
+      providerError({ errorClass, operation, provider: frame.provider, instance, message, cause }),
+    run: (operation, instance, signal, fn) => runOperation(frame, operation, instance, signal, fn),
+  };
 }

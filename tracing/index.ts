@@ -5,7 +5,7 @@
  */
 import type { ClientPlugin } from '@temporalio/client';
 import type { WorkerPlugin } from '@temporalio/worker';
-import type { TraceHook } from '../api/tracing.js';
+import type { TraceHook } from './http.js';
 import type { TracingConfig } from './config.js';
 
 export { readTracingConfig, TracingConfigError, type TracingConfig } from './config.js';

@@ -18,7 +18,7 @@ import { OTLPTraceExporter as OtlpProtoExporter } from '@opentelemetry/exporter-
 import { Resource } from '@opentelemetry/resources';
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { OpenTelemetryPlugin } from '@temporalio/interceptors-opentelemetry';
-import type { TraceHook } from '../api/tracing.js';
+import type { TraceHook } from './http.js';
 import type { TracingConfig } from './config.js';
 import type { Tracing } from './index.js';
 import { installTracer, resultOf, type SpanAttributes, type TracerImpl } from './seam.js';

@@ -38,7 +38,7 @@
 import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
 import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { Logger } from 'pino';
-import { providerError, ProviderError } from '../errors.js';
+import { ProviderError } from '../errors.js';
 import {
   MARK_MANAGED_VALUE,
   type CreateRequest,
@@ -77,7 +77,7 @@ import {
 } from './instance.js';
 import { providerCall } from '../../tracing/seam.js';
 import { boundedCall, CallEnded } from '../bounded-call.js';
-import { runOperation, type OperationFrame } from '../operation.js';
+import { operations, type OperationFrame, type Operations } from '../operation.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 /** What check() reports as the address when no endpoint override is configured. */
@@ -153,6 +153,8 @@ class GcpProviderImpl implements GcpProvider {
   private readonly operationWaitMs: number;
   private readonly pageSize: number;
   private readonly frame: OperationFrame;
+  /** fail() and run() in this provider's frame. */
+  private readonly ops: Operations;
 
   constructor(
     private readonly options: GcpProviderOptions,
@@ -170,19 +172,10 @@ class GcpProviderImpl implements GcpProvider {
       classify: (operation, instance, err) => this.wrap(operation, instance, err),
       callerCaused: (err) => err instanceof CallEnded && err.by === 'caller',
     };
+    this.ops = operations(this.frame);
   }
 
   // -- plumbing -------------------------------------------------------------
-
-  private fail(
-    errorClass: ErrorClass,
-    operation: ProviderOperation,
-    instance: string,
-    message: string,
-    cause?: unknown,
-  ): ProviderError {
-    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
-  }
 
   private wrap(
     operation: ProviderOperation,
@@ -191,9 +184,9 @@ class GcpProviderImpl implements GcpProvider {
     call: ClassifyCall = 'other',
   ): ProviderError {
     if (err instanceof ProviderError) return err;
-    if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
+    if (err instanceof CallEnded) return this.ops.fail('Transient', operation, instance, err.message);
     const c = this.logApiError(operation, instance, err, call);
-    return this.fail(c.errorClass, operation, instance, c.summary, err);
+    return this.ops.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
   /** The raw status and reasons at debug, because the class collapses them (never the body). */
@@ -213,16 +206,6 @@ class GcpProviderImpl implements GcpProvider {
       );
     }
     return c;
-  }
-
-  /** One operation in the providers' common frame (`providers/operation.ts`). */
-  private runOp<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return runOperation(this.frame, operation, instance, signal, fn);
   }
 
   /**
@@ -333,7 +316,7 @@ class GcpProviderImpl implements GcpProvider {
   private parseId(operation: ProviderOperation, id: string): { zone: string; name: string } {
     const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
     if (parsed === undefined) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         operation,
         JSON.stringify(String(id).slice(0, 80)),
@@ -369,7 +352,7 @@ class GcpProviderImpl implements GcpProvider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.runOp('create', instance, signal, async () => {
+    return this.ops.run('create', instance, signal, async () => {
       const zone = this.validate(req, instance);
       const id = formatProviderId(zone, req.name);
       const { instances } = await this.api();
@@ -453,7 +436,7 @@ class GcpProviderImpl implements GcpProvider {
       { instance: id, operation: op.name, codes, httpErrorStatusCode: status },
       'insert operation failed',
     );
-    throw this.fail(
+    throw this.ops.fail(
       errorClass,
       'create',
       id,
@@ -465,7 +448,7 @@ class GcpProviderImpl implements GcpProvider {
 
   /** Placement and marks checked before any API call; every message names the field. */
   private validate(req: CreateRequest, instance: string): string {
-    const bad = (message: string) => this.fail('Permanent', 'create', instance, message);
+    const bad = (message: string) => this.ops.fail('Permanent', 'create', instance, message);
     if (typeof req.name !== 'string' || !INSTANCE_NAME.test(req.name)) {
       throw bad('name is not a GCE instance name (RFC 1035 label)');
     }
@@ -506,13 +489,18 @@ class GcpProviderImpl implements GcpProvider {
       );
     } catch (err) {
       if (isInstanceNotFound(err, this.config.project, zone, req.name)) {
-        throw this.fail('Transient', 'create', req.name, 'the existing VM disappeared during create; retry');
+        throw this.ops.fail(
+          'Transient',
+          'create',
+          req.name,
+          'the existing VM disappeared during create; retry',
+        );
       }
       throw err;
     }
     const owner = existing.labels?.[LABEL_UID] ?? '';
     if (owner !== req.uid) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         'create',
         req.name,
@@ -524,7 +512,7 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.runOp('get', String(id), signal, async () => {
+    return this.ops.run('get', String(id), signal, async () => {
       const { zone, name } = this.parseId('get', id);
       const { instances } = await this.api();
       try {
@@ -545,9 +533,14 @@ class GcpProviderImpl implements GcpProvider {
         (o) => o.operationType === 'insert',
       );
       if (pending !== undefined) {
-        throw this.fail('Transient', 'get', id, `insert operation ${pending.name ?? ''} is still running`);
+        throw this.ops.fail(
+          'Transient',
+          'get',
+          id,
+          `insert operation ${pending.name ?? ''} is still running`,
+        );
       }
-      throw this.fail('NotFound', 'get', id, 'no such VM');
+      throw this.ops.fail('NotFound', 'get', id, 'no such VM');
     });
   }
 
@@ -557,7 +550,7 @@ class GcpProviderImpl implements GcpProvider {
    * VM being deleted is refused by the API (400 resourceNotReady).
    */
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.runOp('delete', String(id), signal, async () => {
+    return this.ops.run('delete', String(id), signal, async () => {
       const { zone, name } = this.parseId('delete', id);
       const { instances } = await this.api();
       const running = await this.unfinishedOperations('delete', zone, name, signal);
@@ -568,7 +561,7 @@ class GcpProviderImpl implements GcpProvider {
       }
       const inserting = running.find((o) => o.operationType === 'insert');
       if (inserting !== undefined) {
-        throw this.fail(
+        throw this.ops.fail(
           'Transient',
           'delete',
           id,
@@ -593,7 +586,7 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.runOp('list', '', signal, async () => {
+    return this.ops.run('list', '', signal, async () => {
       const { instances } = await this.api();
       const out: Instance[] = [];
       // Every page repeats the warning for an unreachable zone: a set.

@@ -35,13 +35,12 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { providerError, ProviderError } from '../errors.js';
+import { ProviderError } from '../errors.js';
 import {
   MARK_MANAGED,
   MARK_MANAGED_VALUE,
   MARK_UID,
   type CreateRequest,
-  type ErrorClass,
   type Instance,
   type Provider,
   type ProviderOperation,
@@ -54,7 +53,7 @@ import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
 import { reuseConnections } from '../../kube/connections.js';
 import { providerCall } from '../../tracing/seam.js';
 import { boundedCall, CallEnded } from '../bounded-call.js';
-import { runOperation, type OperationFrame } from '../operation.js';
+import { operations, type OperationFrame, type Operations } from '../operation.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
 /** The selector listByTag and check() use: the managed mark, across all namespaces. */
@@ -151,9 +150,12 @@ class KubernetesProviderImpl implements KubernetesProvider {
       classify: (operation, instance, err) => this.wrap(operation, instance, err),
       callerCaused: (err) => err instanceof CallEnded && err.by === 'caller',
     };
+    this.ops = operations(this.frame);
   }
 
   private readonly frame: OperationFrame;
+  /** fail() and run() in this provider's frame. */
+  private readonly ops: Operations;
 
   /** One managed-pod list call, cluster-wide or in one namespace. */
   private listPods(api: CoreV1Api, namespace: string | undefined, limit: number, cont: string | undefined) {
@@ -170,32 +172,12 @@ class KubernetesProviderImpl implements KubernetesProvider {
 
   // -- plumbing -------------------------------------------------------------
 
-  private fail(
-    errorClass: ErrorClass,
-    operation: ProviderOperation,
-    instance: string,
-    message: string,
-    cause?: unknown,
-  ): ProviderError {
-    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
-  }
-
   /** Any thrown value as this provider's ProviderError (classification in one place: classify.ts). */
   private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
     if (err instanceof ProviderError) return err;
-    if (err instanceof CallEnded) return this.fail('Transient', operation, instance, err.message);
+    if (err instanceof CallEnded) return this.ops.fail('Transient', operation, instance, err.message);
     const c = classify(err);
-    return this.fail(c.errorClass, operation, instance, c.summary, err);
-  }
-
-  /** One operation in the providers' common frame (`providers/operation.ts`). */
-  private runOp<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return runOperation(this.frame, operation, instance, signal, fn);
+    return this.ops.fail(c.errorClass, operation, instance, c.summary, err);
   }
 
   /**
@@ -232,7 +214,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     // `context` selects within a kubeconfig we loaded; an injected one is used as given, never mutated.
     if (this.injected === undefined && this.config.context !== undefined) {
       if (!kc.getContexts().some((c) => c.name === this.config.context)) {
-        throw this.fail(
+        throw this.ops.fail(
           'Permanent',
           operation,
           instance,
@@ -243,7 +225,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     }
     const cluster = kc.getCurrentCluster();
     if (cluster === null)
-      throw this.fail('Permanent', operation, instance, 'kubeconfig has no current cluster');
+      throw this.ops.fail('Permanent', operation, instance, 'kubeconfig has no current cluster');
     this.client = { api: kc.makeApiClient(CoreV1Api), server: cluster.server };
     this.log.info({ server: cluster.server, namespace: this.config.namespace }, 'kubernetes provider ready');
     return this.client;
@@ -256,7 +238,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       try {
         kc.loadFromDefault();
       } catch (err) {
-        throw this.fail('Permanent', operation, instance, 'the default kubeconfig does not load', err);
+        throw this.ops.fail('Permanent', operation, instance, 'the default kubeconfig does not load', err);
       }
       return kc;
     }
@@ -264,12 +246,12 @@ class KubernetesProviderImpl implements KubernetesProvider {
       await access(path);
     } catch (err) {
       // A Secret mounted `optional: true` is absent until it exists: retry.
-      throw this.fail('Transient', operation, instance, `kubeconfig ${path} cannot be read`, err);
+      throw this.ops.fail('Transient', operation, instance, `kubeconfig ${path} cannot be read`, err);
     }
     try {
       kc.loadFromFile(path);
     } catch (err) {
-      throw this.fail('Permanent', operation, instance, `kubeconfig ${path} does not load`, err);
+      throw this.ops.fail('Permanent', operation, instance, `kubeconfig ${path} does not load`, err);
     }
     return kc;
   }
@@ -277,7 +259,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   private parseId(operation: ProviderOperation, id: string): { namespace: string; name: string } {
     const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
     if (parsed === undefined) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         operation,
         JSON.stringify(String(id).slice(0, 80)),
@@ -291,7 +273,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.runOp('create', instance, signal, async () => {
+    return this.ops.run('create', instance, signal, async () => {
       this.validate(req, instance);
       const { api } = await this.api('create', instance);
       const namespace = podNamespace(req, this.config);
@@ -317,7 +299,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
         const status = httpStatus(err);
         // Do not answer NotFound from create (contract §5): the namespace is missing.
         if (status === 404) {
-          throw this.fail('Transient', 'create', instance, `namespace ${namespace} does not exist`, err);
+          throw this.ops.fail('Transient', 'create', instance, `namespace ${namespace} does not exist`, err);
         }
         if (status !== 409) throw err;
       }
@@ -327,19 +309,19 @@ class KubernetesProviderImpl implements KubernetesProvider {
 
   private validate(req: CreateRequest, instance: string): void {
     if (typeof req.name !== 'string' || !DNS1123_LABEL.test(req.name)) {
-      throw this.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label (a pod name)');
+      throw this.ops.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label (a pod name)');
     }
     if (this.config.namespace === undefined && !DNS1123_LABEL.test(String(req.namespace))) {
-      throw this.fail('Permanent', 'create', instance, "the Proxy's namespace is not a DNS-1123 label");
+      throw this.ops.fail('Permanent', 'create', instance, "the Proxy's namespace is not a DNS-1123 label");
     }
     if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) {
-      throw this.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
+      throw this.ops.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
     }
     if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
-      throw this.fail('Permanent', 'create', instance, 'uid is not a non-empty label value');
+      throw this.ops.fail('Permanent', 'create', instance, 'uid is not a non-empty label value');
     }
     if (!LABEL_VALUE.test(req.installation)) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         'create',
         instance,
@@ -358,13 +340,18 @@ class KubernetesProviderImpl implements KubernetesProvider {
       );
     } catch (err) {
       if (httpStatus(err) === 404) {
-        throw this.fail('Transient', 'create', req.name, 'the existing pod disappeared during create; retry');
+        throw this.ops.fail(
+          'Transient',
+          'create',
+          req.name,
+          'the existing pod disappeared during create; retry',
+        );
       }
       throw err;
     }
     const owner = existing.metadata?.labels?.[MARK_UID] ?? '';
     if (owner !== req.uid) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         'create',
         req.name,
@@ -372,7 +359,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       );
     }
     if (existing.metadata?.deletionTimestamp !== undefined && existing.metadata.deletionTimestamp !== null) {
-      throw this.fail(
+      throw this.ops.fail(
         'Transient',
         'create',
         req.name,
@@ -384,7 +371,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.runOp('get', String(id), signal, async () => {
+    return this.ops.run('get', String(id), signal, async () => {
       const { namespace, name } = this.parseId('get', id);
       const { api } = await this.api('get', id);
       const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
@@ -395,7 +382,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.runOp('delete', String(id), signal, async () => {
+    return this.ops.run('delete', String(id), signal, async () => {
       const { namespace, name } = this.parseId('delete', id);
       const { api } = await this.api('delete', id);
       try {
@@ -411,7 +398,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.runOp('list', '', signal, async () => {
+    return this.ops.run('list', '', signal, async () => {
       const { api } = await this.api('list', '');
       const out: Instance[] = [];
       for (const namespace of this.scopes ?? [undefined]) {

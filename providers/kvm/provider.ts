@@ -11,8 +11,8 @@ import { createHash } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { Logger } from 'pino';
-import { providerError, type ProviderError } from '../errors.js';
-import { runOperation, type OperationFrame } from '../operation.js';
+import { KeyedMutex } from '../concurrency.js';
+import { operations, type OperationFrame, type Operations } from '../operation.js';
 import {
   MARK_MANAGED,
   type CreateRequest,
@@ -61,25 +61,6 @@ interface HostHandle {
   config: KvmHost;
   link: HostLink;
   virsh: Virsh;
-}
-
-/** An in-process mutex per key: concurrent creates of one name, and one download per image per host. */
-class KeyedLock {
-  private tails = new Map<string, Promise<void>>();
-  async run<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.tails.get(key) ?? Promise.resolve();
-    let release!: () => void;
-    const mine = new Promise<void>((r) => (release = r));
-    const tail = prev.then(() => mine);
-    this.tails.set(key, tail);
-    await prev;
-    try {
-      return await fn();
-    } finally {
-      release();
-      if (this.tails.get(key) === tail) this.tails.delete(key);
-    }
-  }
 }
 
 /** Maps a libvirt state (virsh's words) and an address to ours: the seed's table. */
@@ -207,9 +188,12 @@ class KvmProvider implements Provider {
   private readonly cfg: KvmConfig;
   private readonly log: Logger;
   private readonly frame: OperationFrame;
+  /** fail() and run() in this provider's frame. */
+  private readonly ops: Operations;
   private readonly hosts = new Map<string, HostHandle>();
-  private readonly nameLocks = new KeyedLock();
-  private readonly imageLocks = new KeyedLock();
+  // In-process: concurrent creates of one name, and one download per image per host.
+  private readonly nameLocks = new KeyedMutex();
+  private readonly imageLocks = new KeyedMutex();
 
   constructor(options: KvmProviderOptions) {
     this.name = options.name;
@@ -219,12 +203,15 @@ class KvmProvider implements Provider {
       provider: this.name,
       log: this.log,
       classify: (operation, instance, err, signal) => {
-        if (signal.aborted) return this.fail('Transient', operation, instance, 'aborted by the caller', err);
+        if (signal.aborted)
+          return this.ops.fail('Transient', operation, instance, 'aborted by the caller', err);
         const c = classify(err, operation);
-        return this.fail(c.errorClass, operation, instance, c.summary, err);
+        return this.ops.fail(c.errorClass, operation, instance, c.summary, err);
       },
       callerCaused: (_err, signal) => signal.aborted,
     };
+    this.ops = operations(this.frame);
+
     for (const h of options.config.hosts) {
       const link = new HostLink({
         address: h.address,
@@ -246,37 +233,17 @@ class KvmProvider implements Provider {
     return this.cfg.callTimeoutSeconds * 1000;
   }
 
-  private fail(
-    errorClass: ErrorClass,
-    operation: ProviderOperation,
-    instance: string,
-    message: string,
-    cause?: unknown,
-  ): ProviderError {
-    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
-  }
-
-  /** One operation in the providers' common frame (`providers/operation.ts`). */
-  private runOp<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: () => Promise<T>,
-  ): Promise<T> {
-    return runOperation(this.frame, operation, instance, signal, fn);
-  }
-
   private hostFor(operation: ProviderOperation, instance: string, hostName: string): HostHandle {
     const h = this.hosts.get(hostName);
     if (h === undefined)
-      throw this.fail('Permanent', operation, instance, `host "${hostName}" is not configured`);
+      throw this.ops.fail('Permanent', operation, instance, `host "${hostName}" is not configured`);
     return h;
   }
 
   private parseId(operation: ProviderOperation, id: string): { host: string; domain: string } {
     const parsed = parseProviderId(id);
     if (parsed === undefined)
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         operation,
         String(id).slice(0, 200),
@@ -313,11 +280,16 @@ class KvmProvider implements Provider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = String(req.name);
-    return this.runOp('create', instance, signal, async () => {
+    return this.ops.run('create', instance, signal, async () => {
       if (!DOMAIN_NAME.test(req.name) || !req.name.startsWith('proxy-'))
-        throw this.fail('Permanent', 'create', instance, 'name is not an instance name (proxy-<16 base32>)');
+        throw this.ops.fail(
+          'Permanent',
+          'create',
+          instance,
+          'name is not an instance name (proxy-<16 base32>)',
+        );
       if (typeof req.uid !== 'string' || req.uid === '')
-        throw this.fail('Permanent', 'create', instance, 'uid is empty');
+        throw this.ops.fail('Permanent', 'create', instance, 'uid is empty');
       const hostName = this.pick(
         'create',
         instance,
@@ -346,7 +318,7 @@ class KvmProvider implements Provider {
         if (existing !== undefined) {
           const marks = parseMarks(existing);
           if (marks?.uid !== req.uid)
-            throw this.fail(
+            throw this.ops.fail(
               'Permanent',
               'create',
               id,
@@ -368,7 +340,7 @@ class KvmProvider implements Provider {
         const marksText = Buffer.from(JSON.stringify({ [MARK_MANAGED]: 'true', ...marks }) + '\n', 'utf8');
         const prior = await this.readMarksVolume(h, req.name, signal);
         if (prior !== undefined && prior.uid !== req.uid)
-          throw this.fail(
+          throw this.ops.fail(
             'Permanent',
             'create',
             id,
@@ -419,7 +391,7 @@ class KvmProvider implements Provider {
   ): string {
     if (value === undefined || value === '') {
       if (keys.length === 1) return keys[0]!;
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         op,
         instance,
@@ -427,7 +399,7 @@ class KvmProvider implements Provider {
       );
     }
     if (!keys.includes(value))
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         op,
         instance,
@@ -440,7 +412,7 @@ class KvmProvider implements Provider {
     const keys = Object.keys(this.cfg.images);
     if ((value === undefined || value === '') && keys.length === 1) value = keys[0]!;
     if (value === undefined || value === '')
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         'create',
         instance,
@@ -456,7 +428,7 @@ class KvmProvider implements Provider {
         firmware: 'uefi' as const,
         sha256: undefined,
       };
-    throw this.fail(
+    throw this.ops.fail(
       'Permanent',
       'create',
       instance,
@@ -470,7 +442,7 @@ class KvmProvider implements Provider {
     await this.tolerate(this.call(h, ['start', name], signal), ['other'], '').then(async () => {
       const after = (await this.call(h, ['domstate', name], signal)).trim();
       if (after !== 'running' && after !== 'idle' && after !== 'blocked')
-        throw this.fail(
+        throw this.ops.fail(
           'Transient',
           'create',
           formatProviderId(h.config.name, name),
@@ -492,7 +464,7 @@ class KvmProvider implements Provider {
   ): Promise<void> {
     const info = await this.poolInfo(h, signal);
     if (info.available < bytes)
-      throw this.fail(
+      throw this.ops.fail(
         'QuotaExceeded',
         'create',
         instance,
@@ -565,11 +537,11 @@ class KvmProvider implements Provider {
       try {
         res = await fetch(image.url, { signal: bound });
       } catch (err) {
-        throw this.fail('Transient', 'create', image.key, 'image download failed', err);
+        throw this.ops.fail('Transient', 'create', image.key, 'image download failed', err);
       }
       if (!res.ok || res.body === null) {
         void res.body?.cancel();
-        throw this.fail(
+        throw this.ops.fail(
           res.status >= 400 && res.status < 500 && res.status !== 429 ? 'Permanent' : 'Transient',
           'create',
           image.key,
@@ -610,7 +582,7 @@ class KvmProvider implements Provider {
       const got = hash.digest('hex');
       if (image.sha256 !== undefined && got !== image.sha256) {
         await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, base], signal), ['no-volume'], '');
-        throw this.fail(
+        throw this.ops.fail(
           'Permanent',
           'create',
           image.key,
@@ -657,14 +629,14 @@ class KvmProvider implements Provider {
   // ---- get ----
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.runOp('get', String(id), signal, async () => {
+    return this.ops.run('get', String(id), signal, async () => {
       const { host, domain } = this.parseId('get', id);
       const h = this.hostFor('get', id, host);
       const xml = await this.tolerate(this.call(h, ['dumpxml', domain], signal), ['no-domain'], undefined);
       if (xml === undefined) {
         // No domain: volumes left by a create that never finished are still ours to report (and collect).
         const marks = await this.readMarksVolume(h, domain, signal);
-        if (marks === undefined) throw this.fail('NotFound', 'get', id, 'no such domain');
+        if (marks === undefined) throw this.ops.fail('NotFound', 'get', id, 'no such domain');
         return toInstance(id, 'Terminated', undefined, marks);
       }
       const state = await this.call(h, ['domstate', domain], signal);
@@ -699,7 +671,7 @@ class KvmProvider implements Provider {
   // ---- delete ----
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.runOp('delete', String(id), signal, async () => {
+    return this.ops.run('delete', String(id), signal, async () => {
       const { host, domain } = this.parseId('delete', id);
       const h = this.hosts.get(host);
       if (h === undefined) {
@@ -728,7 +700,7 @@ class KvmProvider implements Provider {
           undefined,
         );
         if (still !== undefined)
-          throw this.fail('Transient', 'delete', id, 'domain still exists after undefine');
+          throw this.ops.fail('Transient', 'delete', id, 'domain still exists after undefine');
         this.log.info({ host, name: domain }, 'domain and volumes deleted');
       });
     });
@@ -737,7 +709,7 @@ class KvmProvider implements Provider {
   // ---- list ----
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.runOp('list', '', signal, async () => {
+    return this.ops.run('list', '', signal, async () => {
       const all = await Promise.all([...this.hosts.values()].map((h) => this.listHost(h, signal)));
       return all.flat();
     });

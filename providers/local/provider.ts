@@ -26,14 +26,13 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { KeyedMutex, mapLimit } from '../concurrency.js';
 import type { Logger } from 'pino';
-import { providerError, ProviderError } from '../errors.js';
+import { ProviderError } from '../errors.js';
 import {
   MARK_INSTALLATION,
   MARK_MANAGED,
   MARK_MANAGED_VALUE,
   MARK_UID,
   type CreateRequest,
-  type ErrorClass,
   type Instance,
   type InstanceState,
   type Provider,
@@ -63,6 +62,7 @@ import {
 } from './store.js';
 import { providerCall } from '../../tracing/seam.js';
 import { cloudInitContentHash, specHash } from '../spec-hash.js';
+import { operations, type Operations } from '../operation.js';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 const ID_PREFIX = 'local/';
@@ -157,19 +157,19 @@ class LocalProviderImpl implements LocalProvider {
     readonly stateDir: string,
     private readonly range: LoopbackRange,
     private readonly log: Logger,
-  ) {}
+  ) {
+    // Failures take the common frame's shape; `run` below bounds operations itself (see there).
+    this.ops = operations({
+      provider: name,
+      log,
+      classify: (operation, instance, err) =>
+        this.ops.fail('Transient', operation, instance, 'state directory I/O failed', err),
+    });
+  }
+
+  private readonly ops: Operations;
 
   // -- plumbing -------------------------------------------------------------
-
-  private fail(
-    errorClass: ErrorClass,
-    operation: ProviderOperation,
-    instance: string,
-    message: string,
-    cause?: unknown,
-  ) {
-    return providerError({ errorClass, operation, provider: this.name, instance, message, cause });
-  }
 
   /**
    * Runs `fn` bounded by the caller's signal and by operationTimeoutSeconds.
@@ -184,15 +184,15 @@ class LocalProviderImpl implements LocalProvider {
     fn: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> {
     if (signal.aborted)
-      return Promise.reject(this.fail('Transient', operation, instance, 'aborted by the caller'));
+      return Promise.reject(this.ops.fail('Transient', operation, instance, 'aborted by the caller'));
     const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
     const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
     return new Promise<T>((resolve, reject) => {
       const onAbort = () =>
         reject(
           signal.aborted
-            ? this.fail('Transient', operation, instance, 'aborted by the caller')
-            : this.fail('Transient', operation, instance, `timed out after ${timeoutMs} ms`),
+            ? this.ops.fail('Transient', operation, instance, 'aborted by the caller')
+            : this.ops.fail('Transient', operation, instance, `timed out after ${timeoutMs} ms`),
         );
       bounded.addEventListener('abort', onAbort, { once: true });
       fn(bounded)
@@ -201,13 +201,13 @@ class LocalProviderImpl implements LocalProvider {
             err instanceof ProviderError
               ? err
               : err instanceof LockHeldError
-                ? this.fail(
+                ? this.ops.fail(
                     'Transient',
                     operation,
                     instance,
                     `${err.message}; one process per state directory`,
                   )
-                : this.fail('Transient', operation, instance, 'state directory I/O failed', err);
+                : this.ops.fail('Transient', operation, instance, 'state directory I/O failed', err);
           // NotFound is an answer (polling to NotFound is normal), not a failure.
           const level = wrapped.errorClass === 'NotFound' ? 'debug' : 'warn';
           if (!bounded.aborted) this.log[level]({ error: wrapped.toJSON() }, `${operation} failed`);
@@ -218,13 +218,13 @@ class LocalProviderImpl implements LocalProvider {
   }
 
   private checkNotAborted(signal: AbortSignal, operation: ProviderOperation, instance: string): void {
-    if (signal.aborted) throw this.fail('Transient', operation, instance, 'aborted');
+    if (signal.aborted) throw this.ops.fail('Transient', operation, instance, 'aborted');
   }
 
   private parseId(operation: ProviderOperation, id: string): string {
     const name = parseLocalProviderId(id);
     if (name === undefined) {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         operation,
         JSON.stringify(id.slice(0, 80)),
@@ -239,7 +239,8 @@ class LocalProviderImpl implements LocalProvider {
       this.starting = undefined;
       throw err;
     });
-    if (signal.aborted) return Promise.reject(this.fail('Transient', 'check', '', 'aborted by the caller'));
+    if (signal.aborted)
+      return Promise.reject(this.ops.fail('Transient', 'check', '', 'aborted by the caller'));
     return this.starting;
   }
 
@@ -334,15 +335,15 @@ class LocalProviderImpl implements LocalProvider {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.run('create', instance, signal, async (s) => {
       if (!NAME_RE.test(req.name))
-        throw this.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label');
+        throw this.ops.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label');
       if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) {
-        throw this.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
+        throw this.ops.fail('Permanent', 'create', instance, `port ${String(req.port)} is not in 1-65535`);
       }
       if (this.config.failureMode !== 'none') {
         const cls = ({ quota: 'QuotaExceeded', permanent: 'Permanent', transient: 'Transient' } as const)[
           this.config.failureMode
         ];
-        throw this.fail(
+        throw this.ops.fail(
           cls,
           'create',
           instance,
@@ -359,7 +360,7 @@ class LocalProviderImpl implements LocalProvider {
     const id = formatLocalProviderId(req.name);
     const existing = await readRecord(this.stateDir, req.name, s);
     if (existing.kind === 'unreadable') {
-      throw this.fail(
+      throw this.ops.fail(
         'Permanent',
         'create',
         req.name,
@@ -369,7 +370,7 @@ class LocalProviderImpl implements LocalProvider {
     if (existing.kind === 'ok') {
       const owner = existing.record.labels[MARK_UID] ?? '';
       if (owner !== req.uid) {
-        throw this.fail(
+        throw this.ops.fail(
           'Permanent',
           'create',
           req.name,
@@ -414,7 +415,7 @@ class LocalProviderImpl implements LocalProvider {
       cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
     };
     try {
-      if (s.aborted) throw this.fail('Transient', 'create', req.name, 'aborted');
+      if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');
       await writeRecord(this.stateDir, record);
     } catch (err) {
       this.addressOwner.delete(address);
@@ -446,14 +447,14 @@ class LocalProviderImpl implements LocalProvider {
     for (const address of candidateAddresses(this.range, slotKey)) {
       if (this.addressOwner.has(address)) continue;
       if (attempts >= MAX_BIND_ATTEMPTS) {
-        throw this.fail(
+        throw this.ops.fail(
           'Transient',
           'create',
           req.name,
           `${attempts} candidate addresses in ${this.config.addressRange} are in use by other processes`,
         );
       }
-      if (s.aborted) throw this.fail('Transient', 'create', req.name, 'aborted');
+      if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');
       attempts++;
       try {
         const proxy = await this.listen(address, req.port);
@@ -468,10 +469,10 @@ class LocalProviderImpl implements LocalProvider {
           );
           continue;
         }
-        throw this.fail(kind, 'create', req.name, `cannot listen on ${address}:${req.port}`, err);
+        throw this.ops.fail(kind, 'create', req.name, `cannot listen on ${address}:${req.port}`, err);
       }
     }
-    throw this.fail(
+    throw this.ops.fail(
       'QuotaExceeded',
       'create',
       req.name,
@@ -486,7 +487,7 @@ class LocalProviderImpl implements LocalProvider {
       this.checkNotAborted(s, 'get', id);
       return this.mutex.run(name, async () => {
         const read = await readRecord(this.stateDir, name, s);
-        if (read.kind === 'missing') throw this.fail('NotFound', 'get', id, 'no such instance');
+        if (read.kind === 'missing') throw this.ops.fail('NotFound', 'get', id, 'no such instance');
         if (read.kind === 'unreadable') {
           this.log.warn({ instance: name, reason: read.reason }, 'unreadable record reported as Stopped');
           return { id, state: 'Stopped', uid: '', installation: '' };

@@ -26,8 +26,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { DEFAULT_MAX_CONCURRENT_PROBES, createProber } from '../../api/prober/prober.js';
-import { createStaticProbeTargets, type ProbeTarget } from '../../api/prober/targets.js';
+import { DEFAULT_MAX_CONCURRENT_PROBES, createProber } from '../../prober/prober.js';
+import { createStaticProbeTargets, type ProbeTarget } from '../../prober/targets.js';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { startProbeTarget } from '../helpers/prober-fixtures.js';
 

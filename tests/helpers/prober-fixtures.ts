@@ -16,7 +16,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { connect, createServer as createNetServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { generate } from 'selfsigned';
-import type { Clock, TimerHandle } from '../../api/prober/clock.js';
+import type { Clock, TimerHandle } from '../../prober/clock.js';
 
 export interface SeenRequest {
   method: string;

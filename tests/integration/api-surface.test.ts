@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { createStaticProxyCatalog, type ProxyCatalog } from '../../api/proxy-catalog.js';
-import type { TraceRequest } from '../../api/tracing.js';
+import type { TraceRequest } from '../../tracing/http.js';
 import {
   OpenApiValidator,
   proxy,

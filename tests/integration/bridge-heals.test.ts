@@ -7,7 +7,7 @@
  *
  * The test plays the prober's part (a Healthy verdict signal) so the Proxy
  * can reach Ready without probe targets; the prober re-sends its verdict to a
- * new run when the Proxy's condition disagrees with it (api/prober).
+ * new run when the Proxy's condition disagrees with it (prober/).
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';

@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
-import { probeThroughProxy, type ProbeRequest, type ProbeResult } from '../../api/prober/probe.js';
+import { probeThroughProxy, type ProbeRequest, type ProbeResult } from '../../prober/probe.js';
 import {
   selfSignedCert,
   startFaultProxy,

@@ -9,12 +9,8 @@ import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
-import { createProber, type ProbeEvent, type Prober } from '../../api/prober/prober.js';
-import {
-  createStaticProbeTargets,
-  type ProbeTarget,
-  type StaticProbeTargets,
-} from '../../api/prober/targets.js';
+import { createProber, type ProbeEvent, type Prober } from '../../prober/prober.js';
+import { createStaticProbeTargets, type ProbeTarget, type StaticProbeTargets } from '../../prober/targets.js';
 import type { HealthReport, HealthVerdict, ProxyRef } from '../../workflows/proxy/types.js';
 import { eventually } from '../helpers/temporal.js';
 import {

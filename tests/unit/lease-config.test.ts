@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ApiConfigError, parseDuration, parseListenAddress, readApiConfig } from '../../api/config.js';
-import { parseTraceparent } from '../../api/tracing.js';
+import { parseTraceparent } from '../../tracing/http.js';
 import { rfc3339 } from '../../api/app.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'lease-config-'));

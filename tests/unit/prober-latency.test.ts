@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { latencyWorthReporting } from '../../api/prober/latency.js';
+import { latencyWorthReporting } from '../../prober/latency.js';
 
 const MIN = 10 * 60_000;
 

@@ -9,9 +9,9 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ProbeRequest, ProbeResult } from '../../api/prober/probe.js';
-import { createProber, type ProbeEvent, type Prober } from '../../api/prober/prober.js';
-import { createStaticProbeTargets, type ProbeTarget } from '../../api/prober/targets.js';
+import type { ProbeRequest, ProbeResult } from '../../prober/probe.js';
+import { createProber, type ProbeEvent, type Prober } from '../../prober/prober.js';
+import { createStaticProbeTargets, type ProbeTarget } from '../../prober/targets.js';
 import type { HealthReport } from '../../workflows/proxy/types.js';
 import { ManualClock } from '../helpers/prober-fixtures.js';
 

@@ -13,9 +13,9 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { probeThroughProxy, type ProbeTls } from '../../api/prober/probe.js';
-import { createProber, type ProbeEvent } from '../../api/prober/prober.js';
-import { createStaticProbeTargets } from '../../api/prober/targets.js';
+import { probeThroughProxy, type ProbeTls } from '../../prober/probe.js';
+import { createProber, type ProbeEvent } from '../../prober/prober.js';
+import { createStaticProbeTargets } from '../../prober/targets.js';
 import type { HealthReport } from '../../workflows/proxy/types.js';
 import { ManualClock } from '../helpers/prober-fixtures.js';
 

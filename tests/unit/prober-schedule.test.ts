@@ -6,7 +6,7 @@ import {
   nextDue,
   seededFirstDelay,
   type ScheduledRun,
-} from '../../api/prober/schedule.js';
+} from '../../prober/schedule.js';
 import { ManualClock, seeded } from '../helpers/prober-fixtures.js';
 
 /** Resolves pending promise callbacks (run completions) without moving the clock. */

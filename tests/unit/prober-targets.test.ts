@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_HEALTH_CHECK, type Proxy } from '../../resources/proxy-schema.js';
-import { createStaticProbeTargets, targetFromProxy, type ProbeTarget } from '../../api/prober/targets.js';
+import { createStaticProbeTargets, targetFromProxy, type ProbeTarget } from '../../prober/targets.js';
 
 const hc = { ...DEFAULT_HEALTH_CHECK, expectedStatusCodes: [200, 204] };
 

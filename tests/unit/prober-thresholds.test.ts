@@ -4,7 +4,7 @@ import {
   recordProbe,
   type ThresholdState,
   type Thresholds,
-} from '../../api/prober/thresholds.js';
+} from '../../prober/thresholds.js';
 import type { HealthVerdict } from '../../workflows/proxy/types.js';
 
 /** Runs a probe sequence ('+' success, '-' failure) and returns the verdict after each probe and where it flipped. */

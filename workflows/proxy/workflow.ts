@@ -23,7 +23,8 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { KubeActivities, ProviderActivities, TimingActivities } from '../../activities/types.js';
-import { FailureType, NON_RETRYABLE_FAILURES } from './failure-types.js';
+import { FailureType } from './failure-types.js';
+import { PROXY_ACTIVITY_OPTIONS } from './activity-options.js';
 import {
   deletionRequestedSignal,
   driftDetectedSignal,
@@ -60,52 +61,14 @@ import {
   type WorkerTiming,
 } from './types.js';
 
-// Provider calls: Transient failures retry here with capped exponential
-// backoff; after a few attempts the workflow itself takes over (records the
-// error in status, waits, re-evaluates), so a deletion or spec change is
-// never stuck behind an activity retrying forever.
-// The activities heartbeat every few seconds while a provider call runs
-// (provider-activities.ts): a worker killed mid-call is then noticed after
-// heartbeatTimeout and the call retried elsewhere, instead of only after
-// startToCloseTimeout (2 minutes).
-const provider = proxyActivities<ProviderActivities>({
-  startToCloseTimeout: '2 minutes',
-  heartbeatTimeout: '15 seconds',
-  retry: {
-    initialInterval: '1 second',
-    backoffCoefficient: 2,
-    maximumInterval: '30 seconds',
-    maximumAttempts: 5,
-    nonRetryableErrorTypes: NON_RETRYABLE_FAILURES,
-  },
-});
-
-// Status writes: transition-only, so each one matters; retried through an
-// apiserver restart, then given up (the next transition writes again).
-const kube = proxyActivities<KubeActivities>({
-  startToCloseTimeout: '30 seconds',
-  retry: {
-    initialInterval: '1 second',
-    backoffCoefficient: 2,
-    maximumInterval: '30 seconds',
-    maximumAttempts: 10,
-  },
-});
-
+const provider = proxyActivities<ProviderActivities>(PROXY_ACTIVITY_OPTIONS.provider);
+const kube = proxyActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusWrite);
 // The same status writes as local activities: they run in the worker that
 // runs the workflow task, so a write costs no extra workflow task round trip
 // (a provisioning drops from 6 workflow tasks to 3). Safe because a write is
 // short, idempotent and transition-only. Gated by STATUS_WRITES_AS_LOCAL so
 // histories recorded before it replay on the old path.
-const kubeLocal = proxyLocalActivities<KubeActivities>({
-  startToCloseTimeout: '30 seconds',
-  retry: {
-    initialInterval: '1 second',
-    backoffCoefficient: 2,
-    maximumInterval: '30 seconds',
-    maximumAttempts: 10,
-  },
-});
+const kubeLocal = proxyLocalActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusWrite);
 const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
 /** Rules.keepInstanceOnCloudInitProblem. */
 const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
@@ -123,25 +86,14 @@ const RESUME_FROM_STATUS = 'resume-from-recorded-status';
 // The recorded status, once per fresh run. A few quick attempts, then the
 // run goes on without it (as runs did before): an apiserver that cannot be
 // read must not hold up a create.
-const statusReader = proxyLocalActivities<KubeActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumAttempts: 3 },
-});
+const statusReader = proxyLocalActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusRead);
 
 // The worker's timing, once per run: a local activity runs in the worker
 // that runs this workflow task, so a changed --drift-sweep or --safety-poll
 // reaches every Proxy at its next run without a bridge in the way.
-const workerConfig = proxyLocalActivities<TimingActivities>({
-  startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' },
-});
+const workerConfig = proxyLocalActivities<TimingActivities>(PROXY_ACTIVITY_OPTIONS.timing);
 
-// Finalizer removal must eventually happen or the Proxy stays Terminating:
-// retry without limit.
-const finalizer = proxyActivities<KubeActivities>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
-});
+const finalizer = proxyActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.finalizer);
 
 /** One pending steady-state timer, kept across wake-ups that do not move its deadline. */
 interface SteadyTimer {

@@ -1,8 +1,9 @@
 /**
- * The tracing seam. No tracer exists yet; when one does (OpenTelemetry's
- * W3C propagator), it plugs in as a `TraceHook`: start a server span whose
- * parent is `trace`, end it with the status. Until then the parsed context
- * only enriches the request log line.
+ * The HTTP side of tracing: a request's W3C `traceparent`, parsed, and the
+ * `TraceHook` an HTTP server calls per request. With tracing on
+ * (`tracing/otel.ts`) the hook starts a server span whose parent is the
+ * request's context and ends it with the status; with tracing off there is
+ * no hook, and the parsed context only enriches the request log line.
  */
 
 /** A valid W3C `traceparent` (version 00): https://www.w3.org/TR/trace-context/#traceparent-header */

@@ -12,7 +12,7 @@
  * past the threshold costs at most 6 reports, 12 actions, per hour; at the
  * seed's one-a-minute it would be 120, twenty times the whole steady state.
  */
-import type { HealthVerdict } from '../../workflows/proxy/types.js';
+import type { HealthVerdict } from '../workflows/proxy/types.js';
 
 export interface LatencyPolicy {
   floorMs: number;

@@ -4,8 +4,8 @@
  * after a watch outage are delivered by the informer, so the map never keeps
  * a proxy that is gone. The informer's owner starts it before the prober.
  */
-import type { ResilientInformer } from '../../kube/informer.js';
-import type { Proxy } from '../../resources/proxy-schema.js';
+import type { ResilientInformer } from '../kube/informer.js';
+import type { Proxy } from '../resources/proxy-schema.js';
 import { TargetMap, proxyKey, targetFromProxy, type ProbeTargetSource } from './targets.js';
 
 export function createProxyProbeTargets(informer: ResilientInformer<Proxy>): ProbeTargetSource {

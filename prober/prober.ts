@@ -31,8 +31,8 @@ import { setMaxListeners } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import { DEFAULT_HEALTH_CHECK } from '../../resources/proxy-schema.js';
-import type { HealthReport, HealthVerdict, ProxyRef } from '../../workflows/proxy/types.js';
+import { DEFAULT_HEALTH_CHECK } from '../resources/proxy-schema.js';
+import type { HealthReport, HealthVerdict, ProxyRef } from '../workflows/proxy/types.js';
 import { systemClock, type Clock, type Random } from './clock.js';
 import {
   DEFAULT_LATENCY_POLICY,

@@ -4,8 +4,8 @@
  * whether targets come from an informer (the api process) or are set by
  * hand (tests, benchmarks, `dev`).
  */
-import { DEFAULT_HEALTH_CHECK, DEFAULT_PORT, type Proxy } from '../../resources/proxy-schema.js';
-import type { HealthVerdict, ProxyRef } from '../../workflows/proxy/types.js';
+import { DEFAULT_HEALTH_CHECK, DEFAULT_PORT, type Proxy } from '../resources/proxy-schema.js';
+import type { HealthVerdict, ProxyRef } from '../workflows/proxy/types.js';
 
 export interface HealthCheckSettings {
   probeURL: string;

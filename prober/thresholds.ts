@@ -5,7 +5,7 @@
  * one failed probe never flips a healthy proxy and one success never
  * rescues an unhealthy one.
  */
-import type { HealthVerdict } from '../../workflows/proxy/types.js';
+import type { HealthVerdict } from '../workflows/proxy/types.js';
 
 export interface Thresholds {
   successThreshold: number;

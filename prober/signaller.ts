@@ -21,9 +21,10 @@
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { healthChangedSignal } from '../../workflows/proxy/messages.js';
-import type { HealthReport, ProxyRef } from '../../workflows/proxy/types.js';
+import { proxyWorkflowId } from '../workflows/proxy/ids.js';
+import { healthChangedSignal } from '../workflows/proxy/messages.js';
+import { signalProxy } from '../workflows/proxy/client.js';
+import type { HealthReport, ProxyRef } from '../workflows/proxy/types.js';
 import { systemClock, type Clock, type TimerHandle } from './clock.js';
 import type { HealthSignal } from './prober.js';
 
@@ -156,7 +157,7 @@ export function createTemporalHealthSignaller(
   async function deliver(id: string, item: Item): Promise<void> {
     try {
       await client.withDeadline(clock.now() + callTimeoutMs, () =>
-        client.workflow.getHandle(id).signal(healthChangedSignal, item.report),
+        signalProxy(client, { workflowId: id }, healthChangedSignal, item.report),
       );
       counts.delivered++;
       backoffMs = initialBackoffMs;
