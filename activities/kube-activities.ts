@@ -2,16 +2,12 @@
  * Activities that read and write Kubernetes objects: Proxy status (the
  * workflow is its single writer), the finalizer, and cloud-init resolution.
  */
-import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import {
-  ANNOTATION_SKIP_CLEANUP,
-  FINALIZER,
-  LABEL_CLOUD_INIT,
-  type ProxyStatus,
-} from '../resources/proxy-schema.js';
+import { ANNOTATION_SKIP_CLEANUP, FINALIZER, type ProxyStatus } from '../resources/proxy-schema.js';
 import type { EventRecorder } from '../kube/events.js';
 import { apiErrorLine, httpCode } from '../kube/errors.js';
+import { readCloudInitSecret } from '../kube/cloud-init.js';
 import { createProxyClient, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef, RecordedStatus } from '../workflows/proxy/types.js';
@@ -40,23 +36,13 @@ export async function resolveCloudInit(
       );
     return proxy.spec.cloudInit?.inline;
   }
-  const where = `Secret ${ref.namespace}/${cloudInit.name}`;
-  let secret;
-  try {
-    secret = await kc
-      .makeApiClient(CoreV1Api)
-      .readNamespacedSecret({ namespace: ref.namespace, name: cloudInit.name });
-  } catch (error) {
-    if (httpCode(error) === 404) throw nonRetryable(FailureType.CloudInitError, `${where} not found`);
-    throw error;
-  }
-  if (secret.metadata?.labels?.[LABEL_CLOUD_INIT] !== 'true') {
-    throw nonRetryable(FailureType.CloudInitError, `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`);
-  }
-  const encoded = secret.data?.[cloudInit.key];
-  if (encoded === undefined)
-    throw nonRetryable(FailureType.CloudInitError, `${where} has no key "${cloudInit.key}"`);
-  return Buffer.from(encoded, 'base64').toString('utf8');
+  const read = await readCloudInitSecret(kc, {
+    namespace: ref.namespace,
+    name: cloudInit.name,
+    key: cloudInit.key,
+  });
+  if ('problem' in read) throw nonRetryable(FailureType.CloudInitError, read.problem);
+  return read.text;
 }
 
 /**

@@ -27,6 +27,7 @@ import { createResilientInformer, type ResilientInformer } from '../kube/informe
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
 import { createProxyClient, refOf, type ProxyRef } from '../kube/proxies.js';
+import { secretViewOf } from '../kube/cloud-init.js';
 import { createWorkQueue } from './workqueue.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
@@ -157,8 +158,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
 
   const lookupSecret = (namespace: string, name: string): SecretView | undefined => {
     const s = secrets.get(name, namespace);
-    if (!s) return undefined;
-    return { labels: s.metadata?.labels ?? {}, data: s.data ?? {} };
+    return s && secretViewOf(s);
   };
 
   const queue = createWorkQueue({

@@ -3,7 +3,10 @@
  * hashing happens here so the workflow only ever sees a reference and a
  * content hash, never cloud-init text.
  */
-import { ANNOTATION_SKIP_CLEANUP, LABEL_CLOUD_INIT, type Proxy } from '../resources/proxy-schema.js';
+import { ANNOTATION_SKIP_CLEANUP, type Proxy } from '../resources/proxy-schema.js';
+import { cloudInitFromSecret, type SecretView } from '../kube/cloud-init.js';
+
+export type { SecretView } from '../kube/cloud-init.js';
 import {
   cloudInitContentHash,
   CURRENT_SPEC_HASH_VERSION,
@@ -12,12 +15,6 @@ import {
 } from '../providers/spec-hash.js';
 import { refOf } from '../resources/proxy-ref.js';
 import type { CloudInitRef, DesiredSpec } from '../workflows/proxy/types.js';
-
-export interface SecretView {
-  labels: Record<string, string>;
-  /** base64 values, as the API returns them */
-  data: Record<string, string>;
-}
 
 export type SecretLookup = (namespace: string, name: string) => SecretView | undefined;
 
@@ -33,13 +30,16 @@ export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): Desired
   } else if (spec.cloudInit?.secretRef) {
     const { name, key = 'userdata' } = spec.cloudInit.secretRef;
     cloudInit = { source: 'secret', name, key };
-    const secret = lookupSecret(ref.namespace, name);
-    const where = `Secret ${ref.namespace}/${name}`;
-    if (!secret) cloudInitProblem = `${where} not found, or it lacks the label ${LABEL_CLOUD_INIT}: "true"`;
-    else if (secret.labels[LABEL_CLOUD_INIT] !== 'true')
-      cloudInitProblem = `${where} lacks the label ${LABEL_CLOUD_INIT}: "true"`;
-    else if (secret.data[key] === undefined) cloudInitProblem = `${where} has no key "${key}"`;
-    else cloudInitText = Buffer.from(secret.data[key], 'base64').toString('utf8');
+    // The cache holds labelled Secrets only: an unlabelled one looks missing.
+    const read = cloudInitFromSecret(
+      { namespace: ref.namespace, name, key },
+      lookupSecret(ref.namespace, name),
+      {
+        unlabelledLooksMissing: true,
+      },
+    );
+    if ('text' in read) cloudInitText = read.text;
+    else cloudInitProblem = read.problem;
   }
   const placement = { ...(spec.placement ?? {}) };
   const input = { placement, port: spec.port, cloudInitSha256: cloudInitContentHash(cloudInitText) };

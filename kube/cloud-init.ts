@@ -1,0 +1,64 @@
+/**
+ * A Proxy's cloud-init from the Secret it references, read one way by both
+ * of its readers: the bridge (from its informer's cache of labelled
+ * Secrets, to hash the content into the spec hash) and the create activity
+ * (from the API, to hand the text to the provider). The rules and the
+ * messages are here once; a message names the Secret and key, never the
+ * content.
+ */
+import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import { LABEL_CLOUD_INIT } from '../resources/proxy-schema.js';
+import { httpCode } from './errors.js';
+
+/** A Secret as cloud-init reads it: labels and base64 values, as the API returns them. */
+export interface SecretView {
+  labels: Record<string, string>;
+  data: Record<string, string>;
+}
+
+export function secretViewOf(secret: V1Secret): SecretView {
+  return { labels: secret.metadata?.labels ?? {}, data: secret.data ?? {} };
+}
+
+export type CloudInitFromSecret = { text: string } | { problem: string };
+
+/**
+ * The cloud-init text in `key` of the Secret `namespace/name` (undefined: no
+ * such Secret), or the problem that prevents it. `unlabelledLooksMissing`:
+ * the reader sees labelled Secrets only (the bridge's cache), so a missing
+ * Secret may be an unlabelled one, and the message says both.
+ */
+export function cloudInitFromSecret(
+  where: { namespace: string; name: string; key: string },
+  secret: SecretView | undefined,
+  opts: { unlabelledLooksMissing?: boolean } = {},
+): CloudInitFromSecret {
+  const what = `Secret ${where.namespace}/${where.name}`;
+  const labelRule = `the label ${LABEL_CLOUD_INIT}: "true"`;
+  if (!secret)
+    return {
+      problem: opts.unlabelledLooksMissing
+        ? `${what} not found, or it lacks ${labelRule}`
+        : `${what} not found`,
+    };
+  if (secret.labels[LABEL_CLOUD_INIT] !== 'true') return { problem: `${what} lacks ${labelRule}` };
+  const encoded = secret.data[where.key];
+  if (encoded === undefined) return { problem: `${what} has no key "${where.key}"` };
+  return { text: Buffer.from(encoded, 'base64').toString('utf8') };
+}
+
+/** Reads the Secret from the API (a 404 is "no such Secret") and applies the same rules. */
+export async function readCloudInitSecret(
+  kc: KubeConfig,
+  where: { namespace: string; name: string; key: string },
+): Promise<CloudInitFromSecret> {
+  let secret: V1Secret | undefined;
+  try {
+    secret = await kc
+      .makeApiClient(CoreV1Api)
+      .readNamespacedSecret({ namespace: where.namespace, name: where.name });
+  } catch (error) {
+    if (httpCode(error) !== 404) throw error;
+  }
+  return cloudInitFromSecret(where, secret && secretViewOf(secret));
+}
