@@ -9,9 +9,11 @@
 import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Registry } from 'prom-client';
+import { bridgeMetrics } from './metrics.js';
+import { reconcilePass } from './reconcile-pass.js';
 import { FINALIZER, LABEL_CLOUD_INIT, type Proxy } from '../resources/proxy-schema.js';
-import { parseProxyWorkflowId, proxyWorkflowId } from '../workflows/proxy/ids.js';
+import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
 import {
   ProxyModeKey,
@@ -57,7 +59,7 @@ export interface BridgeOptions {
   retryBaseMs?: number;
   /** Cap on a key's retry delay (default 2 min). */
   retryMaxMs?: number;
-  /** Where the queue's depth and retries are exported; none when unset. */
+  /** Where the bridge's metrics are registered (a registry of its own when unset; see Bridge.registry). */
   metrics?: Registry;
 }
 
@@ -66,21 +68,8 @@ export interface Bridge {
   stop(): Promise<void>;
   /** Resolves when no key is queued or in flight (tests, shutdown). */
   idle(): Promise<void>;
-  /** Signals sent, by kind (for tests and metrics). */
-  readonly counters: {
-    signalWithStart: number;
-    deletion: number;
-    skipped: number;
-    finalizersAdded: number;
-    /** Running workflows whose Proxy was gone, told to delete. */
-    orphanedRuns: number;
-    /** Completed reconcile passes (running workflows against the cache). */
-    orphanedRunSweeps: number;
-    /** Proxies found without a running workflow and given one again. */
-    restartedRuns: number;
-    /** Failed key reconciles (each retried after its backoff). */
-    retries: number;
-  };
+  /** Where its metrics are (`metrics` when given, else a registry of its own): what it did, in Prometheus form. */
+  readonly registry: Registry;
   /** Consecutive failures of a key (namespace/name); 0 after a success. */
   failures(key: string): number;
 }
@@ -91,16 +80,6 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const log = opts.logger.child({ component: 'bridge' });
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
   const concurrency = opts.concurrency ?? 8;
-  const counters = {
-    signalWithStart: 0,
-    deletion: 0,
-    skipped: 0,
-    finalizersAdded: 0,
-    orphanedRuns: 0,
-    orphanedRunSweeps: 0,
-    restartedRuns: 0,
-    retries: 0,
-  };
   const proxyClient = createProxyClient(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
@@ -109,16 +88,17 @@ export function createBridge(opts: BridgeOptions): Bridge {
   const sentAt = new Map<string, number>();
   /** The last UID seen per key, to address the workflow after the object is gone. */
   const lastRef = new Map<string, ProxyRef>();
-  const metrics = opts.metrics ? bridgeMetrics(opts.metrics) : undefined;
+  const registry = opts.metrics ?? new Registry();
+  const metrics = bridgeMetrics(registry);
   const scopes = watchScopes(opts.namespace ? [opts.namespace] : opts.namespaces);
   const proxies = createProxyInformer({
     kubeConfig: opts.kubeConfig,
     logger: log,
     namespaces: scopes.filter((n) => n !== undefined),
-    onRestart: () => metrics?.informerRestarts.inc({ resource: 'proxies' }),
+    onRestart: () => metrics.informerRestarts.inc({ resource: 'proxies' }),
   });
   proxies.onChange((obj, event) => {
-    metrics?.watchEvents.inc({ resource: 'proxies', event });
+    metrics.watchEvents.inc({ resource: 'proxies', event });
     enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name));
   });
   proxies.onReconnect(() => {
@@ -143,12 +123,12 @@ export function createBridge(opts: BridgeOptions): Bridge {
             ? core.listNamespacedSecret({ namespace, labelSelector: `${LABEL_CLOUD_INIT}=true` })
             : core.listSecretForAllNamespaces({ labelSelector: `${LABEL_CLOUD_INIT}=true` }),
         logger: log,
-        onRestart: () => metrics?.informerRestarts.inc({ resource: 'secrets' }),
+        onRestart: () => metrics.informerRestarts.inc({ resource: 'secrets' }),
       }),
     ),
   );
   secrets.onChange((secret, event) => {
-    metrics?.watchEvents.inc({ resource: 'secrets', event });
+    metrics.watchEvents.inc({ resource: 'secrets', event });
     const ns = secret.metadata?.namespace ?? 'default';
     const name = secret.metadata?.name;
     for (const p of proxies.list(ns)) {
@@ -172,9 +152,8 @@ export function createBridge(opts: BridgeOptions): Bridge {
         reconcile(k, span),
       ),
     onFailure(k, error, failures, delayMs) {
-      counters.retries += 1;
-      metrics?.retries.inc();
-      metrics?.errors.inc({ stage: 'reconcile' });
+      metrics.retries.inc();
+      metrics.errors.inc({ stage: 'reconcile' });
       log.warn(
         {
           proxy: k,
@@ -188,21 +167,20 @@ export function createBridge(opts: BridgeOptions): Bridge {
       );
     },
     onProcessed(_k, ok) {
-      metrics?.reconciles.inc({ result: ok ? 'ok' : 'error' });
-      metrics?.depth.set(queue.depth());
-      metrics?.waitingRetry.set(queue.waitingRetry());
+      metrics.reconciles.inc({ result: ok ? 'ok' : 'error' });
+      metrics.depth.set(queue.depth());
+      metrics.waitingRetry.set(queue.waitingRetry());
     },
   });
   function enqueue(k: string): void {
     queue.add(k);
-    metrics?.depth.set(queue.depth());
+    metrics.depth.set(queue.depth());
   }
 
   async function addFinalizer(proxy: Proxy): Promise<void> {
     // A conflict (another bridge changed it) or a Proxy already gone: its next event brings us back.
     if ((await proxyClient.addFinalizer(proxy, FINALIZER)) !== 'added') return;
-    counters.finalizersAdded += 1;
-    metrics?.finalizers.inc();
+    metrics.finalizers.inc();
   }
 
   async function reconcile(k: string, span: SpanHandle): Promise<void> {
@@ -220,8 +198,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       span.setAttributes({ action: 'signal-deletion' });
       try {
         await signalProxy(opts.client, ref, deletionRequestedSignal, { skipCleanup: false });
-        counters.deletion += 1;
-        metrics?.signals.inc({ signal: 'deletionRequested' });
+        metrics.signals.inc({ signal: 'deletionRequested' });
       } catch (error) {
         if (!(error instanceof WorkflowNotFoundError)) throw error;
       }
@@ -239,7 +216,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     const desired = desiredSpecOf(proxy, lookupSecret);
     const fingerprint = JSON.stringify([ref.uid, desired]);
     if (lastSent.get(k) === fingerprint) {
-      counters.skipped += 1;
+      metrics.unchanged.inc();
       span.setAttributes({ action: 'unchanged' });
       return;
     }
@@ -264,8 +241,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
           { key: ProxyPhaseKey, value: 'Pending' },
         ],
       });
-      counters.signalWithStart += 1;
-      metrics?.signals.inc({ signal: 'specChanged' });
+      metrics.signals.inc({ signal: 'specChanged' });
     } catch (error) {
       if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
       log.debug({ proxy: k }, 'workflow already completed; not restarting');
@@ -274,101 +250,20 @@ export function createBridge(opts: BridgeOptions): Bridge {
     sentAt.set(k, Date.now());
   }
 
-  /**
-   * One reconcile pass over the running Proxy workflows, both ways.
-   *
-   * A Proxy in the cache with no running workflow (an operator terminated it,
-   * it failed on a bug, or a signalWithStart never reached Temporal) is
-   * queued again with what was sent forgotten, so its reconcile starts a new
-   * run with the current desired spec; that run adopts the instance by its
-   * deterministic name and UID mark. Restarts are spread at
-   * restartsPerSecond so a pass after an outage does not flood Temporal.
-   * A run is "missing" by the visibility store, which lags: a false positive
-   * costs one signal the workflow dedupes, never a second run (same ID).
-   *
-   * Proxy workflows still running for a Proxy that no longer exists: it was
-   * deleted while no bridge was watching (an External one, or a Managed one
-   * whose finalizer was removed by hand), so no delete event will ever come.
-   * Each is told to delete; the run cleans up its instance and ends. A Proxy
-   * missing from this bridge's cache is confirmed by a direct read first,
-   * because another bridge may have started its workflow before this cache
-   * saw it. Runs at start, after a watch outage and periodically, one
-   * pass at a time (reconcileRuns).
-   */
-  async function reconcileRunsOnce(): Promise<void> {
-    // A namespace-scoped bridge neither sees nor may read the Proxies of other namespaces.
-    const watched = scopes.filter((n) => n !== undefined);
-    const scope =
-      watched.length === 0
-        ? ''
-        : watched.length === 1
-          ? ` AND ${ProxyNamespaceKey.name} = '${watched[0]}'`
-          : ` AND ${ProxyNamespaceKey.name} IN (${watched.map((n) => `'${n}'`).join(', ')})`;
-    const query = `WorkflowType = '${PROXY_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' AND TaskQueue = '${opts.taskQueue}'${scope}`;
-    let failures = 0;
-    const runningIds = new Set<string>();
-    // Proxies in the cache before the list: one created during it may not be listed yet.
-    const cached = proxies.list();
-    const passStartedAt = Date.now();
-    for await (const run of opts.client.workflow.list({ query })) {
-      runningIds.add(run.workflowId);
-      const ref = parseProxyWorkflowId(run.workflowId);
-      if (!ref || proxies.get(ref.name, ref.namespace)?.metadata.uid === ref.uid) continue;
-      // One run that cannot be checked or told must not stop the others.
-      try {
-        if ((await proxyClient.read(ref)) !== undefined) continue;
-        await signalProxy(opts.client, run, deletionRequestedSignal, { skipCleanup: false });
-        counters.orphanedRuns += 1;
-        metrics?.signals.inc({ signal: 'deletionRequested' });
-        log.warn(
-          { workflowId: run.workflowId },
-          'the Proxy of a running workflow is gone; asked it to delete',
-        );
-      } catch (error) {
-        // Visibility lags: a run that just completed may still be listed.
-        if (error instanceof WorkflowNotFoundError) continue;
-        failures += 1;
-        metrics?.errors.inc({ stage: 'check_run' });
-        log.warn(
-          { workflowId: run.workflowId, err: error instanceof Error ? error.message : String(error) },
-          'could not check whether the Proxy of a running workflow is gone; next sweep tries again',
-        );
-      }
-    }
-    let missing = 0;
-    const spacingMs = 1_000 / (opts.restartsPerSecond ?? 10);
-    for (const p of cached) {
-      const ref = refOf(p);
-      if (runningIds.has(proxyWorkflowId(ref))) continue;
-      const k = key(ref.namespace, ref.name);
-      // Still the same object, and not already being retried after a failure
-      // (its retry sends again anyway; an earlier add would cut its backoff).
-      if (proxies.get(ref.name, ref.namespace)?.metadata.uid !== ref.uid) continue;
-      if (queue.failures(k) > 0 || (sentAt.get(k) ?? 0) >= passStartedAt) continue;
-      lastSent.delete(k);
-      queue.addAfter(k, missing * spacingMs);
-      missing += 1;
-    }
-    if (missing > 0) {
-      counters.restartedRuns += missing;
-      metrics?.restarts.inc(missing);
-    }
-    counters.orphanedRunSweeps += 1;
-    metrics?.passes.inc();
-    log.info(
-      {
-        proxies: cached.length,
-        runningWorkflows: runningIds.size,
-        withoutRun: missing,
-        depth: queue.depth(),
-        waitingRetry: queue.waitingRetry(),
-      },
-      'reconciled Proxies with running workflows',
-    );
-    if (missing > 0)
-      log.warn({ proxies: missing }, 'Proxies without a running workflow; starting them again');
-    if (failures > 0) log.warn({ failures }, 'reconcile pass: some runs could not be checked');
-  }
+  const reconcileRunsOnce = () =>
+    reconcilePass({
+      client: opts.client,
+      taskQueue: opts.taskQueue,
+      namespaces: scopes.filter((n) => n !== undefined),
+      restartsPerSecond: opts.restartsPerSecond ?? 10,
+      proxies,
+      proxyClient,
+      queue,
+      lastSent,
+      sentAt,
+      metrics,
+      log,
+    });
 
   // One pass at a time: a reconnect during the start-up pass joins it.
   let sweeping: Promise<void> | undefined;
@@ -377,7 +272,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
   function reconcileRuns(): Promise<void> {
     sweeping ??= reconcileRunsOnce()
       .catch((error: unknown) => {
-        metrics?.errors.inc({ stage: 'list_runs' });
+        metrics.errors.inc({ stage: 'list_runs' });
         log.warn(
           { err: error instanceof Error ? error.message : String(error) },
           'could not list the running Proxy workflows; the next pass tries again',
@@ -401,7 +296,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
   }
 
   return {
-    counters,
+    registry,
     async start() {
       queue.resume();
       await secrets.start();
@@ -421,79 +316,5 @@ export function createBridge(opts: BridgeOptions): Bridge {
     },
     idle: () => queue.idle(),
     failures: (k) => queue.failures(k),
-  };
-}
-
-function bridgeMetrics(registry: Registry) {
-  const metrics = createBridgeMetrics(registry);
-  // Every series exists from the start, so rate() and alerts work before the first occurrence.
-  for (const signal of ['specChanged', 'deletionRequested']) metrics.signals.inc({ signal }, 0);
-  for (const stage of ['reconcile', 'list_runs', 'check_run']) metrics.errors.inc({ stage }, 0);
-  for (const resource of ['proxies', 'secrets']) metrics.informerRestarts.inc({ resource }, 0);
-  return metrics;
-}
-
-function createBridgeMetrics(registry: Registry) {
-  return {
-    depth: new Gauge({
-      name: 'egress_bridge_workqueue_depth',
-      help: 'Proxy keys waiting in the bridge work queue',
-      registers: [registry],
-    }),
-    waitingRetry: new Gauge({
-      name: 'egress_bridge_workqueue_waiting_retry',
-      help: 'Proxy keys waiting for their backoff delay after a failed reconcile',
-      registers: [registry],
-    }),
-    retries: new Counter({
-      name: 'egress_bridge_workqueue_retries_total',
-      help: 'Failed reconciles of a Proxy key, each retried after an exponential per-key delay',
-      registers: [registry],
-    }),
-    reconciles: new Counter({
-      name: 'egress_bridge_reconciles_total',
-      help: 'Reconciles of a Proxy key by result',
-      labelNames: ['result'] as const,
-      registers: [registry],
-    }),
-    passes: new Counter({
-      name: 'egress_bridge_reconcile_passes_total',
-      help: 'Passes comparing cached Proxies with running Proxy workflows',
-      registers: [registry],
-    }),
-    watchEvents: new Counter({
-      name: 'egress_bridge_watch_events_total',
-      help: 'Watch events handled by the bridge, by resource (proxies, secrets) and event (add, update, delete)',
-      labelNames: ['resource', 'event'] as const,
-      registers: [registry],
-    }),
-    signals: new Counter({
-      name: 'egress_bridge_signals_total',
-      help: 'Signals sent to Proxy workflows (specChanged through signalWithStart, deletionRequested)',
-      labelNames: ['signal'] as const,
-      registers: [registry],
-    }),
-    errors: new Counter({
-      name: 'egress_bridge_errors_total',
-      help: 'Bridge failures by stage: reconcile (a key, retried), list_runs (a pass could not list workflows), check_run (one run could not be checked)',
-      labelNames: ['stage'] as const,
-      registers: [registry],
-    }),
-    informerRestarts: new Counter({
-      name: 'egress_bridge_informer_restarts_total',
-      help: 'Watches restarted after an error, by resource',
-      labelNames: ['resource'] as const,
-      registers: [registry],
-    }),
-    finalizers: new Counter({
-      name: 'egress_bridge_finalizers_added_total',
-      help: 'Finalizers added to Managed Proxies',
-      registers: [registry],
-    }),
-    restarts: new Counter({
-      name: 'egress_bridge_workflows_restarted_total',
-      help: 'Proxy workflows started again because a Proxy had no running workflow',
-      registers: [registry],
-    }),
   };
 }

@@ -4,6 +4,7 @@
  * so a test can require every name used to exist in real /metrics output.
  */
 import { readFileSync } from 'node:fs';
+import type { Registry } from 'prom-client';
 import { parse } from 'yaml';
 
 /** Every series name a scrape can answer for: families, and a histogram's _bucket/_sum/_count. */
@@ -171,4 +172,17 @@ export interface SeedMetric {
 export function seedMetrics(): SeedMetric[] {
   const file = new URL('../fixtures/seed-metrics.json', import.meta.url);
   return (JSON.parse(readFileSync(file, 'utf8')) as { metrics: SeedMetric[] }).metrics;
+}
+
+/** The value of one series of a metric in a prom-client registry (0 when the series does not exist yet). */
+export async function metricValue(
+  registry: Registry,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const metric = registry.getSingleMetric(name);
+  if (!metric) throw new Error(`no metric ${name} in the registry`);
+  const { values } = await metric.get();
+  const match = values.find((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want));
+  return match?.value ?? 0;
 }

@@ -18,6 +18,7 @@ import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { metricValue } from '../helpers/observability.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
@@ -81,7 +82,7 @@ describe('the bridge restarts a Proxy workflow that stopped', () => {
       'test: an operator ends the run',
     ]);
     const terminatedAt = Date.now();
-    const passesBefore = bridge.counters.orphanedRunSweeps;
+    const passesBefore = await metricValue(bridge.registry, 'egress_bridge_reconcile_passes_total');
     expect((await cp.client.workflow.getHandle(workflowId, firstRun).describe()).status.name).toBe(
       'TERMINATED',
     );
@@ -96,8 +97,12 @@ describe('the bridge restarts a Proxy workflow that stopped', () => {
       { timeoutMs: RECONCILE_PERIOD_MS * 1.2 + 15_000 },
     );
     // Started by a reconcile pass (not an event: nothing about the Proxy changed).
-    expect(bridge.counters.orphanedRunSweeps).toBeGreaterThan(passesBefore);
-    expect(bridge.counters.restartedRuns).toBeGreaterThanOrEqual(1);
+    expect(await metricValue(bridge.registry, 'egress_bridge_reconcile_passes_total')).toBeGreaterThan(
+      passesBefore,
+    );
+    expect(
+      await metricValue(bridge.registry, 'egress_bridge_workflows_restarted_total'),
+    ).toBeGreaterThanOrEqual(1);
     // Within one period (+20 % jitter) plus the time the pass (a visibility
     // list) and the start take on a loaded machine.
     expect(Date.now() - terminatedAt).toBeLessThan(RECONCILE_PERIOD_MS * 1.2 + 10_000);

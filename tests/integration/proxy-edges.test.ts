@@ -37,6 +37,7 @@ import {
   startControlPlane,
   type ControlPlane,
 } from '../helpers/control-plane.js';
+import { metricValue } from '../helpers/observability.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
@@ -456,7 +457,7 @@ describe('Proxy workflow edges', () => {
     try {
       await completed(proxyWorkflowId(managedRef));
       await completed(proxyWorkflowId(externalRef));
-      expect(next.counters.orphanedRuns).toBeGreaterThanOrEqual(2);
+      expect(await metricValue(next.registry, 'egress_bridge_orphaned_runs_total')).toBeGreaterThanOrEqual(2);
       expect(await instanceOf()).toHaveLength(0);
     } finally {
       await next.stop();
@@ -468,26 +469,30 @@ describe('Proxy workflow edges', () => {
     const periodic = cp.createBridge({ reconcilePeriodMs: 200 });
     await periodic.start();
     try {
-      expect(periodic.counters.orphanedRunSweeps).toBe(1);
+      expect(await metricValue(periodic.registry, 'egress_bridge_reconcile_passes_total')).toBe(1);
       await eventually('three more sweeps', () =>
-        Promise.resolve(periodic.counters.orphanedRunSweeps >= 4 || undefined),
+        metricValue(periodic.registry, 'egress_bridge_reconcile_passes_total').then(
+          (n) => n >= 4 || undefined,
+        ),
       );
     } finally {
       await periodic.stop();
     }
-    const stoppedAt = periodic.counters.orphanedRunSweeps;
+    const stoppedAt = await metricValue(periodic.registry, 'egress_bridge_reconcile_passes_total');
     // A witness on the same period: once it has swept three more times, the
     // stopped bridge would have swept at least twice had it kept going.
     const witness = cp.createBridge({ reconcilePeriodMs: 200 });
     await witness.start();
     try {
       await eventually('three witness sweeps', () =>
-        Promise.resolve(witness.counters.orphanedRunSweeps >= 4 || undefined),
+        metricValue(witness.registry, 'egress_bridge_reconcile_passes_total').then(
+          (n) => n >= 4 || undefined,
+        ),
       );
     } finally {
       await witness.stop();
     }
-    expect(periodic.counters.orphanedRunSweeps).toBe(stoppedAt);
+    expect(await metricValue(periodic.registry, 'egress_bridge_reconcile_passes_total')).toBe(stoppedAt);
   });
 
   it('a Proxy deleted after its run was terminated: the new run finds the instance by its UID mark and deletes it', async () => {
