@@ -1,0 +1,112 @@
+/**
+ * `/v1/leases`: acquire, release and report. Bodies are decoded as the
+ * seed's Go decoder read them (go-compat.ts), not by the zod schemas: its
+ * answers to odd JSON (duplicate keys, case-folded names, trailing data)
+ * are part of the contract crawlers depend on.
+ */
+import { Hono } from 'hono';
+import { decodeLeaseRequest, decodeReportRequest, goQuote } from '../go-compat.js';
+import { REPORT_RESULTS, type LeaseStore, type ReportResult } from '../lease-store.js';
+import type { ApiMetrics } from '../metrics.js';
+import type { ProxyCatalog, ProxyView } from '../proxy-catalog.js';
+import type { leaseSchema, noMatchSchema } from '../schemas.js';
+import { limitBody, readBody } from './middleware.js';
+import { fail, notSynced, rfc3339, send, toJson } from './responses.js';
+import { partition, type Partition } from './selection.js';
+
+export interface LeaseRoutesOptions {
+  catalog: ProxyCatalog;
+  leaseStore: LeaseStore;
+  metrics: ApiMetrics;
+  defaultTtlSeconds: number;
+  maxTtlSeconds: number;
+}
+
+export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
+  const { catalog, leaseStore, metrics } = opts;
+  const bounded = limitBody();
+
+  // Most acquires carry no selector, so their candidates depend only on the
+  // catalog snapshot. Catalogs hand out the same array until something
+  // changes (a replace, an informer event), so the partition is cached
+  // against that array's identity and recomputed only when it changes.
+  let unselectedFor: readonly ProxyView[] | undefined;
+  let unselectedPartition: Partition = { candidates: [], unhealthy: 0 };
+  const unselected = (views: readonly ProxyView[]): Partition => {
+    if (views !== unselectedFor) {
+      unselectedPartition = partition(views, []);
+      unselectedFor = views;
+    }
+    return unselectedPartition;
+  };
+
+  const routes = new Hono();
+
+  routes.post('/', bounded, async (c) => {
+    const body = await readBody(c);
+    if (typeof body !== 'string') return body;
+    const decoded = decodeLeaseRequest(body);
+    if (!decoded.ok) return fail(c, 400, 'invalid_body', decoded.message);
+    const ttlSeconds = decoded.value.ttlSeconds || opts.defaultTtlSeconds;
+    if (ttlSeconds < 1 || ttlSeconds > opts.maxTtlSeconds) {
+      return fail(c, 400, 'invalid_ttl', `ttlSeconds must be between 1 and ${opts.maxTtlSeconds}`);
+    }
+    const { target } = decoded.value;
+    const selector = decoded.value.selector ? [...decoded.value.selector] : [];
+    if (!catalog.synced()) return notSynced(c);
+
+    const { candidates, unhealthy } =
+      selector.length > 0 ? partition(catalog.list(), selector) : unselected(catalog.list());
+
+    const outcome = await leaseStore.acquire({ candidates, target, ttlMs: ttlSeconds * 1000 });
+    if (!outcome.granted) {
+      metrics.leaseRequest('no_match');
+      const { stats } = outcome;
+      return send<typeof noMatchSchema>(c, 409, {
+        error: 'no_match',
+        message: 'no healthy proxy with free capacity matched the selector',
+        considered: stats.considered + unhealthy,
+        atCapacity: stats.atCapacity,
+        inCooldown: stats.inCooldown,
+        unhealthy,
+      });
+    }
+    metrics.leaseRequest('granted');
+    return send<typeof leaseSchema>(c, 201, {
+      leaseID: outcome.granted.id,
+      proxy: toJson(outcome.candidate, outcome.activeLeases),
+      expiresAt: rfc3339(outcome.granted.expiresAt),
+      ttlSeconds,
+    });
+  });
+
+  routes.delete('/:id', async (c) => {
+    await leaseStore.release(c.req.param('id'));
+    return c.body(null, 204);
+  });
+
+  routes.post('/:id/report', bounded, async (c) => {
+    const body = await readBody(c);
+    if (typeof body !== 'string') return body;
+    const decoded = decodeReportRequest(body);
+    if (!decoded.ok) return fail(c, 400, 'invalid_body', decoded.message);
+    const { result, target } = decoded.value;
+    if (!isReportResult(result)) {
+      return fail(
+        c,
+        400,
+        'invalid_result',
+        `result must be one of ok, rate_limited, banned; got ${goQuote(result)}`,
+      );
+    }
+    const outcome = await leaseStore.report(c.req.param('id'), result, target);
+    if (outcome === 'unknown_lease') return fail(c, 404, 'unknown_lease', 'no such lease');
+    return c.body(null, 204);
+  });
+
+  return routes;
+}
+
+function isReportResult(result: string): result is ReportResult {
+  return (REPORT_RESULTS as readonly string[]).includes(result);
+}
