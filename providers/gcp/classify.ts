@@ -132,9 +132,11 @@ export function resourceKind(path: string): { kind: string; check?: string } {
     case 'networks':
       return { kind: 'network', check: 'gcp.network' };
     case 'subnetworks':
-      return { kind: 'subnetwork', check: 'the subnetwork of gcp.network' };
+      return { kind: 'subnetwork', check: 'gcp.subnetwork' };
     case 'diskTypes':
-      return { kind: 'disk type', check: 'the disk type' };
+      return { kind: 'disk type', check: 'gcp.diskType' };
+    case 'serviceAccounts':
+      return { kind: 'service account', check: 'gcp.serviceAccount.email' };
     default:
       return { kind: 'resource' };
   }

@@ -10,6 +10,26 @@
  *     diskSizeGb: 10               # boot disk size
  *     endpoint: http://127.0.0.1:4000   # tests only: a Compute REST endpoint instead of compute.googleapis.com
  *
+ * and the insert-body settings a real project needs (issue 26):
+ *
+ *     subnetwork: regions/europe-west1/subnetworks/proxies   # or projects/<host>/regions/...; or a full URL
+ *     diskType: pd-balanced        # boot disk type (GCE's default when unset)
+ *     provisioningModel: SPOT      # STANDARD (default) or SPOT
+ *     instanceTerminationAction: DELETE   # SPOT only: DELETE (default) or STOP
+ *     blockProjectSshKeys: true    # default: project-wide SSH keys never land on a proxy
+ *     internalOnly: false          # true: no external IP; the address is the internal IP
+ *     serviceAccount:              # unset by default: the VMs run with no identity
+ *       email: proxy-vm@my-project.iam.gserviceaccount.com
+ *       scopes: [https://www.googleapis.com/auth/cloud-platform]
+ *
+ * They live here, not in the Proxy's placement, on purpose: they are facts
+ * of the project and its network (which subnetwork, whether the org allows
+ * external IPs, which identity), the same for every Proxy of one entry, and
+ * placement feeds the spec hash, so a new placement field would be a CRD
+ * change for what two provider entries (say `gcp-eu` and `gcp-eu-spot`)
+ * already express. Like the other provider fields they apply to VMs
+ * created afterwards.
+ *
  * Credentials are Application Default Credentials and nothing else: there is
  * deliberately no key-file field (workload identity in-cluster,
  * GOOGLE_APPLICATION_CREDENTIALS or gcloud ADC elsewhere).
@@ -27,40 +47,108 @@ export const DEFAULT_NETWORK = 'default';
 export const DEFAULT_NETWORK_TAG = 'proxy-operator';
 export const DEFAULT_DISK_SIZE_GB = 10;
 
-export const gcpConfigSchema = z.strictObject({
-  project: z
-    .string({ error: 'is required (the GCP project the VMs are created in)' })
-    .regex(PROJECT_ID, 'must be a GCP project ID (6-30 of a-z, 0-9, "-", starting with a letter)'),
-  network: z
-    .string()
-    .refine(
-      (v) => GCE_NAME.test(v) || (v.includes('/') && RESOURCE_PATH.test(v) && !v.includes('..')),
-      'must be a network name or a resource path like projects/<host>/global/networks/<name>',
-    )
-    .default(DEFAULT_NETWORK),
-  networkTag: z
-    .string()
-    .regex(GCE_NAME, 'must be a lowercase name of at most 63 characters (a GCE network tag)')
-    .default(DEFAULT_NETWORK_TAG),
-  diskSizeGb: z
-    .int('must be a whole number of GB')
-    .min(10, 'must be at least 10')
-    .max(65_536)
-    .default(DEFAULT_DISK_SIZE_GB),
-  /**
-   * A Compute REST endpoint (`http://host:port` or `https://host[:port]`)
-   * used instead of compute.googleapis.com; the tests point it at their fake.
-   */
-  endpoint: z
-    .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
-    .refine((v) => {
-      const u = new URL(v);
-      return (
-        (u.pathname === '/' || u.pathname === '') && u.search === '' && u.username === '' && u.password === ''
-      );
-    }, 'must be a scheme, host and port only (no path, query or credentials)')
-    .optional(),
-});
+/**
+ * A subnetwork as the insert request accepts it: a full URL, a partial path
+ * with the project (a Shared VPC host project's subnetwork), or the short
+ * form `regions/R/subnetworks/S` (the VM's own project).
+ */
+const SUBNETWORK =
+  /^(?:https:\/\/(?:www|compute)\.googleapis\.com\/compute\/v1\/)?(?:projects\/([a-z][-a-z0-9.:]{4,61}[a-z0-9])\/)?regions\/([a-z][-a-z0-9]{0,61}[a-z0-9])\/subnetworks\/([a-z]([-a-z0-9]{0,61}[a-z0-9])?)$/;
+
+/** The region a valid `subnetwork` value names (a VM's zone must be in it). */
+export function subnetworkRegion(subnetwork: string): string | undefined {
+  return SUBNETWORK.exec(subnetwork)?.[2];
+}
+
+/** A service account email: `name@project.iam.gserviceaccount.com`, or a Google-managed one such as the Compute default. */
+const SERVICE_ACCOUNT_EMAIL = /^[a-z][-a-z0-9]{0,62}@[a-z0-9][-a-z0-9.]{0,125}\.gserviceaccount\.com$/;
+/** OAuth scopes as the API takes them: URLs under googleapis.com. */
+const SCOPE = /^https:\/\/www\.googleapis\.com\/auth\/[a-z][-a-z0-9._]{0,127}$/;
+export const DEFAULT_VM_SCOPES = ['https://www.googleapis.com/auth/cloud-platform'];
+
+export const gcpConfigSchema = z
+  .strictObject({
+    project: z
+      .string({ error: 'is required (the GCP project the VMs are created in)' })
+      .regex(PROJECT_ID, 'must be a GCP project ID (6-30 of a-z, 0-9, "-", starting with a letter)'),
+    network: z
+      .string()
+      .refine(
+        (v) => GCE_NAME.test(v) || (v.includes('/') && RESOURCE_PATH.test(v) && !v.includes('..')),
+        'must be a network name or a resource path like projects/<host>/global/networks/<name>',
+      )
+      .default(DEFAULT_NETWORK),
+    networkTag: z
+      .string()
+      .regex(GCE_NAME, 'must be a lowercase name of at most 63 characters (a GCE network tag)')
+      .default(DEFAULT_NETWORK_TAG),
+    diskSizeGb: z
+      .int('must be a whole number of GB')
+      .min(10, 'must be at least 10')
+      .max(65_536)
+      .default(DEFAULT_DISK_SIZE_GB),
+    subnetwork: z
+      .string()
+      .regex(
+        SUBNETWORK,
+        'must be a subnetwork: regions/<region>/subnetworks/<name>, projects/<host>/regions/<region>/subnetworks/<name> (Shared VPC) or its https://www.googleapis.com/compute/v1/ URL',
+      )
+      .optional(),
+    /** A disk type name (pd-balanced, pd-ssd, hyperdisk-balanced...); sent as the zonal path. */
+    diskType: z
+      .string()
+      .regex(GCE_NAME, 'must be a disk type name such as pd-balanced or pd-ssd (the zonal path is built)')
+      .optional(),
+    provisioningModel: z
+      .enum(['STANDARD', 'SPOT'], { error: 'must be STANDARD or SPOT' })
+      .default('STANDARD'),
+    /** What GCE does to a preempted Spot VM; only with provisioningModel SPOT (default DELETE there). */
+    instanceTerminationAction: z.enum(['DELETE', 'STOP'], { error: 'must be DELETE or STOP' }).optional(),
+    /** Metadata block-project-ssh-keys: project-wide SSH keys must not open every proxy. */
+    blockProjectSshKeys: z.boolean({ error: 'must be true or false' }).default(true),
+    /** No access config: no external IP, the address is the VM's internal IP (crawlers inside the VPC). */
+    internalOnly: z.boolean({ error: 'must be true or false' }).default(false),
+    serviceAccount: z
+      .strictObject({
+        email: z
+          .string({ error: 'is required (the service account the VMs run as)' })
+          .regex(
+            SERVICE_ACCOUNT_EMAIL,
+            'must be a service account email (name@project.iam.gserviceaccount.com)',
+          ),
+        scopes: z
+          .array(z.string().regex(SCOPE, 'must be an OAuth scope URL (https://www.googleapis.com/auth/...)'))
+          .min(1, 'must list at least one scope')
+          .default(DEFAULT_VM_SCOPES),
+      })
+      .optional(),
+    /**
+     * A Compute REST endpoint (`http://host:port` or `https://host[:port]`)
+     * used instead of compute.googleapis.com; the tests point it at their fake.
+     */
+    endpoint: z
+      .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
+      .refine((v) => {
+        const u = new URL(v);
+        return (
+          (u.pathname === '/' || u.pathname === '') &&
+          u.search === '' &&
+          u.username === '' &&
+          u.password === ''
+        );
+      }, 'must be a scheme, host and port only (no path, query or credentials)')
+      .optional(),
+  })
+  .superRefine((cfg, ctx) => {
+    // A termination action without Spot would be silently ignored by GCE's STANDARD model: refuse it.
+    if (cfg.instanceTerminationAction !== undefined && cfg.provisioningModel !== 'SPOT') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['instanceTerminationAction'],
+        message: 'is only valid with provisioningModel: SPOT',
+      });
+    }
+  });
 
 export type GcpConfig = z.output<typeof gcpConfigSchema>;
 

@@ -14,6 +14,9 @@ import {
 } from '../types.js';
 import { networkPath, type GcpConfig } from './config.js';
 
+/** GCP project IDs, as the config accepts them. */
+export const PROJECT = /^[a-z][-a-z0-9]{4,28}[a-z0-9]$/;
+
 export type ComputeInstance = protos.google.cloud.compute.v1.IInstance;
 
 /**
@@ -46,26 +49,64 @@ export const USER_DATA_KEY = 'user-data';
 /** The access config that gives a VM its ephemeral external IP. */
 export const EXTERNAL_NAT = { name: 'External NAT', type: 'ONE_TO_ONE_NAT' } as const;
 
-export function formatProviderId(zone: string, name: string): string {
-  return `zones/${zone}/instances/${name}`;
+/**
+ * The providerID: `projects/<project>/zones/<zone>/instances/<name>`. The
+ * project is part of it so that a VM stays addressable where it was made
+ * after `gcp.project` changes (get and delete go to the project the ID
+ * names, never silently to the configured one).
+ */
+export function formatProviderId(project: string, zone: string, name: string): string {
+  return `projects/${project}/zones/${zone}/instances/${name}`;
 }
 
-/** Zone and name of a providerID, or undefined when it is not exactly `zones/<zone>/instances/<name>`. */
-export function parseProviderId(id: string): { zone: string; name: string } | undefined {
-  const m = /^zones\/([^/]+)\/instances\/([^/]+)$/.exec(id);
-  if (m === null) return undefined;
-  const [, zone, name] = m as unknown as [string, string, string];
-  if (!ZONE.test(zone) || !INSTANCE_NAME.test(name)) return undefined;
-  return { zone, name };
+export interface ParsedProviderId {
+  /** Absent in the old form (`zones/<zone>/instances/<name>`): the configured project. */
+  project?: string;
+  zone: string;
+  name: string;
 }
 
 /**
- * The insert request body (the seed's shape): one NIC on the configured
- * network with an ephemeral external IP, a boot disk deleted with the VM,
- * the GC marks as labels, the network tag, and the cloud-init text as
- * `user-data` metadata, byte for byte. The caller has validated placement.
+ * Project (when present), zone and name of a providerID, or undefined when
+ * it is neither `projects/<p>/zones/<z>/instances/<n>` nor the old
+ * `zones/<z>/instances/<n>` (IDs recorded before the project was added).
+ */
+export function parseProviderId(id: string): ParsedProviderId | undefined {
+  const m = /^(?:projects\/([^/]+)\/)?zones\/([^/]+)\/instances\/([^/]+)$/.exec(id);
+  if (m === null) return undefined;
+  const [, project, zone, name] = m as unknown as [string, string | undefined, string, string];
+  if (!ZONE.test(zone) || !INSTANCE_NAME.test(name)) return undefined;
+  if (project === undefined) return { zone, name };
+  if (!PROJECT.test(project)) return undefined;
+  return { project, zone, name };
+}
+
+/** The metadata key that keeps project-wide SSH keys off an instance. */
+export const BLOCK_PROJECT_SSH_KEYS_KEY = 'block-project-ssh-keys';
+
+/**
+ * The insert request body (the seed's shape, plus the provider config's
+ * insert settings): one NIC on the configured network or subnetwork with an
+ * ephemeral external IP (none when internalOnly), a boot disk deleted with
+ * the VM (of diskType when set), the GC marks as labels, the network tag,
+ * Spot scheduling when asked, the VM's service account when configured, and
+ * metadata: `block-project-ssh-keys` (unless turned off) and the cloud-init
+ * text as `user-data`, byte for byte. The caller has validated placement.
  */
 export function buildInsertBody(req: CreateRequest, config: GcpConfig, zone: string): ComputeInstance {
+  const initializeParams: NonNullable<NonNullable<ComputeInstance['disks']>[number]['initializeParams']> = {
+    sourceImage: req.placement.image ?? '',
+    diskSizeGb: String(config.diskSizeGb),
+  };
+  // The API wants the disk type as a zonal resource, not a bare name.
+  if (config.diskType !== undefined) initializeParams.diskType = `zones/${zone}/diskTypes/${config.diskType}`;
+  // With a subnetwork GCE takes the network from it; sending the (defaulted)
+  // network too would contradict a Shared VPC subnetwork and be refused.
+  const nic: NonNullable<ComputeInstance['networkInterfaces']>[number] =
+    config.subnetwork !== undefined
+      ? { subnetwork: config.subnetwork }
+      : { network: networkPath(config.network) };
+  if (!config.internalOnly) nic.accessConfigs = [{ ...EXTERNAL_NAT }];
   const body: ComputeInstance = {
     name: req.name,
     description: `egress proxy for Proxy ${req.namespace}/${req.proxyName}`,
@@ -76,18 +117,30 @@ export function buildInsertBody(req: CreateRequest, config: GcpConfig, zone: str
       [LABEL_INSTALLATION]: req.installation,
     },
     tags: { items: [config.networkTag] },
-    disks: [
-      {
-        boot: true,
-        autoDelete: true,
-        initializeParams: { sourceImage: req.placement.image ?? '', diskSizeGb: String(config.diskSizeGb) },
-      },
-    ],
-    networkInterfaces: [{ network: networkPath(config.network), accessConfigs: [{ ...EXTERNAL_NAT }] }],
+    disks: [{ boot: true, autoDelete: true, initializeParams }],
+    networkInterfaces: [nic],
   };
-  if (req.cloudInit !== undefined && req.cloudInit !== '') {
-    body.metadata = { items: [{ key: USER_DATA_KEY, value: req.cloudInit }] };
+  if (config.provisioningModel === 'SPOT') {
+    // What GCE requires of a Spot VM: no automatic restart, terminate on host
+    // maintenance. A preempted VM is deleted (or stopped) by GCE and replaced
+    // by the control plane like any vanished or stopped instance.
+    body.scheduling = {
+      provisioningModel: 'SPOT',
+      instanceTerminationAction: config.instanceTerminationAction ?? 'DELETE',
+      automaticRestart: false,
+      onHostMaintenance: 'TERMINATE',
+    };
   }
+  if (config.serviceAccount !== undefined) {
+    body.serviceAccounts = [
+      { email: config.serviceAccount.email, scopes: [...config.serviceAccount.scopes] },
+    ];
+  }
+  const items: { key: string; value: string }[] = [];
+  if (config.blockProjectSshKeys) items.push({ key: BLOCK_PROJECT_SSH_KEYS_KEY, value: 'true' });
+  if (req.cloudInit !== undefined && req.cloudInit !== '')
+    items.push({ key: USER_DATA_KEY, value: req.cloudInit });
+  if (items.length > 0) body.metadata = { items };
   return body;
 }
 
@@ -97,7 +150,20 @@ export function natIp(inst: ComputeInstance): string {
 }
 
 /**
- * The seed's state table:
+ * The address a Proxy uses: the external NAT IP when the first NIC has an
+ * access config, else (an internal-only VM) its internal IP. Read from the
+ * VM, not from the config, so turning internalOnly on or off never changes
+ * what an existing VM reports.
+ */
+export function instanceAddress(inst: ComputeInstance): string {
+  const nic = inst.networkInterfaces?.[0];
+  if ((nic?.accessConfigs ?? []).length > 0) return natIp(inst);
+  return nic?.networkIP ?? '';
+}
+
+/**
+ * The seed's state table (the address: the NAT IP, or the internal IP of an
+ * internal-only VM; see instanceAddress):
  *
  * | status                                  | NAT IP | state        |
  * |-----------------------------------------|--------|--------------|
@@ -134,12 +200,12 @@ export function lastSegment(url: string | null | undefined): string {
 }
 
 /** UID, installation and CreatedAt are read back from the instance every time. */
-export function toInstance(inst: ComputeInstance, zone: string): Instance {
-  const ip = natIp(inst);
+export function toInstance(inst: ComputeInstance, project: string, zone: string): Instance {
+  const ip = instanceAddress(inst);
   const state = mapState(inst.status, ip);
   const labels = inst.labels ?? {};
   const out: Instance = {
-    id: formatProviderId(zone, inst.name ?? ''),
+    id: formatProviderId(project, zone, inst.name ?? ''),
     state,
     uid: labels[LABEL_UID] ?? '',
     installation: labels[LABEL_INSTALLATION] ?? '',

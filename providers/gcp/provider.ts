@@ -13,10 +13,13 @@
  * left out are logged); quota detected (403 quotaExceeded and quota codes
  * of a failed operation; 429 and 403 rate limits are Transient); not-found
  * status-404 naming the instance (a 404 for the project, zone or anything
- * else, and any token-source failure, is never NotFound); primary-key name-is-key (`zones/<zone>/instances/<name>`);
+ * else, and any token-source failure, is never NotFound); primary-key
+ * name-is-key (`projects/<project>/zones/<zone>/instances/<name>`; the old
+ * `zones/<zone>/instances/<name>` means the configured project);
  * provisioning-state native (PROVISIONING, STAGING, REPAIRING); async-ops
- * task-handle (operations are read: the insert's in create, unfinished ones
- * on the instance in get and delete); secondary-resources cascade (boot disk
+ * task-handle (operations are read: the insert's in create, the delete's
+ * own by name on each delete poll, unfinished ones on the instance in get
+ * and when a delete is refused as busy); secondary-resources cascade (boot disk
  * auto-delete); credentials environment (Application Default Credentials
  * only, resolved by the provider on the first call and on every call until
  * they exist, so a provider without them fails only its own calls: see
@@ -50,15 +53,17 @@ import {
 } from '../types.js';
 import { ComputeAuth, CredentialsError, describeCredential, resolveAdc } from './auth.js';
 import {
+  apiReasons,
   checkReason,
   classify,
   classifyOperationError,
   httpStatus,
   isInstanceNotFound,
+  notFoundResource,
   type Classification,
   type ClassifyCall,
 } from './classify.js';
-import type { GcpConfig } from './config.js';
+import { subnetworkRegion, type GcpConfig } from './config.js';
 import {
   buildInsertBody,
   formatProviderId,
@@ -72,6 +77,7 @@ import {
   MANAGED_FILTER,
   parseProviderId,
   toInstance,
+  type ParsedProviderId,
   ZONE,
   type ComputeInstance,
 } from './instance.js';
@@ -122,6 +128,14 @@ interface Clients {
   operations: ZoneOperationsClient;
 }
 
+/** How many delete operations a provider remembers (one per VM being deleted; the oldest goes first). */
+const TRACKED_DELETES_MAX = 10_000;
+
+/** The key of one VM in the delete-operation table. */
+function vmKey(project: string, zone: string, name: string): string {
+  return `${project}/${zone}/${name}`;
+}
+
 /** Reason codes of a finished operation's error, identifiers only. */
 function operationCodes(op: Operation): string[] {
   return (op.error?.errors ?? []).map((e) => e.code ?? '').filter((c) => /^[A-Z][A-Z0-9_]{0,63}$/.test(c));
@@ -155,6 +169,15 @@ class GcpProviderImpl implements GcpProvider {
   private readonly frame: OperationFrame;
   /** fail() and run() in this provider's frame. */
   private readonly ops: Operations;
+  /**
+   * The delete operation submitted (or found) for each VM being deleted, by
+   * project/zone/name: the deletion poll calls delete every few seconds, and
+   * one GET of the operation answers "still running" where listing the
+   * zone's operations on every poll cost a list per VM per poll. Memory
+   * only: a worker that does not know the operation submits the delete, and
+   * GCE's `resourceNotReady` answer sends it to the list once.
+   */
+  private readonly deletes = new Map<string, string>();
 
   constructor(
     private readonly options: GcpProviderOptions,
@@ -313,17 +336,46 @@ class GcpProviderImpl implements GcpProvider {
     return this.config.endpoint ?? COMPUTE_ADDRESS;
   }
 
-  private parseId(operation: ProviderOperation, id: string): { zone: string; name: string } {
+  /**
+   * The project, zone and name of a providerID. The project is the one the
+   * ID names, even when it is no longer the configured one: the VM is where
+   * it was made, and asking the configured project would read it as gone
+   * (a duplicate) or delete nothing (a leak). An ID in the old form (no
+   * project, recorded before the project was part of it) means the
+   * configured project.
+   */
+  private parseId(
+    operation: ProviderOperation,
+    id: string,
+  ): Required<ParsedProviderId> & { elsewhere: boolean } {
     const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
     if (parsed === undefined) {
       throw this.ops.fail(
         'Permanent',
         operation,
         JSON.stringify(String(id).slice(0, 80)),
-        'malformed providerID (want zones/<zone>/instances/<name>)',
+        'malformed providerID (want projects/<project>/zones/<zone>/instances/<name>)',
       );
     }
-    return parsed;
+    const project = parsed.project ?? this.config.project;
+    const elsewhere = project !== this.config.project;
+    if (elsewhere) {
+      this.log.debug(
+        { instance: id, project, configuredProject: this.config.project },
+        `${operation}: the VM is in project ${project}, not the configured ${this.config.project}; asking its project`,
+      );
+    }
+    return { project, zone: parsed.zone, name: parsed.name, elsewhere };
+  }
+
+  /** Remembers the delete operation of a VM (bounded: the oldest entry goes first). */
+  private trackDelete(key: string, operation: string): void {
+    this.deletes.delete(key);
+    this.deletes.set(key, operation);
+    if (this.deletes.size > TRACKED_DELETES_MAX) {
+      const oldest = this.deletes.keys().next().value;
+      if (oldest !== undefined) this.deletes.delete(oldest);
+    }
   }
 
   /**
@@ -333,6 +385,7 @@ class GcpProviderImpl implements GcpProvider {
    */
   private async unfinishedOperations(
     operation: ProviderOperation,
+    project: string,
     zone: string,
     name: string,
     signal: AbortSignal,
@@ -341,7 +394,7 @@ class GcpProviderImpl implements GcpProvider {
     const suffix = `/zones/${zone}/instances/${name}`;
     const [ops] = await this.call(signal, operation, 'zoneOperations.list', () =>
       operations.list(
-        { project: this.config.project, zone, filter: 'status != DONE', maxResults: 500 },
+        { project, zone, filter: 'status != DONE', maxResults: 500 },
         { ...this.callOptions, autoPaginate: true },
       ),
     );
@@ -354,7 +407,9 @@ class GcpProviderImpl implements GcpProvider {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
       const zone = this.validate(req, instance);
-      const id = formatProviderId(zone, req.name);
+      const id = formatProviderId(this.config.project, zone, req.name);
+      // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
+      this.deletes.delete(vmKey(this.config.project, zone, req.name));
       const { instances } = await this.api();
       const body = buildInsertBody(req, this.config, zone);
       let operation: Operation;
@@ -376,9 +431,15 @@ class GcpProviderImpl implements GcpProvider {
           uid: req.uid,
           machineType: req.placement.machineType,
           image: req.placement.image,
-          network: this.config.network,
+          project: this.config.project,
+          network: this.config.subnetwork === undefined ? this.config.network : undefined,
+          subnetwork: this.config.subnetwork,
           networkTag: this.config.networkTag,
           diskSizeGb: this.config.diskSizeGb,
+          diskType: this.config.diskType,
+          provisioningModel: this.config.provisioningModel,
+          internalOnly: this.config.internalOnly,
+          serviceAccount: this.config.serviceAccount?.email,
           port: req.port,
           operation: operation.name,
           // Never the text: it may hold secrets.
@@ -468,6 +529,12 @@ class GcpProviderImpl implements GcpProvider {
     if (p.region && !zone.startsWith(`${p.region}-`)) {
       throw bad(`placement.zone "${zone}" is not in placement.region "${p.region.slice(0, 80)}"`);
     }
+    // A subnetwork is regional: a VM in another region's zone would be refused by the API.
+    const subnetRegion =
+      this.config.subnetwork === undefined ? undefined : subnetworkRegion(this.config.subnetwork);
+    if (subnetRegion !== undefined && !zone.startsWith(`${subnetRegion}-`)) {
+      throw bad(`placement.zone "${zone}" is not in region "${subnetRegion}" of gcp.subnetwork`);
+    }
     if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
       throw bad('uid is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)');
     }
@@ -513,23 +580,25 @@ class GcpProviderImpl implements GcpProvider {
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
     return this.ops.run('get', String(id), signal, async () => {
-      const { zone, name } = this.parseId('get', id);
+      const { project, zone, name } = this.parseId('get', id);
       const { instances } = await this.api();
       try {
         const [inst] = await this.call(signal, 'get', 'instances.get', () =>
-          instances.get({ project: this.config.project, zone, instance: name }, this.callOptions),
+          instances.get({ project, zone, instance: name }, this.callOptions),
         );
-        const out = toInstance(inst, zone);
+        const out = toInstance(inst, project, zone);
         this.log.debug({ instance: id, status: inst.status, state: out.state, ip: out.ip }, 'get');
         return out;
       } catch (err) {
         // Only Compute's own 404 for this VM means gone: not one for the project or zone, not a token source's.
-        if (!isInstanceNotFound(err, this.config.project, zone, name)) throw err;
+        if (!isInstanceNotFound(err, project, zone, name)) throw err;
         this.logApiError('get', id, err);
       }
+      // Gone: a delete remembered for it is over.
+      this.deletes.delete(vmKey(project, zone, name));
       // Gone, unless an insert is still being processed: then the name is
       // taken and a NotFound would make the control plane create again.
-      const pending = (await this.unfinishedOperations('get', zone, name, signal)).find(
+      const pending = (await this.unfinishedOperations('get', project, zone, name, signal)).find(
         (o) => o.operationType === 'insert',
       );
       if (pending !== undefined) {
@@ -547,42 +616,95 @@ class GcpProviderImpl implements GcpProvider {
   /**
    * Submits a delete unless one is already running for this VM: the
    * deletion poll calls delete every few seconds, and a second delete on a
-   * VM being deleted is refused by the API (400 resourceNotReady).
+   * VM being deleted is refused by the API (400 resourceNotReady). A delete
+   * this provider submitted (or found) is followed by its own operation, one
+   * GET per poll; only a refused submit (the VM busy with an operation this
+   * worker does not know: a delete from another worker, an insert still
+   * running) lists the zone's unfinished operations, once.
    */
   delete(id: string, signal: AbortSignal): Promise<void> {
     return this.ops.run('delete', String(id), signal, async () => {
-      const { zone, name } = this.parseId('delete', id);
+      const { project, zone, name } = this.parseId('delete', id);
+      const key = vmKey(project, zone, name);
+      const tracked = this.deletes.get(key);
+      if (tracked !== undefined) {
+        const op = await this.operation('delete', project, zone, tracked, signal);
+        if (op !== undefined && op.status !== 'DONE') {
+          this.log.debug({ instance: id, operation: tracked, status: op.status }, 'delete: already running');
+          return;
+        }
+        // Done (the VM is gone, or the delete failed) or aged out: forget it
+        // and submit again (a 404 for the VM is success, a failed delete is retried).
+        this.deletes.delete(key);
+      }
       const { instances } = await this.api();
-      const running = await this.unfinishedOperations('delete', zone, name, signal);
-      const deleting = running.find((o) => o.operationType === 'delete');
-      if (deleting !== undefined) {
-        this.log.debug({ instance: id, operation: deleting.name }, 'delete: already running');
-        return;
-      }
-      const inserting = running.find((o) => o.operationType === 'insert');
-      if (inserting !== undefined) {
-        throw this.ops.fail(
-          'Transient',
-          'delete',
-          id,
-          `insert operation ${inserting.name ?? ''} is still running; delete once it ends`,
-        );
-      }
       try {
         const [lro] = await this.call(signal, 'delete', 'instances.delete', () =>
-          instances.delete({ project: this.config.project, zone, instance: name }, this.callOptions),
+          instances.delete({ project, zone, instance: name }, this.callOptions),
         );
         const op = (lro as { latestResponse?: Operation }).latestResponse ?? {};
+        if (op.name) this.trackDelete(key, op.name);
         this.log.info({ instance: id, operation: op.name }, 'delete submitted');
       } catch (err) {
-        if (isInstanceNotFound(err, this.config.project, zone, name)) {
+        if (isInstanceNotFound(err, project, zone, name)) {
           this.logApiError('delete', id, err);
           this.log.debug({ instance: id }, 'delete: already gone');
           return;
         }
-        throw err;
+        if (!(httpStatus(err) === 400 && apiReasons(err).includes('resourceNotReady'))) throw err;
+        this.logApiError('delete', id, err);
+        await this.busyDelete(id, project, zone, name, signal, err);
       }
     });
+  }
+
+  /** The VM refused a delete as busy: which operation holds it decides. */
+  private async busyDelete(
+    id: string,
+    project: string,
+    zone: string,
+    name: string,
+    signal: AbortSignal,
+    refusal: unknown,
+  ): Promise<void> {
+    const running = await this.unfinishedOperations('delete', project, zone, name, signal);
+    const deleting = running.find((o) => o.operationType === 'delete');
+    if (deleting?.name) {
+      this.trackDelete(vmKey(project, zone, name), deleting.name);
+      this.log.debug({ instance: id, operation: deleting.name }, 'delete: already running');
+      return;
+    }
+    const inserting = running.find((o) => o.operationType === 'insert');
+    if (inserting !== undefined) {
+      throw this.ops.fail(
+        'Transient',
+        'delete',
+        id,
+        `insert operation ${inserting.name ?? ''} is still running; delete once it ends`,
+      );
+    }
+    // Busy with something already over, or not ours to see: resourceNotReady is Transient.
+    throw this.wrap('delete', id, refusal);
+  }
+
+  /** One zone operation by name; undefined when the API no longer has it (operations age out). */
+  private async operation(
+    operation: ProviderOperation,
+    project: string,
+    zone: string,
+    name: string,
+    signal: AbortSignal,
+  ): Promise<Operation | undefined> {
+    const { operations } = await this.api();
+    try {
+      const [op] = await this.call(signal, operation, 'zoneOperations.get', () =>
+        operations.get({ project, zone, operation: name }, this.callOptions),
+      );
+      return op;
+    } catch (err) {
+      if (notFoundResource(err) === `projects/${project}/zones/${zone}/operations/${name}`) return undefined;
+      throw err;
+    }
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
@@ -610,7 +732,7 @@ class GcpProviderImpl implements GcpProvider {
             // The filter already guarantees the label; checked again so a
             // filter mistake can never hand GC a VM we do not own.
             if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
-            out.push(toInstance(inst, lastSegment(inst.zone) || lastSegment(scope)));
+            out.push(toInstance(inst, this.config.project, lastSegment(inst.zone) || lastSegment(scope)));
           }
         }
       };

@@ -27,7 +27,17 @@
  *   top-level `unreachables` list (without it: 503);
  * - zoneOperations.list filters on `FIELD = VALUE` / `FIELD != VALUE`
  *   joined by AND; wait holds the request until the operation is DONE or
- *   `timing.waitMaxMs` passes.
+ *   `timing.waitMaxMs` passes;
+ * - the insert body is kept and echoed the way GCE does: the NIC's network
+ *   or subnetwork, an access config (and so an external IP) only when the
+ *   body asked for one, an internal IP (`networkIP`) always, scheduling,
+ *   service accounts and metadata; a subnetwork or disk type listed in
+ *   `missing` is a synchronous 404 like an image; a Spot VM whose
+ *   scheduling allows automatic restart or host migration is 400, as GCE
+ *   refuses it;
+ * - `addProject` serves a second project on the same endpoint (same token,
+ *   one request log), for a switch of `gcp.project`; a project neither
+ *   serves is 404 naming the project.
  *
  * Time moves lazily: an operation's state is computed from the clock when
  * read, so there are no background timers. External IPs are loopback
@@ -55,6 +65,8 @@ export interface FakeInstance {
   zone: string;
   status: string;
   natIP?: string;
+  /** The internal IP: assigned at insert (loopback too, so nothing dials off the machine). */
+  networkIP: string;
   creationTimestamp: string;
   labels: Record<string, string>;
   /** The insert body as received (metadata, disks, NICs...). */
@@ -85,7 +97,7 @@ export class FakeCompute {
   readonly requests: RecordedRequest[] = [];
   readonly instances = new Map<string, FakeInstance>();
   readonly operations: FakeOperation[] = [];
-  readonly token = `fake-token-${randomUUID()}`;
+  readonly token: string;
   readonly timing = { insertMs: 0, deleteMs: 0, waitMaxMs: 2_000 };
   /** Zones the aggregated list walks (the ones holding VMs are added). */
   readonly zones = new Set<string>(['europe-west1-b', 'us-central1-a']);
@@ -108,8 +120,14 @@ export class FakeCompute {
   }[] = [];
   private readonly stalls: { match: (r: RecordedRequest) => boolean; released: Promise<void> }[] = [];
   private readonly open = new Set<ServerResponse>();
+  /** Other projects served on this endpoint (addProject). */
+  private readonly siblings = new Map<string, FakeCompute>();
 
-  private constructor(readonly project: string) {
+  private constructor(
+    readonly project: string,
+    token?: string,
+  ) {
+    this.token = token ?? `fake-token-${randomUUID()}`;
     this.server = createServer((req, res) => void this.handle(req, res));
     // Never close an idle keep-alive connection first: a client reusing it
     // at that moment gets ECONNRESET (the real API keeps them far longer).
@@ -137,6 +155,37 @@ export class FakeCompute {
   }
 
   // -- test controls --------------------------------------------------------
+
+  /**
+   * Serves another project on this endpoint with the same token: its own
+   * VMs and operations, requests recorded in this fake's log. What a
+   * switch of `gcp.project` meets (the identity may use both projects).
+   */
+  addProject(project: string): FakeCompute {
+    if (project === this.project || this.siblings.has(project))
+      throw new Error(`project ${project} is served`);
+    const other = new FakeCompute(project, this.token);
+    this.siblings.set(project, other);
+    return other;
+  }
+
+  /** The bodies of the inserts this endpoint received for `project` (default: this fake's), in order. */
+  insertBodies(project = this.project): Record<string, unknown>[] {
+    const path = new RegExp(`^/compute/v1/projects/${project}/zones/[^/]+/instances$`);
+    return this.requests
+      .filter((r) => r.method === 'POST' && path.test(r.path))
+      .map((r) => r.body as Record<string, unknown>);
+  }
+
+  /** How many requests went to each `METHOD path` (`GET /compute/v1/.../operations/x`), for call counts. */
+  requestCounts(from = 0): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const r of this.requests.slice(from)) {
+      const key = `${r.method} ${r.path}`;
+      out.set(key, (out.get(key) ?? 0) + 1);
+    }
+    return out;
+  }
 
   /** The next `times` requests matching `match` get this error body. */
   failNext(match: (r: RecordedRequest) => boolean, error: CannedError, times = 1): void {
@@ -182,6 +231,7 @@ export class FakeCompute {
       zone,
       status,
       natIP: status === 'RUNNING' ? this.allocateIp() : undefined,
+      networkIP: this.allocateInternalIp(),
       creationTimestamp: rfc3339(new Date()),
       labels,
       resource: { name },
@@ -224,6 +274,12 @@ export class FakeCompute {
   private allocateIp(): string {
     const n = this.nextIp++;
     return `127.0.1.${(n % 250) + 2}`;
+  }
+
+  private nextInternalIp = 2;
+  private allocateInternalIp(): string {
+    const n = this.nextInternalIp++;
+    return `127.0.2.${(n % 250) + 2}`;
   }
 
   private newOperation(
@@ -305,12 +361,17 @@ export class FakeCompute {
   private instanceJson(inst: FakeInstance): Record<string, unknown> {
     const zoneUrl = `${HOST_BASE}/projects/${this.project}/zones/${inst.zone}`;
     const resource = inst.resource as {
-      networkInterfaces?: { network?: string }[];
+      networkInterfaces?: { network?: string; subnetwork?: string; accessConfigs?: unknown[] }[];
       disks?: unknown[];
       metadata?: unknown;
       tags?: unknown;
       machineType?: string;
+      scheduling?: unknown;
+      serviceAccounts?: unknown;
     };
+    const nic = resource.networkInterfaces?.[0];
+    // A VM put straight into the backend has the seed's NIC (with an external IP).
+    const external = nic === undefined || (nic.accessConfigs ?? []).length > 0;
     return {
       kind: 'compute#instance',
       id: inst.id,
@@ -324,18 +385,25 @@ export class FakeCompute {
         : undefined,
       tags: resource.tags,
       metadata: resource.metadata,
+      scheduling: resource.scheduling,
+      serviceAccounts: resource.serviceAccounts,
       selfLink: `${zoneUrl}/instances/${inst.name}`,
       networkInterfaces: [
         {
-          network: resource.networkInterfaces?.[0]?.network,
-          networkIP: '10.132.0.2',
-          accessConfigs: [
-            {
-              type: 'ONE_TO_ONE_NAT',
-              name: 'External NAT',
-              ...(inst.natIP ? { natIP: inst.natIP } : {}),
-            },
-          ],
+          network: nic?.network,
+          subnetwork: nic?.subnetwork,
+          networkIP: inst.networkIP,
+          ...(external
+            ? {
+                accessConfigs: [
+                  {
+                    type: 'ONE_TO_ONE_NAT',
+                    name: 'External NAT',
+                    ...(inst.natIP ? { natIP: inst.natIP } : {}),
+                  },
+                ],
+              }
+            : {}),
         },
       ],
     };
@@ -398,6 +466,8 @@ export class FakeCompute {
   }
 
   private async dispatch(rec: RecordedRequest, url: URL, res: ServerResponse, body: unknown): Promise<void> {
+    const sibling = this.siblings.get(url.pathname.split('/')[4] ?? '');
+    if (sibling !== undefined) return sibling.dispatch(rec, url, res, body);
     this.settle();
     const prefix = `/compute/v1/projects/${this.project}`;
     if (!url.pathname.startsWith(`${prefix}/`)) {
@@ -474,6 +544,20 @@ export class FakeCompute {
         return;
       }
     }
+    const scheduling = resource.scheduling as
+      { provisioningModel?: string; automaticRestart?: boolean; onHostMaintenance?: string } | undefined;
+    if (
+      scheduling?.provisioningModel === 'SPOT' &&
+      (scheduling.automaticRestart !== false || scheduling.onHostMaintenance !== 'TERMINATE')
+    ) {
+      this.error(
+        res,
+        400,
+        'invalid',
+        "Invalid value for field 'resource.scheduling': Spot VMs require automaticRestart false and onHostMaintenance TERMINATE.",
+      );
+      return;
+    }
     const nics = (resource.networkInterfaces ?? []) as { accessConfigs?: unknown[] }[];
     if (this.denyExternalIp && nics.some((n) => (n.accessConfigs ?? []).length > 0)) {
       this.error(
@@ -504,6 +588,7 @@ export class FakeCompute {
       status: 'PROVISIONING',
       creationTimestamp: rfc3339(new Date()),
       labels: { ...((resource.labels as Record<string, string> | undefined) ?? {}) },
+      networkIP: this.allocateInternalIp(),
       resource,
     };
     this.instances.set(key, inst);
@@ -525,8 +610,10 @@ export class FakeCompute {
       const path = ref.replace(/^https:\/\/[^/]+\/compute\/v1\//, '');
       return path.startsWith('projects/') ? path : `projects/${this.project}/${scope}${path}`;
     };
-    const disks = (resource.disks ?? []) as { initializeParams?: { sourceImage?: unknown } }[];
-    const nics = (resource.networkInterfaces ?? []) as { network?: unknown }[];
+    const disks = (resource.disks ?? []) as {
+      initializeParams?: { sourceImage?: unknown; diskType?: unknown };
+    }[];
+    const nics = (resource.networkInterfaces ?? []) as { network?: unknown; subnetwork?: unknown }[];
     return [
       full(disks[0]?.initializeParams?.sourceImage, ''),
       full(
@@ -534,6 +621,8 @@ export class FakeCompute {
         resource.machineType?.toString().startsWith('zones/') ? '' : `zones/${zone}/`,
       ),
       full(nics[0]?.network, ''),
+      full(nics[0]?.subnetwork, ''),
+      full(disks[0]?.initializeParams?.diskType, ''),
     ].filter((p): p is string => p !== undefined);
   }
 

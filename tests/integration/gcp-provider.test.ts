@@ -145,6 +145,9 @@ describeProviderConformance('gcp', async () => {
       'zones/Europe/instances/proxy-a',
       'zones/europe-west1-b/instances/proxy-a/extra',
       'zones/europe-west1-b/instances/Proxy_A',
+      'projects/conformance-project/zones/europe-west1-b/instances/',
+      'projects/Conformance/zones/europe-west1-b/instances/proxy-a',
+      'projects/conformance-project/europe-west1-b/instances/proxy-a',
     ],
     // The hooks change the fake's state directly, as the cloud would behind the provider's back.
     hooks: {
@@ -160,11 +163,11 @@ describeProviderConformance('gcp', async () => {
       },
       createUnmarked: (name) => {
         fake.putInstance(ZONE, name, {});
-        return Promise.resolve(`zones/${ZONE}/instances/${name}`);
+        return Promise.resolve(`projects/${fake.project}/zones/${ZONE}/instances/${name}`);
       },
       createMarkedWithEmptyUid: (name) => {
         fake.putInstance(ZONE, name, { [LABEL_MANAGED]: 'true', [LABEL_UID]: '' });
-        return Promise.resolve(`zones/${ZONE}/instances/${name}`);
+        return Promise.resolve(`projects/${fake.project}/zones/${ZONE}/instances/${name}`);
       },
       rewriteMarks: (id, { uid, createdAt }) => {
         const inst = vm(id);
@@ -222,7 +225,7 @@ describe('gcp provider against the fake Compute API', () => {
     const req = request({ cloudInit: `#cloud-config\n# ${sentinel}\nruncmd: [echo hi]\n` });
     const before = fake.requests.length;
     const id = await provider.create(req, live());
-    expect(id).toBe(`zones/${ZONE}/instances/${req.name}`);
+    expect(id).toBe(`projects/test-project/zones/${ZONE}/instances/${req.name}`);
     const inserts = fake.requests
       .slice(before)
       .filter((r) => r.method === 'POST' && r.path.endsWith('/instances'));
@@ -269,8 +272,13 @@ describe('gcp provider against the fake Compute API', () => {
         accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
       },
     ]);
-    // user-data byte for byte: the only place the text goes.
-    expect(body.metadata).toEqual({ items: [{ key: 'user-data', value: req.cloudInit }] });
+    // Project-wide SSH keys blocked by default; user-data byte for byte: the only place the text goes.
+    expect(body.metadata).toEqual({
+      items: [
+        { key: 'block-project-ssh-keys', value: 'true' },
+        { key: 'user-data', value: req.cloudInit },
+      ],
+    });
     expect(insert.rawBody).toContain(sentinel);
     // create watched its operation: one wait (the fake's insert is done at once, so maybe none).
     const got = await provider.get(id, live());
@@ -278,7 +286,7 @@ describe('gcp provider against the fake Compute API', () => {
     expect(got.ip).toMatch(/^127\.0\.1\.\d+$/);
   });
 
-  it('uses the configured network, tag and disk size, and sends no metadata without cloud-init', async () => {
+  it('uses the configured network, tag and disk size, and sends no user-data without cloud-init', async () => {
     const custom = providerFor(fake, captured.logger, {
       config: { network: 'projects/host-proj/global/networks/shared', networkTag: 'egress', diskSizeGb: 20 },
     });
@@ -290,7 +298,7 @@ describe('gcp provider against the fake Compute API', () => {
         string,
         unknown
       >;
-      expect(body.metadata).toBeUndefined();
+      expect(body.metadata).toEqual({ items: [{ key: 'block-project-ssh-keys', value: 'true' }] });
       expect(body.tags).toEqual({ items: ['egress'] });
       expect((body.networkInterfaces as { network: string }[])[0]!.network).toBe(
         'projects/host-proj/global/networks/shared',
@@ -916,6 +924,382 @@ function seedGcpEntry(): string {
   return stringifyYaml({ providers: [entry] });
 }
 
+// -- the insert settings of the provider config (issue 26, item 3) -----------
+
+describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-only, service account', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  const errors: unknown[] = [];
+  beforeAll(async () => {
+    fake = await FakeCompute.start('settings-project');
+    captured = capturedLogger();
+  });
+  afterAll(async () => {
+    await fake?.stop();
+  });
+
+  /** Creates one VM with these config fields and returns the insert body as the fake received it, and the id. */
+  async function insertWith(
+    config: Partial<GcpConfig>,
+    req: CreateRequest = request(),
+  ): Promise<{ body: Record<string, unknown>; id: string; provider: GcpProvider }> {
+    const provider = providerFor(fake, captured.logger, {
+      config: gcpConfigSchema.parse({ project: fake.project, ...config }),
+    });
+    const before = fake.insertBodies().length;
+    const id = await provider.create(req, live());
+    const bodies = fake.insertBodies().slice(before);
+    expect(bodies).toHaveLength(1);
+    return { body: bodies[0]!, id, provider };
+  }
+  const nicOf = (body: Record<string, unknown>) => (body.networkInterfaces as Record<string, unknown>[])[0]!;
+  const initOf = (body: Record<string, unknown>) =>
+    (body.disks as { initializeParams: Record<string, unknown> }[])[0]!.initializeParams;
+
+  it('defaults: block-project-ssh-keys "true", an external IP, no scheduling, no service account, no disk type', async () => {
+    const { body, provider } = await insertWith({});
+    try {
+      expect((body.metadata as { items: { key: string; value: string }[] }).items[0]).toEqual({
+        key: 'block-project-ssh-keys',
+        value: 'true',
+      });
+      expect(nicOf(body)).toEqual({
+        network: 'global/networks/default',
+        accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
+      });
+      expect(body.scheduling).toBeUndefined();
+      expect(body.serviceAccounts).toBeUndefined();
+      expect(initOf(body).diskType).toBeUndefined();
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('blockProjectSshKeys: false sends no block-project-ssh-keys item', async () => {
+    const { body, provider } = await insertWith({ blockProjectSshKeys: false });
+    try {
+      const items = (body.metadata as { items: { key: string }[] }).items;
+      expect(items.map((i) => i.key)).toEqual(['user-data']);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it.each([
+    ['regions/europe-west1/subnetworks/proxies'],
+    ['projects/host-project/regions/europe-west1/subnetworks/shared'],
+    ['https://www.googleapis.com/compute/v1/projects/host-project/regions/europe-west1/subnetworks/shared'],
+  ])('subnetwork %s goes on the NIC as given, without the network; the VM runs', async (subnetwork) => {
+    const { body, id, provider } = await insertWith({ subnetwork });
+    try {
+      expect(nicOf(body)).toEqual({
+        subnetwork,
+        accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
+      });
+      expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('a subnetwork that does not exist is a synchronous 404, Permanent naming gcp.subnetwork', async () => {
+    fake.missing.add('projects/host-project/regions/europe-west1/subnetworks/gone');
+    const provider = providerFor(fake, captured.logger, {
+      config: { subnetwork: 'projects/host-project/regions/europe-west1/subnetworks/gone' },
+    });
+    try {
+      const err = await rejectionOf(provider.create(request(), live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toContain('for the subnetwork; check gcp.subnetwork');
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("a zone outside the subnetwork's region is refused before any API call, naming both", async () => {
+    const provider = providerFor(fake, captured.logger, {
+      config: { subnetwork: 'regions/us-central1/subnetworks/proxies' },
+    });
+    try {
+      const before = fake.requests.length;
+      const err = await rejectionOf(provider.create(request(), live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toContain(
+        'placement.zone "europe-west1-b" is not in region "us-central1" of gcp.subnetwork',
+      );
+      expect(fake.requests.length).toBe(before);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('diskType is sent as the zonal disk type path; a missing one is Permanent naming gcp.diskType', async () => {
+    const { body, provider } = await insertWith({ diskType: 'pd-balanced' });
+    await provider.close();
+    expect(initOf(body).diskType).toBe(`zones/${ZONE}/diskTypes/pd-balanced`);
+    fake.missing.add(`projects/${fake.project}/zones/${ZONE}/diskTypes/pd-nope`);
+    const bad = providerFor(fake, captured.logger, { config: { diskType: 'pd-nope' } });
+    try {
+      const err = await rejectionOf(bad.create(request(), live()));
+      errors.push(err);
+      expect(err.errorClass).toBe('Permanent');
+      expect(err.message).toContain('for the disk type; check gcp.diskType');
+    } finally {
+      await bad.close();
+    }
+  });
+
+  it.each([
+    [undefined, 'DELETE'],
+    ['DELETE', 'DELETE'],
+    ['STOP', 'STOP'],
+  ] as const)(
+    'provisioningModel SPOT (instanceTerminationAction %s) sends the scheduling GCE requires of Spot',
+    async (action, sent) => {
+      const { body, id, provider } = await insertWith({
+        provisioningModel: 'SPOT',
+        ...(action ? { instanceTerminationAction: action } : {}),
+      });
+      try {
+        expect(body.scheduling).toEqual({
+          provisioningModel: 'SPOT',
+          instanceTerminationAction: sent,
+          automaticRestart: false,
+          onHostMaintenance: 'TERMINATE',
+        });
+        // The fake refuses a Spot VM that may restart or migrate, as GCE does: this one ran.
+        expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+      } finally {
+        await provider.close();
+      }
+    },
+  );
+
+  it('internalOnly: no access config, so an org policy against external IPs passes; the address is the internal IP', async () => {
+    fake.denyExternalIp = true;
+    try {
+      const { body, id, provider } = await insertWith({ internalOnly: true });
+      try {
+        expect(nicOf(body)).toEqual({ network: 'global/networks/default' });
+        const got = await provider.get(id, live());
+        const { name } = parseProviderId(id)!;
+        expect(got.state).toBe('Running');
+        expect(got.ip).toBe(fake.instance(ZONE, name)!.networkIP);
+        expect(got.ip).toMatch(/^127\.0\.2\.\d+$/);
+        // The same project with an external IP is refused: the policy was in force.
+        const external = providerFor(fake, captured.logger);
+        try {
+          const err = await rejectionOf(external.create(request(), live()));
+          errors.push(err);
+          expect(err.message).toContain('constraints/compute.vmExternalIpAccess');
+        } finally {
+          await external.close();
+        }
+      } finally {
+        await provider.close();
+      }
+    } finally {
+      fake.denyExternalIp = false;
+    }
+  });
+
+  it('serviceAccount puts that identity on the VM, with its scopes (none by default)', async () => {
+    const email = 'proxy-vm@settings-project.iam.gserviceaccount.com';
+    const { body, provider } = await insertWith({
+      serviceAccount: { email, scopes: ['https://www.googleapis.com/auth/logging.write'] },
+    });
+    await provider.close();
+    expect(body.serviceAccounts).toEqual([
+      { email, scopes: ['https://www.googleapis.com/auth/logging.write'] },
+    ]);
+    const defaults = await insertWith({ serviceAccount: { email } as never });
+    await defaults.provider.close();
+    expect(defaults.body.serviceAccounts).toEqual([
+      { email, scopes: ['https://www.googleapis.com/auth/cloud-platform'] },
+    ]);
+  });
+
+  it('no cloud-init text in any error or log line of these tests', () => {
+    const text = [...errors.map((e) => String((e as Error).message)), ...captured.lines].join('\n');
+    expect(text).not.toContain('packages: [squid]');
+    expect(text).not.toContain(fake.token);
+  });
+});
+
+// -- the project in the providerID (issue 26, item 5) -----------------------
+
+describe('gcp: the project is part of the providerID', () => {
+  let fake: FakeCompute;
+  let projectB: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  beforeAll(async () => {
+    fake = await FakeCompute.start('project-alpha');
+    projectB = fake.addProject('project-bravo');
+    captured = capturedLogger();
+  });
+  afterAll(async () => {
+    await fake?.stop();
+  });
+  const inProject = (project: string) => providerFor(fake, captured.logger, { config: { project } });
+
+  it('a VM made in project A is read and deleted in A after gcp.project is switched to B; nothing is made in B', async () => {
+    const a = inProject('project-alpha');
+    const req = request();
+    const id = await a.create(req, live());
+    await a.close();
+    expect(id).toBe(`projects/project-alpha/zones/${ZONE}/instances/${req.name}`);
+    fake.timing.deleteMs = 60_000;
+    const b = inProject('project-bravo');
+    try {
+      const before = fake.requests.length;
+      // Still Running where it is: the control plane has no reason to create it again.
+      expect(await b.get(id, live())).toMatchObject({ id, state: 'Running', uid: req.uid });
+      await b.delete(id, live());
+      const paths = fake.requests.slice(before).map((r) => `${r.method} ${r.path}`);
+      expect(paths.length).toBeGreaterThan(0);
+      for (const p of paths) expect(p).toContain('/projects/project-alpha/');
+      expect(fake.instance(ZONE, req.name)?.status).toBe('STOPPING');
+      // B's list shows only B's VMs (A's are no longer garbage-collected from here; see the docs).
+      expect((await b.listByTag(live())).map((i) => i.id)).toEqual([]);
+      fake.finishOperations();
+      expect((await rejectionOf(b.get(id, live()))).errorClass).toBe('NotFound');
+      expect(fake.instance(ZONE, req.name)).toBeUndefined();
+      // Nothing was ever inserted in, or asked of, project B.
+      expect(fake.insertBodies('project-bravo')).toEqual([]);
+      expect(projectB.instances.size).toBe(0);
+      expect(
+        fake.requests.filter((r) => r.path.includes('/projects/project-bravo/') && r.method !== 'GET'),
+      ).toEqual([]);
+    } finally {
+      fake.timing.deleteMs = 0;
+      await b.close();
+    }
+  });
+
+  it('an old providerID (no project) means the configured project, for get and delete', async () => {
+    const a = inProject('project-alpha');
+    try {
+      const req = request();
+      await a.create(req, live());
+      const old = `zones/${ZONE}/instances/${req.name}`;
+      expect(await a.get(old, live())).toMatchObject({ state: 'Running', uid: req.uid });
+      await a.delete(old, live());
+      fake.finishOperations();
+      expect((await rejectionOf(a.get(old, live()))).errorClass).toBe('NotFound');
+    } finally {
+      await a.close();
+    }
+  });
+
+  it('a providerID naming a project the credentials cannot reach is Permanent from get and delete, never gone', async () => {
+    const a = inProject('project-alpha');
+    try {
+      const id = `projects/project-charlie/zones/${ZONE}/instances/proxy-x`;
+      for (const call of [() => a.get(id, live()), () => a.delete(id, live())]) {
+        const err = await rejectionOf(call());
+        expect(err.errorClass).toBe('Permanent');
+        expect(err.message).toContain('404 notFound for the project');
+      }
+    } finally {
+      await a.close();
+    }
+  });
+});
+
+// -- the delete poll's cost (issue 26, item 7) ------------------------------
+
+describe('gcp: a delete poll follows its own operation', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  beforeAll(async () => {
+    fake = await FakeCompute.start('poll-project');
+    captured = capturedLogger();
+  });
+  afterAll(async () => {
+    await fake?.stop();
+  });
+
+  it('after the submit, each delete poll is one GET of the delete operation, and never a list', async () => {
+    const provider = providerFor(fake, captured.logger);
+    try {
+      const id = await provider.create(request(), live());
+      const { name } = parseProviderId(id)!;
+      fake.timing.deleteMs = 60_000;
+      const start = fake.requests.length;
+      await provider.delete(id, live());
+      const submit = [...fake.requestCounts(start)];
+      expect(submit).toEqual([
+        [`DELETE /compute/v1/projects/poll-project/zones/${ZONE}/instances/${name}`, 1],
+      ]);
+      const op = fake.operations.find((o) => o.targetName === name && o.operationType === 'delete')!;
+      for (let poll = 1; poll <= 5; poll++) {
+        const before = fake.requests.length;
+        await provider.delete(id, live());
+        expect([...fake.requestCounts(before)]).toEqual([
+          [`GET /compute/v1/projects/poll-project/zones/${ZONE}/operations/${op.name}`, 1],
+        ]);
+      }
+      const all = fake.requestCounts(start);
+      expect(all.get(`GET /compute/v1/projects/poll-project/zones/${ZONE}/operations`)).toBeUndefined();
+      fake.finishOperations();
+      expect((await rejectionOf(provider.get(id, live()))).errorClass).toBe('NotFound');
+    } finally {
+      fake.timing.deleteMs = 0;
+      await provider.close();
+    }
+  });
+
+  it('a worker that did not submit the delete finds it with one list when refused as busy, then polls by GET', async () => {
+    const first = providerFor(fake, captured.logger);
+    const second = providerFor(fake, captured.logger);
+    try {
+      const id = await first.create(request(), live());
+      const { name } = parseProviderId(id)!;
+      fake.timing.deleteMs = 60_000;
+      await first.delete(id, live());
+      const before = fake.requests.length;
+      await second.delete(id, live());
+      const took = fake.requests.slice(before).map((r) => `${r.method} ${r.path} ${r.status ?? ''}`);
+      expect(took).toEqual([
+        `DELETE /compute/v1/projects/poll-project/zones/${ZONE}/instances/${name} 400`,
+        `GET /compute/v1/projects/poll-project/zones/${ZONE}/operations 200`,
+      ]);
+      const again = fake.requests.length;
+      await second.delete(id, live());
+      expect(fake.requests.slice(again).map((r) => r.path)).toEqual([
+        expect.stringMatching(new RegExp(`/zones/${ZONE}/operations/operation-`)),
+      ]);
+      expect(fake.requestsTo('DELETE', `/instances/${name}`)).toHaveLength(2);
+    } finally {
+      fake.timing.deleteMs = 0;
+      fake.finishOperations();
+      await first.close();
+      await second.close();
+    }
+  });
+
+  it('a delete whose operation ended is submitted again (a failed delete is retried; a new VM of the name is deleted)', async () => {
+    const provider = providerFor(fake, captured.logger);
+    try {
+      const req = request();
+      const id = await provider.create(req, live());
+      await provider.delete(id, live());
+      fake.finishOperations();
+      // The same name made again (a replacement): the old operation is DONE, so this delete is a new DELETE.
+      fake.putInstance(ZONE, req.name, { [LABEL_MANAGED]: 'true', [LABEL_UID]: req.uid });
+      const before = fake.requests.length;
+      await provider.delete(id, live());
+      expect(fake.requests.slice(before).map((r) => r.method)).toEqual(['GET', 'DELETE']);
+      fake.finishOperations();
+      expect(fake.instance(ZONE, req.name)).toBeUndefined();
+    } finally {
+      await provider.close();
+    }
+  });
+});
+
 describe("the seed's gcp-eu providers-config entry", () => {
   it('the fixture is the seed file byte for byte (where the seeds are present)', (ctx) => {
     const seed = '/work/shared/seeds/files/config/samples/providers-config.yaml';
@@ -934,7 +1318,16 @@ describe("the seed's gcp-eu providers-config entry", () => {
       {
         name: 'gcp-eu',
         type: 'gcp',
-        config: { project: 'my-project', network: 'default', networkTag: 'proxy-operator', diskSizeGb: 10 },
+        config: {
+          project: 'my-project',
+          network: 'default',
+          networkTag: 'proxy-operator',
+          diskSizeGb: 10,
+          // Issue 26's insert settings, at their defaults: the seed's entry asks for none of them.
+          provisioningModel: 'STANDARD',
+          blockProjectSshKeys: true,
+          internalOnly: false,
+        },
       },
     ]);
     const { logger, lines } = capturedLogger();
@@ -985,14 +1378,19 @@ describe("the seed's gcp-eu providers-config entry", () => {
       const running = await waitForProxy(cp.api, cp.namespace, px.metadata.name, 'Running with an IP', (p) =>
         Boolean(p.status?.ip),
       );
-      expect(running.status?.providerID).toBe(`zones/europe-west1-b/instances/${name}`);
+      expect(running.status?.providerID).toBe(
+        `projects/${fake.project}/zones/europe-west1-b/instances/${name}`,
+      );
       expect(running.status?.ip).toBe(fake.instance('europe-west1-b', name)!.natIP);
       expect(condition(running, 'Provisioned')?.status).toBe('True');
       const insert = fake
         .requestsTo('POST', '/zones/europe-west1-b/instances')
         .find((r) => (r.body as { name?: string }).name === name)!;
       expect((insert.body as { metadata: unknown }).metadata).toEqual({
-        items: [{ key: 'user-data', value: px.spec.cloudInit.inline }],
+        items: [
+          { key: 'block-project-ssh-keys', value: 'true' },
+          { key: 'user-data', value: px.spec.cloudInit.inline },
+        ],
       });
       expect((insert.body as { labels: Record<string, string> }).labels[LABEL_INSTALLATION]).toBe(
         'test-installation',

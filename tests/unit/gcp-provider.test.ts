@@ -16,7 +16,7 @@ import {
   notFoundResource,
   QUOTA_OPERATION_CODES,
 } from '../../providers/gcp/classify.js';
-import { gcpConfigSchema, networkPath } from '../../providers/gcp/config.js';
+import { gcpConfigSchema, networkPath, subnetworkRegion } from '../../providers/gcp/config.js';
 import {
   formatProviderId,
   LABEL_INSTALLATION,
@@ -67,6 +67,9 @@ describe('gcp config block', () => {
       network: 'default',
       networkTag: 'proxy-operator',
       diskSizeGb: 10,
+      provisioningModel: 'STANDARD',
+      blockProjectSshKeys: true,
+      internalOnly: false,
     });
   });
 
@@ -103,6 +106,54 @@ describe('gcp config block', () => {
       '    gcp:\n      project: my-project\n      endpoint: http://127.0.0.1:1/compute\n',
       'providers[0].gcp.endpoint: must be a scheme, host and port only',
     ],
+    [
+      '    gcp:\n      project: my-project\n      subnetwork: subnets/a\n',
+      'providers[0].gcp.subnetwork: must be a subnetwork: regions/<region>/subnetworks/<name>',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      subnetwork: projects/h-p/regions/eu/subnetworks/../x\n',
+      'providers[0].gcp.subnetwork: must be a subnetwork',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      diskType: PD SSD\n',
+      'providers[0].gcp.diskType: must be a disk type name',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      provisioningModel: PREEMPTIBLE\n',
+      'providers[0].gcp.provisioningModel: must be STANDARD or SPOT',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      provisioningModel: SPOT\n      instanceTerminationAction: KEEP\n',
+      'providers[0].gcp.instanceTerminationAction: must be DELETE or STOP',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      instanceTerminationAction: STOP\n',
+      'providers[0].gcp.instanceTerminationAction: is only valid with provisioningModel: SPOT',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      blockProjectSshKeys: "yes"\n',
+      'providers[0].gcp.blockProjectSshKeys: must be true or false',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      internalOnly: 1\n',
+      'providers[0].gcp.internalOnly: must be true or false',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      serviceAccount: {}\n',
+      'providers[0].gcp.serviceAccount.email: is required',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      serviceAccount:\n        email: someone@example.com\n',
+      'providers[0].gcp.serviceAccount.email: must be a service account email',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      serviceAccount:\n        email: vm@my-project.iam.gserviceaccount.com\n        scopes: [cloud-platform]\n',
+      'providers[0].gcp.serviceAccount.scopes[0]: must be an OAuth scope URL',
+    ],
+    [
+      '    gcp:\n      project: my-project\n      serviceAccount:\n        email: vm@my-project.iam.gserviceaccount.com\n        role: x\n',
+      'providers[0].gcp.serviceAccount.role: unknown field',
+    ],
   ])('rejects %j naming the field', (block, issue) => {
     expect(issuesOf(block).join('\n')).toContain(issue);
   });
@@ -116,17 +167,50 @@ describe('gcp config block', () => {
     expect(networkPath(cfg.network)).toBe('projects/host-proj/global/networks/shared');
     expect(networkPath('default')).toBe('global/networks/default');
   });
+
+  it('accepts every subnetwork form and reads its region', () => {
+    for (const [subnetwork, region] of [
+      ['regions/europe-west1/subnetworks/proxies', 'europe-west1'],
+      ['projects/host-project/regions/us-central1/subnetworks/shared-a', 'us-central1'],
+      [
+        'https://www.googleapis.com/compute/v1/projects/host-project/regions/europe-west4/subnetworks/s1',
+        'europe-west4',
+      ],
+    ] as const) {
+      expect(gcpConfigSchema.parse({ project: 'my-project', subnetwork }).subnetwork).toBe(subnetwork);
+      expect(subnetworkRegion(subnetwork)).toBe(region);
+    }
+    const spot = gcpConfigSchema.parse({
+      project: 'my-project',
+      provisioningModel: 'SPOT',
+      serviceAccount: { email: 'vm@my-project.iam.gserviceaccount.com' },
+    });
+    expect(spot.instanceTerminationAction).toBeUndefined();
+    expect(spot.serviceAccount).toEqual({
+      email: 'vm@my-project.iam.gserviceaccount.com',
+      scopes: ['https://www.googleapis.com/auth/cloud-platform'],
+    });
+  });
 });
 
 describe('gcp providerIDs and labels', () => {
-  it('round-trips zones/<zone>/instances/<name> and rejects anything else', () => {
-    const id = formatProviderId('europe-west1-b', 'proxy-abc');
-    expect(id).toBe('zones/europe-west1-b/instances/proxy-abc');
-    expect(parseProviderId(id)).toEqual({ zone: 'europe-west1-b', name: 'proxy-abc' });
+  it('round-trips projects/<project>/zones/<zone>/instances/<name>, reads the old form, rejects anything else', () => {
+    const id = formatProviderId('my-project', 'europe-west1-b', 'proxy-abc');
+    expect(id).toBe('projects/my-project/zones/europe-west1-b/instances/proxy-abc');
+    expect(parseProviderId(id)).toEqual({ project: 'my-project', zone: 'europe-west1-b', name: 'proxy-abc' });
+    // Recorded before the project was part of the ID: no project (the configured one).
+    expect(parseProviderId('zones/europe-west1-b/instances/proxy-abc')).toEqual({
+      zone: 'europe-west1-b',
+      name: 'proxy-abc',
+    });
     for (const bad of [
       '',
       'zones/europe-west1-b/instances/',
       'projects/p/zones/europe-west1-b/instances/proxy-abc',
+      'projects//zones/europe-west1-b/instances/proxy-abc',
+      'projects/My_Project/zones/europe-west1-b/instances/proxy-abc',
+      'projects/my-project/zones/europe-west1-b/instances/proxy-abc/',
+      'projects/my-project/europe-west1-b/instances/proxy-abc',
       'zones/europe-west1-b/instances/proxy-abc/',
       'zones/EU/instances/proxy-abc',
       'zones/europe-west1-b/instances/-bad',
@@ -176,10 +260,11 @@ describe("gcp state table (the seed's rows)", () => {
         labels: { [LABEL_UID]: 'u-1', [LABEL_INSTALLATION]: 'inst' },
         networkInterfaces: [{ accessConfigs: [{ natIP: '203.0.113.9' }] }],
       },
+      'my-project',
       'europe-west1-b',
     );
     expect(running).toEqual({
-      id: 'zones/europe-west1-b/instances/proxy-a',
+      id: 'projects/my-project/zones/europe-west1-b/instances/proxy-a',
       state: 'Running',
       ip: '203.0.113.9',
       uid: 'u-1',
@@ -193,6 +278,7 @@ describe("gcp state table (the seed's rows)", () => {
         creationTimestamp: 'not a time',
         networkInterfaces: [{ accessConfigs: [{ natIP: '203.0.113.9' }] }],
       },
+      'my-project',
       'z-a',
     );
     expect(stopping.ip).toBeUndefined();
