@@ -17,7 +17,7 @@ import { classOf, isProviderError } from '../providers/errors.js';
 import type { Instance } from '../providers/types.js';
 import { createProxyClient } from '../kube/proxies.js';
 import type { Proxy } from '../resources/proxy-schema.js';
-import { findDrift, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
+import { findDrift, withIdAliases, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { driftDetectedSignal } from '../workflows/proxy/messages.js';
 import { signalProxy } from '../workflows/proxy/client.js';
@@ -133,10 +133,14 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
       for (const [i, listing] of listings.entries()) {
         if (!listing.instances) continue;
         const result = results[i]!;
+        const provider = deps.registry.get(listing.name);
         const { compared, drifted } = findDrift(
           listing.name,
           proxies,
-          listing.instances.map((x) => ({ id: x.id, state: x.state, ...(x.ip ? { ip: x.ip } : {}) })),
+          withIdAliases(
+            listing.instances.map((x) => ({ id: x.id, state: x.state, ...(x.ip ? { ip: x.ip } : {}) })),
+            provider?.idAliases?.bind(provider),
+          ),
         );
         result.compared = compared;
         result.drifted = drifted.length;

@@ -109,6 +109,12 @@ export interface Provider {
   listByTag(signal: AbortSignal): Promise<Instance[]>;
   /** Never throws: every failure is a target with ready=false. One entry per target, stable order. */
   check?(signal: AbortSignal): Promise<TargetStatus[]>;
+  /**
+   * Other providerIDs naming the same instance as `id` (an ID as listByTag
+   * lists it): an older ID form still recorded on Proxies. The drift sweep
+   * matches recorded IDs against these too. Pure; absent means none.
+   */
+  idAliases?(id: string): string[];
   /** Releases connections and listeners. */
   close?(): Promise<void>;
 }

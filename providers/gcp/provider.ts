@@ -115,6 +115,7 @@ export interface GcpProviderOptions {
 export interface GcpProvider extends Provider {
   readonly config: GcpConfig;
   check(signal: AbortSignal): Promise<TargetStatus[]>;
+  idAliases(id: string): string[];
   close(): Promise<void>;
 }
 
@@ -344,10 +345,7 @@ class GcpProviderImpl implements GcpProvider {
    * project, recorded before the project was part of it) means the
    * configured project.
    */
-  private parseId(
-    operation: ProviderOperation,
-    id: string,
-  ): Required<ParsedProviderId> & { elsewhere: boolean } {
+  private parseId(operation: ProviderOperation, id: string): Required<ParsedProviderId> {
     const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
     if (parsed === undefined) {
       throw this.ops.fail(
@@ -358,14 +356,13 @@ class GcpProviderImpl implements GcpProvider {
       );
     }
     const project = parsed.project ?? this.config.project;
-    const elsewhere = project !== this.config.project;
-    if (elsewhere) {
+    if (project !== this.config.project) {
       this.log.debug(
         { instance: id, project, configuredProject: this.config.project },
         `${operation}: the VM is in project ${project}, not the configured ${this.config.project}; asking its project`,
       );
     }
-    return { project, zone: parsed.zone, name: parsed.name, elsewhere };
+    return { project, zone: parsed.zone, name: parsed.name };
   }
 
   /** Remembers the delete operation of a VM (bounded: the oldest entry goes first). */
@@ -705,6 +702,18 @@ class GcpProviderImpl implements GcpProvider {
       if (notFoundResource(err) === `projects/${project}/zones/${zone}/operations/${name}`) return undefined;
       throw err;
     }
+  }
+
+  /**
+   * A VM of the configured project is also named by the old ID form
+   * (`zones/<zone>/instances/<name>`), which Proxies made before the project
+   * was in the ID still carry: the drift sweep matches them through this
+   * instead of reading every such Proxy as gone on every sweep.
+   */
+  idAliases(id: string): string[] {
+    const parsed = parseProviderId(id);
+    if (parsed?.project !== this.config.project) return [];
+    return [`zones/${parsed.zone}/instances/${parsed.name}`];
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { findDrift, isSteady, type RecordedProxy } from '../../workflows/drift-sweep/compare.js';
+import { pino } from 'pino';
+import { gcpConfigSchema } from '../../providers/gcp/config.js';
+import { createGcpProvider } from '../../providers/gcp/provider.js';
+import {
+  findDrift,
+  isSteady,
+  withIdAliases,
+  type RecordedProxy,
+} from '../../workflows/drift-sweep/compare.js';
 
 function proxy(name: string, over: Partial<RecordedProxy> = {}): RecordedProxy {
   return {
@@ -57,5 +65,47 @@ describe('drift sweep rule', () => {
     const proxies = Array.from({ length: 1_000 }, (_, i) => proxy(`p${i}`));
     const listed = proxies.map((p) => ({ id: p.providerID!, state: 'Running' as const, ip: '127.0.0.5' }));
     expect(findDrift('local', proxies, listed)).toEqual({ compared: 1_000, drifted: [] });
+  });
+
+  it("matches a gcp Proxy recorded with the old providerID form through the provider's aliases", () => {
+    // Construction dials nothing; idAliases is pure.
+    const gcp = createGcpProvider({
+      name: 'gcp-eu',
+      config: gcpConfigSchema.parse({ project: 'my-project' }),
+      logger: pino({ level: 'silent' }),
+    });
+    const old = proxy('old', { provider: 'gcp-eu', providerID: 'zones/europe-west1-b/instances/proxy-old' });
+    const current = proxy('new', {
+      provider: 'gcp-eu',
+      providerID: 'projects/my-project/zones/europe-west1-b/instances/proxy-new',
+    });
+    const listed = [
+      {
+        id: 'projects/my-project/zones/europe-west1-b/instances/proxy-old',
+        state: 'Running' as const,
+        ip: '127.0.0.5',
+      },
+      {
+        id: 'projects/my-project/zones/europe-west1-b/instances/proxy-new',
+        state: 'Running' as const,
+        ip: '127.0.0.5',
+      },
+    ];
+    // Without the aliases the old-form Proxy reads as gone on every sweep.
+    expect(
+      findDrift('gcp-eu', [old, current], withIdAliases(listed, undefined)).drifted.map((d) => d.why),
+    ).toEqual(['gone']);
+    expect(
+      findDrift(
+        'gcp-eu',
+        [old, current],
+        withIdAliases(listed, (id) => gcp.idAliases(id)),
+      ),
+    ).toEqual({
+      compared: 2,
+      drifted: [],
+    });
+    // A VM of another project has no old-form alias: the old form meant the configured project.
+    expect(gcp.idAliases('projects/other-project/zones/europe-west1-b/instances/proxy-x')).toEqual([]);
   });
 });

@@ -33,6 +33,19 @@ export interface Drift {
   why: 'gone' | 'not-running' | 'address-changed';
 }
 
+/**
+ * The listed instances, each also under the other IDs its provider says
+ * name it (idAliases: an older ID form still recorded on Proxies made
+ * before it changed), so such a Proxy is matched instead of read as gone.
+ */
+export function withIdAliases(
+  listed: readonly ListedInstanceState[],
+  aliases: ((id: string) => readonly string[]) | undefined,
+): ListedInstanceState[] {
+  if (aliases === undefined) return [...listed];
+  return listed.flatMap((i) => [i, ...aliases(i.id).map((id) => ({ ...i, id }))]);
+}
+
 /** True when the workflow recorded this Proxy's instance as Running at an address. */
 export function isSteady(proxy: RecordedProxy, provider: string): boolean {
   return (
