@@ -365,6 +365,26 @@ class GcpProviderImpl implements GcpProvider {
     return { project, zone: parsed.zone, name: parsed.name };
   }
 
+  /**
+   * A Permanent answer about a VM in another project than the configured
+   * one names both projects: a switched `gcp.project` with an identity no
+   * longer allowed in the old one is the likely cause, and "check
+   * gcp.project" alone would point at the wrong one.
+   */
+  private failIn(operation: ProviderOperation, id: string, project: string, err: unknown): unknown {
+    if (project === this.config.project || err instanceof ProviderError || err instanceof CallEnded)
+      return err;
+    const c = this.logApiError(operation, id, err);
+    if (c.errorClass !== 'Permanent') return err;
+    return this.ops.fail(
+      'Permanent',
+      operation,
+      id,
+      `${c.summary}; the providerID names project ${project}, the configured gcp.project is ${this.config.project} (the VM stays in ${project}: the credentials need access there)`,
+      err,
+    );
+  }
+
   /** Remembers the delete operation of a VM (bounded: the oldest entry goes first). */
   private trackDelete(key: string, operation: string): void {
     this.deletes.delete(key);
@@ -588,7 +608,7 @@ class GcpProviderImpl implements GcpProvider {
         return out;
       } catch (err) {
         // Only Compute's own 404 for this VM means gone: not one for the project or zone, not a token source's.
-        if (!isInstanceNotFound(err, project, zone, name)) throw err;
+        if (!isInstanceNotFound(err, project, zone, name)) throw this.failIn('get', id, project, err);
         this.logApiError('get', id, err);
       }
       // Gone: a delete remembered for it is over.
@@ -648,7 +668,9 @@ class GcpProviderImpl implements GcpProvider {
           this.log.debug({ instance: id }, 'delete: already gone');
           return;
         }
-        if (!(httpStatus(err) === 400 && apiReasons(err).includes('resourceNotReady'))) throw err;
+        if (!(httpStatus(err) === 400 && apiReasons(err).includes('resourceNotReady'))) {
+          throw this.failIn('delete', id, project, err);
+        }
         this.logApiError('delete', id, err);
         await this.busyDelete(id, project, zone, name, signal, err);
       }

@@ -1201,6 +1201,9 @@ describe('gcp: the project is part of the providerID', () => {
         const err = await rejectionOf(call());
         expect(err.errorClass).toBe('Permanent');
         expect(err.message).toContain('404 notFound for the project');
+        expect(err.message).toContain(
+          'the providerID names project project-charlie, the configured gcp.project is project-alpha',
+        );
       }
     } finally {
       await a.close();
