@@ -3,7 +3,8 @@ import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { ProviderError } from '../../providers/errors.js';
-import { registerProviderRequestMetrics } from '../../providers/metrics.js';
+import { registerProviderRequestMetrics, withMetrics } from '../../providers/metrics.js';
+import { withTracing } from '../../providers/tracing.js';
 import type { Instance, Provider } from '../../providers/types.js';
 import { installTracer, resultOf, type SpanAttributes, type TracerImpl } from '../../tracing/seam.js';
 
@@ -184,5 +185,16 @@ describe('provider operation spans: every provider buildProviders makes is trace
         new AbortController().signal,
       ),
     ).resolves.toBe('id-b');
+  });
+});
+
+describe('the decorators keep what they do not wrap', () => {
+  it('idAliases reaches the provider through the metrics and tracing decorators', () => {
+    const base: Provider = { ...scripted('aliased'), idAliases: (id) => [`old/${id}`] };
+    const decorated = withTracing(withMetrics(base, registerProviderRequestMetrics(new Registry())));
+    expect(decorated.idAliases?.('zones/z/instances/i')).toEqual(['old/zones/z/instances/i']);
+    expect(
+      withMetrics(scripted('plain'), registerProviderRequestMetrics(new Registry())).idAliases,
+    ).toBeUndefined();
   });
 });
