@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
+import { inject } from 'vitest';
 import { eventually } from './temporal.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -20,6 +21,18 @@ export interface CliProcess {
   waitFor(re: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
   /** SIGTERM (once; or `signal`) and wait for the exit; at once when it has exited. */
   stop(timeoutMs?: number, signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** The flags that point a CLI process at this run's apiserver and Temporal (in `temporalNamespace`). */
+export function testServerArgs(temporalNamespace: string = inject('temporalNamespace')): string[] {
+  return [
+    '--kubeconfig',
+    inject('kubeconfigPath'),
+    '--temporal-address',
+    inject('temporalAddress'),
+    '--temporal-namespace',
+    temporalNamespace,
+  ];
 }
 
 /** The lease API's log line when it listens; group 1 is its URL. */

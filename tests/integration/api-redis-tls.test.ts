@@ -11,10 +11,10 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
-import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
+import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
@@ -23,21 +23,9 @@ import { makePki, type Pki } from '../helpers/tls-terminator.js';
 const TOKEN = 'tls-token';
 
 function startApi(args: string[]): CliProcess {
-  return startCli(
-    [
-      'api',
-      '--discovery-addr',
-      '127.0.0.1:0',
-      '--kubeconfig',
-      inject('kubeconfigPath'),
-      '--temporal-address',
-      inject('temporalAddress'),
-      '--temporal-namespace',
-      inject('temporalNamespace'),
-      ...args,
-    ],
-    { env: { DISCOVERY_TOKEN: TOKEN } },
-  );
+  return startCli(['api', '--discovery-addr', '127.0.0.1:0', ...testServerArgs(), ...args], {
+    env: { DISCOVERY_TOKEN: TOKEN },
+  });
 }
 
 async function closedPort(): Promise<number> {

@@ -13,10 +13,10 @@
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import { GROUP, PROXY_PLURAL, VERSION, type ProxyStatus } from '../../resources/proxy-schema.js';
-import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
+import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
@@ -78,12 +78,7 @@ describe('two lease API processes on one Redis', () => {
         '127.0.0.1:0',
         '--lease-store',
         redis.url,
-        '--kubeconfig',
-        inject('kubeconfigPath'),
-        '--temporal-address',
-        inject('temporalAddress'),
-        '--temporal-namespace',
-        inject('temporalNamespace'),
+        ...testServerArgs(),
         // Only this test's Proxies: its prober must not probe and signal other tests'.
         '--watch-namespaces',
         namespace,

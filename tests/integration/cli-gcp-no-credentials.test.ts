@@ -16,9 +16,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { ROOT, startCli, type CliProcess } from '../helpers/cli.js';
+import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
   customObjects,
@@ -70,18 +70,7 @@ describe("the seed's providers config on a machine with no Google credentials", 
       }),
     );
     const taskQueue = uniqueTaskQueue('gcp-nocreds');
-    const common = [
-      '--kubeconfig',
-      inject('kubeconfigPath'),
-      '--temporal-address',
-      inject('temporalAddress'),
-      '--temporal-namespace',
-      inject('temporalNamespace'),
-      '--task-queue',
-      taskQueue,
-      '--watch-namespaces',
-      namespace,
-    ];
+    const common = [...testServerArgs(), '--task-queue', taskQueue, '--watch-namespaces', namespace];
     const env = {
       METADATA_SERVER_DETECTION: 'none',
       GOOGLE_APPLICATION_CREDENTIALS: '',

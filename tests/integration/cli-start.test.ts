@@ -8,8 +8,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, inject, it } from 'vitest';
-import { startCli, type CliProcess } from '../helpers/cli.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ep-cli-start-'));
@@ -32,12 +32,7 @@ function run(args: string[], env: Record<string, string> = {}): CliProcess {
 
 /** The flags each command offers (a command refuses the flags of parts it does not run). */
 const common = (command: string) => [
-  '--kubeconfig',
-  inject('kubeconfigPath'),
-  '--temporal-address',
-  inject('temporalAddress'),
-  '--temporal-namespace',
-  inject('temporalNamespace'),
+  ...testServerArgs(),
   ...(command === 'api' ? [] : ['--task-queue', uniqueTaskQueue('cli-start')]),
   ...(command === 'worker' ? ['--installation', 'cli-start-test'] : []),
   // Nothing of other tests on the shared apiserver: a namespace no Proxy is in.

@@ -11,12 +11,12 @@
  * no bridge running, 20 more get their first verdicts before any workflow
  * exists; once a bridge starts the workflows, the held verdicts land.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { leaseApiUrl, startCli, type CliProcess } from '../helpers/cli.js';
+import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { createProxy, proxyCondition } from '../helpers/kube.js';
 import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually } from '../helpers/temporal.js';
@@ -46,12 +46,7 @@ describe('External Proxies applied in a burst', () => {
       'api',
       '--discovery-addr',
       '127.0.0.1:0',
-      '--kubeconfig',
-      inject('kubeconfigPath'),
-      '--temporal-address',
-      inject('temporalAddress'),
-      '--temporal-namespace',
-      inject('temporalNamespace'),
+      ...testServerArgs(),
       // Only this file's Proxies: its prober must not probe and signal other tests'.
       '--watch-namespaces',
       cp.namespace,
