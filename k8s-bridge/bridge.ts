@@ -28,7 +28,7 @@ import { desiredSpecOf, type SecretView } from './desired.js';
 import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
-import { createProxyClient, refOf, type ProxyRef } from '../kube/proxies.js';
+import { createProxyClient, proxyKey, refOf, type ProxyRef } from '../kube/proxies.js';
 import { secretViewOf } from '../kube/cloud-init.js';
 import { createWorkQueue } from './workqueue.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
@@ -74,8 +74,6 @@ export interface Bridge {
   failures(key: string): number;
 }
 
-const key = (namespace: string, name: string) => `${namespace}/${name}`;
-
 export function createBridge(opts: BridgeOptions): Bridge {
   const log = opts.logger.child({ component: 'bridge' });
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
@@ -99,7 +97,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
   });
   proxies.onChange((obj, event) => {
     metrics.watchEvents.inc({ resource: 'proxies', event });
-    enqueue(key(obj.metadata.namespace ?? 'default', obj.metadata.name));
+    enqueue(proxyKey(refOf(obj)));
   });
   proxies.onReconnect(() => {
     // The informer replays what changed during an outage; a full pass on top
@@ -108,7 +106,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     // workflow dedupes by generation and hash). Not on the watch's routine
     // timeouts, which would add history to every Proxy workflow each time.
     lastSent.clear();
-    for (const p of proxies.list()) enqueue(key(p.metadata.namespace ?? 'default', p.metadata.name));
+    for (const p of proxies.list()) enqueue(proxyKey(refOf(p)));
     void reconcileRuns();
   });
 
@@ -132,7 +130,8 @@ export function createBridge(opts: BridgeOptions): Bridge {
     const ns = secret.metadata?.namespace ?? 'default';
     const name = secret.metadata?.name;
     for (const p of proxies.list(ns)) {
-      if (p.spec.cloudInit?.secretRef?.name === name) enqueue(key(ns, p.metadata.name));
+      if (p.spec.cloudInit?.secretRef?.name === name)
+        enqueue(proxyKey({ namespace: ns, name: p.metadata.name }));
     }
   });
 

@@ -6,7 +6,7 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Proxy } from '../resources/proxy-schema.js';
 import type { ResilientInformer } from '../kube/informer.js';
-import { refOf, type ProxyClient } from '../kube/proxies.js';
+import { proxyKey, refOf, type ProxyClient } from '../kube/proxies.js';
 import { PROXY_WORKFLOW_TYPE, signalProxy } from '../workflows/proxy/client.js';
 import { parseProxyWorkflowId, proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal } from '../workflows/proxy/messages.js';
@@ -30,8 +30,6 @@ export interface ReconcilePassDeps {
   metrics: BridgeMetrics;
   log: Logger;
 }
-
-const key = (namespace: string, name: string) => `${namespace}/${name}`;
 
 /**
  * The visibility query for this task queue's running Proxy workflows. A
@@ -104,7 +102,7 @@ export async function reconcilePass(deps: ReconcilePassDeps): Promise<void> {
   for (const p of cached) {
     const ref = refOf(p);
     if (runningIds.has(proxyWorkflowId(ref))) continue;
-    const k = key(ref.namespace, ref.name);
+    const k = proxyKey(ref);
     // Still the same object, and not already being retried after a failure
     // (its retry sends again anyway; an earlier add would cut its backoff).
     if (proxies.get(ref.name, ref.namespace)?.metadata.uid !== ref.uid) continue;

@@ -16,7 +16,7 @@ import type { ProxyRef } from '../resources/proxy-ref.js';
 import { httpCode, isNotFoundOf } from './errors.js';
 
 export type { ProxyRef } from '../resources/proxy-ref.js';
-export { refOf } from '../resources/proxy-ref.js';
+export { proxyKey, refOf } from '../resources/proxy-ref.js';
 
 /** Whether an apiserver error says that the Proxy `name` does not exist (a Status naming it, not a bare 404). */
 export function isProxyNotFound(error: unknown, name: string): boolean {

@@ -5,6 +5,7 @@
  * hand (tests, benchmarks, `dev`).
  */
 import { DEFAULT_HEALTH_CHECK, DEFAULT_PORT, type Proxy } from '../resources/proxy-schema.js';
+import { proxyKey } from '../resources/proxy-ref.js';
 import type { HealthVerdict, ProxyRef } from '../workflows/proxy/types.js';
 
 export interface HealthCheckSettings {
@@ -40,9 +41,7 @@ export interface ProbeTargetSource {
   subscribe(listener: (key: string) => void): () => void;
 }
 
-export function proxyKey(ref: { namespace: string; name: string }): string {
-  return `${ref.namespace}/${ref.name}`;
-}
+export { proxyKey };
 
 function positiveInt(value: unknown, fallback: number): number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 ? value : fallback;

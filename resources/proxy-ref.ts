@@ -20,3 +20,8 @@ export function refOf(proxy: Proxy): ProxyRef {
     uid: proxy.metadata.uid ?? '',
   };
 }
+
+/** `namespace/name`: the key Proxies are queued, cached and labelled by (the bridge's work queue, the prober, metrics). */
+export function proxyKey(ref: { namespace: string; name: string }): string {
+  return `${ref.namespace}/${ref.name}`;
+}
