@@ -21,6 +21,7 @@ import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
+  createProxy,
   customObjects,
   deleteProxy,
   isProvisioned,
@@ -30,6 +31,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
+import type { ProxySpecInput } from '../../resources/proxy-schema.js';
 
 const NO_CREDENTIALS = 'no Google credentials found: Application Default Credentials are not set up';
 
@@ -118,30 +120,8 @@ describe("the seed's providers config on a machine with no Google credentials", 
       spec: Record<string, unknown>;
     };
     expect(gcpSample.spec.provider).toBe('gcp-eu');
-    await api.createNamespacedCustomObject({
-      group: 'crawl.example.com',
-      version: 'v1alpha1',
-      namespace,
-      plural: 'proxies',
-      body: {
-        apiVersion: 'crawl.example.com/v1alpha1',
-        kind: 'Proxy',
-        metadata: { name: 'cloud' },
-        spec: gcpSample.spec,
-      },
-    });
-    await api.createNamespacedCustomObject({
-      group: 'crawl.example.com',
-      version: 'v1alpha1',
-      namespace,
-      plural: 'proxies',
-      body: {
-        apiVersion: 'crawl.example.com/v1alpha1',
-        kind: 'Proxy',
-        metadata: { name: 'fine' },
-        spec: { mode: 'Managed', provider: 'local', port: 18261 },
-      },
-    });
+    await createProxy(api, namespace, 'cloud', gcpSample.spec as ProxySpecInput);
+    await createProxy(api, namespace, 'fine', { mode: 'Managed', provider: 'local', port: 18261 });
 
     // The worker must not die meanwhile (it used to exit 1 within seconds): every wait checks it first.
     const alive = () => {

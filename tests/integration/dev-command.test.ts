@@ -76,36 +76,6 @@ describe('make dev (egress-proxies dev)', () => {
       '-f',
       join(ROOT, 'infra/samples/proxy-local.yaml'),
     ]);
-    const ip = await eventually(
-      'the sample Proxy Provisioned',
-      async () => {
-        const { stdout } = await run(kubectl, [
-          '--kubeconfig',
-          kubeconfig!,
-          'get',
-          'px',
-          'local-1',
-          '-o',
-          'jsonpath={.status.conditions[?(@.type=="Provisioned")].status} {.status.ip}',
-        ]);
-        const [status, addr] = stdout.trim().split(' ');
-        return status === 'True' && addr ? addr : undefined;
-      },
-      { timeoutMs: 60_000 },
-    );
-    expect(ip).toMatch(/^127\./);
-
-    // Each local proxy egresses from its own address: the banner's IP-echo
-    // target sees three proxies as three callers, each its status.ip.
-    const echoUrl = /IP echo\s+(http:\/\/127\.0\.0\.1:\d+\/)/.exec(banner)?.[1];
-    expect(echoUrl).toBeDefined();
-    await run(kubectl, [
-      '--kubeconfig',
-      kubeconfig!,
-      'apply',
-      '-f',
-      join(ROOT, 'infra/samples/proxies-local-more.yaml'),
-    ]);
     // `notHash`: wait for an instance created for another spec than this one (a replacement).
     const provisioned = (name: string, notHash?: string) =>
       eventually(
@@ -127,6 +97,20 @@ describe('make dev (egress-proxies dev)', () => {
         },
         { timeoutMs: 60_000 },
       );
+    const { ip } = await provisioned('local-1');
+    expect(ip).toMatch(/^127\./);
+
+    // Each local proxy egresses from its own address: the banner's IP-echo
+    // target sees three proxies as three callers, each its status.ip.
+    const echoUrl = /IP echo\s+(http:\/\/127\.0\.0\.1:\d+\/)/.exec(banner)?.[1];
+    expect(echoUrl).toBeDefined();
+    await run(kubectl, [
+      '--kubeconfig',
+      kubeconfig!,
+      'apply',
+      '-f',
+      join(ROOT, 'infra/samples/proxies-local-more.yaml'),
+    ]);
     const names = ['local-1', 'local-2', 'local-3'];
     const endpoints = await Promise.all(names.map((name) => provisioned(name)));
     const seen = await Promise.all(

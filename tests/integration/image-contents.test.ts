@@ -12,9 +12,9 @@ import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { ROOT, startCli, type CliProcess } from '../helpers/cli.js';
+import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
@@ -100,12 +100,7 @@ describe('the image contents: the built tree with production dependencies only',
     const namespace = await createNamespace(kc, 'image');
     // The flags each command offers (a command refuses the flags of parts it does not run).
     const common = (command: string) => [
-      '--kubeconfig',
-      inject('kubeconfigPath'),
-      '--temporal-address',
-      inject('temporalAddress'),
-      '--temporal-namespace',
-      temporalNamespace,
+      ...testServerArgs(temporalNamespace),
       ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
       ...(command === 'worker' ? ['--installation', 'image-test'] : []),
       // Only this test's namespace: other tests' Proxies on the shared apiserver are theirs.

@@ -20,7 +20,7 @@ import { EventsV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { type CliProcess, leaseApiUrl, ROOT, startCli } from '../helpers/cli.js';
+import { type CliProcess, leaseApiUrl, ROOT, startCli, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
@@ -66,12 +66,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     const objects = customObjects(kc);
     const namespace = await createNamespace(kc, 'obs');
     const common = (command: 'worker' | 'bridge' | 'api') => [
-      '--kubeconfig',
-      inject('kubeconfigPath'),
-      '--temporal-address',
-      inject('temporalAddress'),
-      '--temporal-namespace',
-      temporalNamespace,
+      ...testServerArgs(temporalNamespace),
       ...(command === 'api' ? [] : ['--task-queue', taskQueue]),
       ...(command === 'worker' ? ['--installation', 'obs-test'] : []),
       // Only this test's namespace: other tests' Proxies on the shared apiserver are theirs.
