@@ -220,7 +220,7 @@ describe('drift found by the per-provider sweep', () => {
     await eventually('workflow completed', async () =>
       (await handle.describe()).status.name === 'COMPLETED' ? true : undefined,
     );
-    maybeRecord('proxy-v5-look-only-when-due', await handle.fetchHistory());
+    maybeRecord('proxy-health-wakeups-drift-replace-delete', await handle.fetchHistory());
   });
 });
 

@@ -424,6 +424,8 @@ describe('Proxy workflow edges', () => {
     expect(resolved.status?.specHash).toBe(running.status?.specHash);
     await remove('keep');
     await gone('keep');
+    await completed(handle.workflowId);
+    maybeRecord('proxy-cloud-init-secret-gone-kept', await handle.fetchHistory());
   });
 
   it('Proxies deleted while no bridge watched: the next bridge ends their workflows, and the Managed one deletes its instance', async () => {
@@ -457,6 +459,10 @@ describe('Proxy workflow edges', () => {
     try {
       await completed(proxyWorkflowId(managedRef));
       await completed(proxyWorkflowId(externalRef));
+      maybeRecord(
+        'proxy-deleted-unwatched',
+        await cp.client.workflow.getHandle(proxyWorkflowId(managedRef)).fetchHistory(),
+      );
       expect(await metricValue(next.registry, 'egress_bridge_orphaned_runs_total')).toBeGreaterThanOrEqual(2);
       expect(await instanceOf()).toHaveLength(0);
     } finally {
@@ -495,7 +501,7 @@ describe('Proxy workflow edges', () => {
     expect(await metricValue(periodic.registry, 'egress_bridge_reconcile_passes_total')).toBe(stoppedAt);
   });
 
-  it('a Proxy deleted after its run was terminated: the new run finds the instance by its UID mark and deletes it', async () => {
+  it('a Proxy deleted after its run was terminated, its instance never recorded: the new run finds the instance by its UID mark and deletes it', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'orphan-run', {
       mode: 'Managed',
       provider: 'local',
@@ -506,11 +512,32 @@ describe('Proxy workflow edges', () => {
     const mine = () => cp.instancesOf(ref.uid);
     expect(await mine()).toHaveLength(1);
     await cp.client.workflow.getHandle(proxyWorkflowId(ref)).terminate('test: an operator ends the run');
+    // As if the create had succeeded at the provider but the run ended
+    // before recording it: the status names no instance.
+    await cp.api.patchNamespacedCustomObjectStatus(
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: cp.namespace,
+        plural: PROXY_PLURAL,
+        name: 'orphan-run',
+        body: [{ op: 'remove', path: '/status/providerID' }],
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
+    );
     // The deletion event starts a new run that never saw the instance's ID.
     await remove('orphan-run');
     await gone('orphan-run');
     await completed(proxyWorkflowId(ref));
     expect(await mine()).toHaveLength(0);
+    // The new run's history (the handle follows the latest run).
+    const history = await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory();
+    const scheduled = (history.events ?? []).map(
+      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name,
+    );
+    expect(scheduled).toContain('findInstanceByUid');
+    expect(scheduled).not.toContain('createInstance');
+    maybeRecord('proxy-delete-finds-instance-by-uid', history);
   });
 
   it('a create that failed on a Secret read in the gap is tried again on its own once the Secret is back', async () => {
@@ -562,6 +589,7 @@ describe('Proxy workflow edges', () => {
     await completed(proxyWorkflowId(ref));
     const left = await cp.instancesOf(ref.uid);
     expect(left).toHaveLength(0);
+    maybeRecord('proxy-cloud-init-latch-retried', await handle.fetchHistory());
     await remove2(namespace, 'gap');
   });
 

@@ -6,10 +6,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GROUP, PROXY_PLURAL, VERSION, FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { stateQuery } from '../../workflows/proxy/messages.js';
+import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, deleteProxy, getProxy, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
 
 describe('Proxy lifecycle with the local provider', () => {
@@ -30,7 +30,7 @@ describe('Proxy lifecycle with the local provider', () => {
   const gone = (name: string) => waitForProxyGone(cp.api, cp.namespace, name);
   const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
 
-  it('creates a real forward proxy, replaces it on a spec change, and cleans up on delete', async () => {
+  it('creates a real forward proxy, Ready on a healthy verdict, replaces it on a spec change, and cleans up on delete', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-main', {
       mode: 'Managed',
       provider: 'local',
@@ -57,6 +57,16 @@ describe('Proxy lifecycle with the local provider', () => {
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     const view = await handle.query(stateQuery);
     expect(view).toMatchObject({ providerID: running.status!.providerID, ip, instanceState: 'Running' });
+
+    // A healthy verdict for its address (what the prober sends) makes it Ready.
+    await handle.signal(healthChangedSignal, {
+      ip,
+      healthy: true,
+      latencyMillis: 5,
+      checkedAt: new Date().toISOString(),
+    });
+    const ready = await waitFor('px-main', 'Ready', (p) => p.status?.phase === 'Ready');
+    expect(ready.status?.latencyMillis).toBe(5);
 
     // Spec change: the instance is replaced under the same name, on the new port.
     const firstHash = running.status!.specHash;
@@ -97,6 +107,8 @@ describe('Proxy lifecycle with the local provider', () => {
       return d.status.name === 'COMPLETED' ? d : undefined;
     });
     expect(description.status.name).toBe('COMPLETED');
+    // The replay guard's history of this path.
+    maybeRecord('proxy-create-ready-replace-delete', await handle.fetchHistory());
   });
 
   it('a Running proxy is polled every drift poll but its status is written only when it changes', async () => {
@@ -157,5 +169,11 @@ describe('Proxy lifecycle with the local provider', () => {
 
     await remove('px-quiet');
     await gone('px-quiet');
+    await eventually('workflow completed', async () =>
+      (await handle.describe()).status.name === 'COMPLETED' ? true : undefined,
+    );
+    // The replay guard's history of this path: status writes (local
+    // activities) only on change across steady polls.
+    maybeRecord('proxy-status-written-only-on-change', await handle.fetchHistory());
   });
 });

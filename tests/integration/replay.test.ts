@@ -3,7 +3,10 @@
  * tests/fixtures/histories replays against the current workflow code. These
  * workflows live for months, so a change to workflow logic that would break
  * a running history fails here first; gate such changes with `patched()`
- * (and record a new history for the new path).
+ * (and record a new history for the new path). The first release's patches
+ * are being retired (deprecatePatch); histories are recorded by the
+ * `maybeRecord` hooks in the integration tests (docs/architecture.md,
+ * Versioning).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';

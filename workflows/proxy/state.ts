@@ -21,9 +21,9 @@ import type {
 } from './types.js';
 
 /**
- * Behaviour that changed after the workflow was first released. The workflow
- * reads each flag from `patched()` once per run, so a history recorded before
- * the change replays on the old rule; everything else gets the current one.
+ * Behaviour that changed after the workflow was first released. The
+ * workflow runs CURRENT_RULES only now (its patches are deprecated); the
+ * flags and their old rules go with the deprecatePatch calls.
  */
 export interface Rules {
   /**

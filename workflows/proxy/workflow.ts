@@ -13,8 +13,8 @@ import {
   CancellationScope,
   condition,
   continueAsNew,
+  deprecatePatch,
   log,
-  patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
@@ -40,47 +40,37 @@ import {
   applySpec,
   beginReplacement,
   buildStatus,
+  CURRENT_RULES,
   deletionFailureAction,
   deletionStep,
   failureWait,
   initialState,
   latch,
-  legacyTiming,
   nextStep,
   observe,
   resumeFromStatus,
   scheduleLook,
   view,
-  waitMs,
-  type Rules,
 } from './state.js';
-import {
-  LEGACY_DEFAULT_TIMING,
-  type ProxyState,
-  type ProxyWorkflowInput,
-  type WorkerTiming,
-} from './types.js';
+import type { ProxyState, ProxyWorkflowInput, WorkerTiming } from './types.js';
 
 const provider = proxyActivities<ProviderActivities>(PROXY_ACTIVITY_OPTIONS.provider);
-const kube = proxyActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusWrite);
-// The same status writes as local activities: they run in the worker that
-// runs the workflow task, so a write costs no extra workflow task round trip
-// (a provisioning drops from 6 workflow tasks to 3). Safe because a write is
-// short, idempotent and transition-only. Gated by STATUS_WRITES_AS_LOCAL so
-// histories recorded before it replay on the old path.
+// Status writes as local activities: they run in the worker that runs the
+// workflow task, so a write costs no extra workflow task round trip (a
+// provisioning takes 3 workflow tasks instead of 6). Safe because a write is
+// short, idempotent and transition-only.
 const kubeLocal = proxyLocalActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusWrite);
+
+// The patches of the first release, being retired the SDK's way: each old
+// path is gone and deprecatePatch() records the marker with its deprecated
+// flag, so a history that carries the marker (deprecated or not) replays.
+// The next release removes these calls.
 const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
-/** Rules.keepInstanceOnCloudInitProblem. */
 const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
-/** A status write or cloud-init read that finds the Proxy gone ends the run as a deletion. */
 const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
-/** Rules.retryLatchedCloudInitError. */
 const RETRY_LATCHED_CLOUD_INIT_ERROR = 'retry-latched-cloud-init-error';
-/** A deletion by a run that never recorded its instance ID looks the instance up by UID first. */
 const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
-/** Rules.lookOnlyWhenDue (and timing read from the worker). */
 const LOOK_ONLY_WHEN_DUE = 'look-only-when-due';
-/** A run that starts afresh seeds itself from the Proxy's recorded status (resumeFromStatus). */
 const RESUME_FROM_STATUS = 'resume-from-recorded-status';
 
 // The recorded status, once per fresh run. A few quick attempts, then the
@@ -116,23 +106,21 @@ function failureOf(error: unknown): { type: string; message: string } {
 export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: ProxyState = input.carried ?? initialState(input);
-  // Read once per run, before the first command: a run recorded before a
-  // rule changed replays on the old rule until its next continue-as-new.
-  const rules: Rules = {
-    keepInstanceOnCloudInitProblem: patched(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM),
-    retryLatchedCloudInitError: patched(RETRY_LATCHED_CLOUD_INIT_ERROR),
-    lookOnlyWhenDue: patched(LOOK_ONLY_WHEN_DUE),
-  };
-  const proxyGoneIsDeletion = patched(PROXY_GONE_IS_DELETION);
+  // Where the patched() calls were: once per run, before the first command.
+  deprecatePatch(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM);
+  deprecatePatch(RETRY_LATCHED_CLOUD_INIT_ERROR);
+  deprecatePatch(LOOK_ONLY_WHEN_DUE);
+  deprecatePatch(PROXY_GONE_IS_DELETION);
   // A continued run carries its state; only a fresh one has anything to learn.
-  const resumesFromStatus = input.carried === undefined && patched(RESUME_FROM_STATUS);
+  const resumesFromStatus = input.carried === undefined;
+  if (resumesFromStatus) deprecatePatch(RESUME_FROM_STATUS);
   let woken = false;
 
   // The Proxy with this UID no longer exists (deleted while no bridge was
   // watching, or its finalizer was removed by hand): nobody will signal the
   // deletion, so the run cleans up and ends by itself.
   const onProxyGone = (): void => {
-    if (proxyGoneIsDeletion && applyDeletion(state, { skipCleanup: false })) {
+    if (applyDeletion(state, { skipCleanup: false })) {
       log.warn('the Proxy is gone; deleting its instance and ending', { proxy: state.ref });
       woken = true;
     }
@@ -154,9 +142,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
 
   // Both local activities in the first workflow task: one batch, one action.
   const [timing, recorded] = await Promise.all([
-    rules.lookOnlyWhenDue
-      ? workerConfig.proxyTiming({ provider: state.desired.provider ?? '' })
-      : legacyTiming(input, LEGACY_DEFAULT_TIMING),
+    workerConfig.proxyTiming({ provider: state.desired.provider ?? '' }),
     resumesFromStatus
       ? statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
           log.warn('could not read the recorded status; starting without it', {
@@ -168,16 +154,16 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   ]);
   // A new run looks first: the deadline it carries was set under the last
   // run's timing, which its worker may have changed since.
-  if (rules.lookOnlyWhenDue) state.nextLookAtMs = undefined;
+  state.nextLookAtMs = undefined;
   if (recorded) resumeFromStatus(state, recorded);
 
   const publish = async (): Promise<void> => {
-    const status = buildStatus(state, new Date(), rules);
+    const status = buildStatus(state, new Date());
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
-        const write = patched(STATUS_WRITES_AS_LOCAL) ? kubeLocal : kube;
-        const outcome = await write.writeProxyStatus({ ref: state.ref, status });
+        deprecatePatch(STATUS_WRITES_AS_LOCAL);
+        const outcome = await kubeLocal.writeProxyStatus({ ref: state.ref, status });
         state.lastWrittenStatus = serialised;
         if (outcome === 'gone') onProxyGone();
       } catch (error) {
@@ -239,26 +225,24 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     }
   };
 
-  /** One provider Get and the state moved by its answer, then (old rule) the wait it calls for. */
-  const lookThenWait = async (): Promise<void> => {
+  /** One provider Get, the state moved by its answer, and the next look scheduled by it. */
+  const look = async (): Promise<void> => {
     const seen = await provider.getInstance({
       provider: state.desired.provider ?? '',
       id: state.instanceId!,
     });
-    const next = observe(state, seen);
-    if (rules.lookOnlyWhenDue) scheduleLook(state, next, Date.now(), timing);
-    else if (next !== 'now') await pause(waitMs(next, timing));
+    scheduleLook(state, observe(state, seen), Date.now(), timing);
   };
 
   const onFailure = async (error: unknown): Promise<void> => {
     const failure = failureOf(error);
     latch(state, failure.type, failure.message, new Date());
-    const wait = failureWait(state, failure.type, rules);
+    const wait = failureWait(state, failure.type);
     if (failure.type === FailureType.Permanent) {
       log.warn('permanent provider error; latched until the spec changes', { message: failure.message });
     }
     if (wait === 'forever') await pause();
-    else if (rules.lookOnlyWhenDue && state.instanceId) scheduleLook(state, wait, Date.now(), timing);
+    else if (state.instanceId) scheduleLook(state, wait, Date.now(), timing);
     else await pause(timing[wait]);
   };
 
@@ -268,11 +252,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     // Handlers only mutate state, but wait for any in flight so nothing is lost.
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
-    // A run on the current rules reads timing from its worker: drop any
-    // frozen timing so the next run does too.
-    const { timing: frozen, ...rest } = input;
-    const next = rules.lookOnlyWhenDue ? rest : { ...rest, ...(frozen ? { timing: frozen } : {}) };
-    await continueAsNew<typeof proxyWorkflow>({ ...next, desired: state.desired, carried: state });
+    // Timing comes from the worker: drop any frozen timing an old bridge sent.
+    const { timing: _frozen, ...rest } = input;
+    await continueAsNew<typeof proxyWorkflow>({ ...rest, desired: state.desired, carried: state });
   };
 
   for (;;) {
@@ -282,7 +264,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       return;
     }
     // Date.now() is workflow time here: deterministic on replay.
-    const step = nextStep(state, rules, { nowMs: Date.now(), errorRetryMs: timing.errorRetryMs });
+    const step = nextStep(state, CURRENT_RULES, { nowMs: Date.now(), errorRetryMs: timing.errorRetryMs });
     switch (step.kind) {
       case 'wait-for-signal':
         await pause();
@@ -319,7 +301,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         await publish();
         try {
           await provider.deleteInstance({ provider: state.desired.provider ?? '', id: state.instanceId! });
-          await lookThenWait();
+          await look();
         } catch (error) {
           await onFailure(error);
         }
@@ -327,7 +309,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       }
       case 'get': {
         try {
-          await lookThenWait();
+          await look();
         } catch (error) {
           await onFailure(error);
         }
@@ -351,7 +333,8 @@ async function runDeletion(
   maybeContinueAsNew: () => Promise<void>,
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
-  if (deletionStep(state) === 'find-by-uid' && patched(FIND_INSTANCE_BEFORE_RELEASE)) {
+  if (deletionStep(state) === 'find-by-uid') {
+    deprecatePatch(FIND_INSTANCE_BEFORE_RELEASE);
     // A run started after an operator terminated the one that created the
     // instance (or a create that succeeded at the provider but was never
     // recorded): without this the finalizer would go and the instance stay
