@@ -81,8 +81,11 @@ export async function freshTemporalNamespace(prefix: string): Promise<string> {
 }
 
 /**
- * Records a history for the replay guard (tests/fixtures/histories) when
- * EP_RECORD_HISTORIES names a directory: `EP_RECORD_HISTORIES=$PWD/tests/fixtures/histories npx vitest run <file>`.
+ * Records a history for the replay guard (tests/fixtures/histories) as
+ * `<name>.binpb` when EP_RECORD_HISTORIES names a directory. `npm run
+ * record:histories` runs every test file with a hook (replay.test.ts checks
+ * the list); one file: `EP_RECORD_HISTORIES=$PWD/tests/fixtures/histories
+ * npx vitest run --project integration <file>`.
  */
 export function maybeRecord(name: string, history: temporal.api.history.v1.IHistory): void {
   const dir = process.env.EP_RECORD_HISTORIES;

@@ -31,12 +31,7 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
-import {
-  FAST_TIMING,
-  privateLoopbackRange,
-  startControlPlane,
-  type ControlPlane,
-} from '../helpers/control-plane.js';
+import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { metricValue } from '../helpers/observability.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -268,7 +263,7 @@ describe('Proxy workflow edges', () => {
     await completed(proxyWorkflowId(ref));
     // The replay guard's history of this path: a fresh run resumes from the
     // recorded status, replaces the instance, and is deleted.
-    maybeRecord('proxy-v6-resume-from-recorded-status', await handle.fetchHistory());
+    maybeRecord('proxy-resume-from-recorded-status', await handle.fetchHistory());
   });
 
   it('cloud-init from a labelled Secret: never in workflow history; rotating it replaces the instance', async () => {
@@ -564,7 +559,7 @@ describe('Proxy workflow edges', () => {
     const handle = await cp.client.workflow.start('proxyWorkflow', {
       workflowId: proxyWorkflowId(ref),
       taskQueue: cp.taskQueue,
-      args: [{ ref, desired, timing: FAST_TIMING }],
+      args: [{ ref, desired }],
     });
     const latched = await eventually('the CloudInitError latch', async () => {
       const v = await handle.query(stateQuery);

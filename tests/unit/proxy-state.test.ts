@@ -123,34 +123,15 @@ describe('nextStep', () => {
     expect(buildStatus(s, T0).conditions?.find((c) => c.type === 'CloudInitError')?.status).toBe('False');
   });
 
-  it('replays the rule recorded before keepInstanceOnCloudInitProblem: the hash change replaced', () => {
-    const s = running(state());
-    applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));
-    const before = {
-      keepInstanceOnCloudInitProblem: false,
-      retryLatchedCloudInitError: false,
-      lookOnlyWhenDue: false,
-    };
-    expect(nextStep(s, before)).toEqual({ kind: 'delete' });
-    expect(buildStatus(s, T0, before).conditions?.some((c) => c.type === 'CloudInitError')).toBe(false);
-  });
-
   it('tries a create latched on CloudInitError again once the latch is errorRetryMs old', () => {
     const s = state();
     latch(s, FailureType.CloudInitError, 'Secret ns/s not found', T0);
     const at = (ms: number) => ({ nowMs: T0.getTime() + ms, errorRetryMs: 60_000 });
-    expect(nextStep(s, undefined, at(59_999))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
-    expect(nextStep(s, undefined, at(60_000))).toEqual({ kind: 'create' });
-    // Histories recorded before the rule keep waiting for a signal that changes something.
-    const before = {
-      keepInstanceOnCloudInitProblem: true,
-      retryLatchedCloudInitError: false,
-      lookOnlyWhenDue: false,
-    };
-    expect(nextStep(s, before, at(3_600_000))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
+    expect(nextStep(s, at(59_999))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
+    expect(nextStep(s, at(60_000))).toEqual({ kind: 'create' });
     // Still no create while the bridge says the Secret cannot be read.
     applySpec(s, desired({ specHash: 'v2:empty', cloudInitProblem: 'Secret ns/s not found' }));
-    expect(nextStep(s, undefined, at(3_600_000))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
+    expect(nextStep(s, at(3_600_000))).toEqual({ kind: 'wait', ms: 'errorRetryMs' });
   });
 
   it('adopts a hash that differs only by version without replacing', () => {

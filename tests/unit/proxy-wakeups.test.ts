@@ -1,7 +1,8 @@
 /**
- * The Proxy lifecycle rules added with drift-by-sweep (state.ts): when a look
- * at the instance is due, what a wake-up does, the wait after each failure,
- * and deletion's steps. Pure functions, no Temporal.
+ * The Proxy lifecycle rules of drift-by-sweep (state.ts): when a look at the
+ * instance is due, what a wake-up does, the wait after each failure,
+ * deletion's steps, and what a fresh run resumes from. Pure functions, no
+ * Temporal.
  */
 import { describe, expect, it } from 'vitest';
 import {
@@ -10,24 +11,20 @@ import {
   applyHealth,
   applySpec,
   buildStatus,
-  CURRENT_RULES,
   deletionFailureAction,
   deletionStep,
   failureWait,
   initialState,
-  legacyTiming,
   nextStep,
   observe,
   resumeFromStatus,
   scheduleLook,
   steadyPollMs,
   waitMs,
-  type Rules,
 } from '../../workflows/proxy/state.js';
 import { FailureType } from '../../workflows/proxy/failure-types.js';
 import {
   DEFAULT_TIMING,
-  LEGACY_DEFAULT_TIMING,
   type DesiredSpec,
   type ProxyState,
   type WorkerTiming,
@@ -36,7 +33,6 @@ import {
 const NOW = Date.parse('2026-12-01T10:00:00Z');
 const SWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: true };
 const UNSWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: false };
-const BEFORE: Rules = { ...CURRENT_RULES, lookOnlyWhenDue: false };
 const at = (ms: number) => ({ nowMs: NOW + ms, errorRetryMs: DEFAULT_TIMING.errorRetryMs });
 
 function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
@@ -75,8 +71,8 @@ describe('steady waits', () => {
   it('a Running answer schedules the next look one steady poll later; nothing is asked before it', () => {
     const s = steady();
     expect(s.nextLookAtMs).toBe(NOW + steadyPollMs(SWEPT));
-    expect(nextStep(s, CURRENT_RULES, at(1_000))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
-    expect(nextStep(s, CURRENT_RULES, at(steadyPollMs(SWEPT)))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(1_000))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+    expect(nextStep(s, at(steadyPollMs(SWEPT)))).toEqual({ kind: 'get' });
   });
 
   it('a provisioning answer schedules the next look at the provisioning poll', () => {
@@ -90,12 +86,7 @@ describe('steady waits', () => {
     const s = steady();
     scheduleLook(s, observe(s, { found: false }), NOW, SWEPT);
     expect(s.nextLookAtMs).toBeUndefined();
-    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'create' });
-  });
-
-  it('runs recorded before the rule look at every wake-up', () => {
-    const s = steady();
-    expect(nextStep(s, BEFORE, at(1_000))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(1))).toEqual({ kind: 'create' });
   });
 });
 
@@ -104,15 +95,15 @@ describe('wake-ups', () => {
     const s = steady();
     const deadline = s.nextLookAtMs;
     expect(applyHealth(s, { ip: '127.0.0.5', healthy: true, latencyMillis: 40, checkedAt: 'x' })).toBe(true);
-    expect(nextStep(s, CURRENT_RULES, at(2_000))).toEqual({ kind: 'wait-until', atMs: deadline });
+    expect(nextStep(s, at(2_000))).toEqual({ kind: 'wait-until', atMs: deadline });
     expect(applyHealth(s, { ip: '127.0.0.5', healthy: true, latencyMillis: 90, checkedAt: 'y' })).toBe(true);
-    expect(nextStep(s, CURRENT_RULES, at(3_000))).toEqual({ kind: 'wait-until', atMs: deadline });
+    expect(nextStep(s, at(3_000))).toEqual({ kind: 'wait-until', atMs: deadline });
   });
 
   it('a drift report about the current instance makes a look due now', () => {
     const s = steady();
     expect(applyDrift(s, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(true);
-    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(1))).toEqual({ kind: 'get' });
     // Already due: a second report changes nothing.
     expect(applyDrift(s, { instanceId: 'local/proxy-x', observed: { found: false } })).toBe(false);
   });
@@ -132,13 +123,13 @@ describe('wake-ups', () => {
   it('a spec change that replaces acts at once, before the deadline', () => {
     const s = steady();
     applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
-    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'delete' });
+    expect(nextStep(s, at(1))).toEqual({ kind: 'delete' });
   });
 
   it('a spec change that keeps the instance does not look early', () => {
     const s = steady();
     applySpec(s, desired({ generation: 2 }));
-    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+    expect(nextStep(s, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
   });
 
   it('a replacement repeats its delete only at its own poll', () => {
@@ -147,8 +138,8 @@ describe('wake-ups', () => {
     s.replacing = 'spec-changed';
     scheduleLook(s, observe(s, { found: true, state: 'Running', ip: '127.0.0.5' }), NOW, SWEPT);
     expect(s.nextLookAtMs).toBe(NOW + DEFAULT_TIMING.deletionPollMs);
-    expect(nextStep(s, CURRENT_RULES, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
-    expect(nextStep(s, CURRENT_RULES, at(DEFAULT_TIMING.deletionPollMs))).toEqual({ kind: 'delete' });
+    expect(nextStep(s, at(1))).toEqual({ kind: 'wait-until', atMs: s.nextLookAtMs });
+    expect(nextStep(s, at(DEFAULT_TIMING.deletionPollMs))).toEqual({ kind: 'delete' });
   });
 });
 
@@ -166,8 +157,10 @@ describe('failure waits', () => {
     expect(failureWait(steady(), FailureType.Transient)).toBe('errorRetryMs');
     const creating = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired() });
     expect(failureWait(creating, FailureType.Transient)).toBe('provisioningPollMs');
-    // Runs recorded before the rule: the provisioning poll for every transient failure.
-    expect(failureWait(steady(), FailureType.Transient, BEFORE)).toBe('provisioningPollMs');
+    // A replacement's look polls as provisioning does.
+    const replacing = steady();
+    replacing.replacing = 'spec-changed';
+    expect(failureWait(replacing, FailureType.Transient)).toBe('provisioningPollMs');
   });
 });
 
@@ -195,15 +188,6 @@ describe('deletion', () => {
   });
 });
 
-describe('legacy timing', () => {
-  it('a run from before the worker owned timing uses its input over the old defaults, never swept', () => {
-    const t = legacyTiming({ timing: { driftPollMs: 1_000 } }, LEGACY_DEFAULT_TIMING);
-    expect(t).toMatchObject({ driftPollMs: 1_000, provisioningPollMs: 10_000, swept: false });
-    expect(steadyPollMs(t)).toBe(1_000);
-    expect(steadyPollMs(legacyTiming({}, LEGACY_DEFAULT_TIMING))).toBe(120_000);
-  });
-});
-
 describe('a fresh run resumes from the recorded status', () => {
   const fresh = (over: Partial<DesiredSpec> = {}) =>
     initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired(over) });
@@ -219,7 +203,7 @@ describe('a fresh run resumes from the recorded status', () => {
     const s = fresh();
     resumeFromStatus(s, status);
     expect(s.instanceId).toBe('local/proxy-x');
-    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(0))).toEqual({ kind: 'get' });
     expect(buildStatus(s, new Date(NOW)).phase).toBe('Ready');
     observe(s, { found: true, state: 'Running', ip: '127.0.0.5' });
     const after = buildStatus(s, new Date(NOW));
@@ -233,14 +217,14 @@ describe('a fresh run resumes from the recorded status', () => {
     const status = recordedOf(steady());
     const s = fresh({ generation: 2, port: 3129, specHash: 'v2:bbbb' });
     resumeFromStatus(s, status);
-    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'delete' });
+    expect(nextStep(s, at(0))).toEqual({ kind: 'delete' });
   });
 
   it('only the hash algorithm changed: adopted, not replaced', () => {
     const status = recordedOf(steady());
     const s = fresh({ specHash: 'v3:cccc', legacySpecHashes: ['v2:aaaa'] });
     resumeFromStatus(s, status);
-    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(0))).toEqual({ kind: 'get' });
     expect(s.instanceSpecHash).toBe('v3:cccc');
   });
 
@@ -262,7 +246,7 @@ describe('a fresh run resumes from the recorded status', () => {
     const empty = fresh();
     resumeFromStatus(empty, {});
     expect(empty).toEqual(fresh());
-    expect(nextStep(empty, CURRENT_RULES, at(0))).toEqual({ kind: 'create' });
+    expect(nextStep(empty, at(0))).toEqual({ kind: 'create' });
     const external = fresh({ mode: 'External', endpoint: { host: '127.0.0.7', port: 3128 } });
     resumeFromStatus(external, { providerID: 'x', ip: '127.0.0.7', conditions: [] });
     expect(external.instanceId).toBeUndefined();
@@ -285,6 +269,6 @@ describe('a fresh run resumes from the recorded status', () => {
     });
     expect(s.health.verdict).toBe('Unknown');
     expect(s.instanceState).toBeUndefined();
-    expect(nextStep(s, CURRENT_RULES, at(0))).toEqual({ kind: 'get' });
+    expect(nextStep(s, at(0))).toEqual({ kind: 'get' });
   });
 });

@@ -14,50 +14,10 @@ import type {
   HealthReport,
   ProxyState,
   ProxyStateView,
-  ProxyTiming,
   ProxyWorkflowInput,
   RecordedStatus,
   WorkerTiming,
 } from './types.js';
-
-/**
- * Behaviour that changed after the workflow was first released. The
- * workflow runs CURRENT_RULES only now (its patches are deprecated); the
- * flags and their old rules go with the deprecatePatch calls.
- */
-export interface Rules {
-  /**
-   * A cloud-init Secret that goes missing, loses its label or its key while
-   * an instance runs keeps the instance (CloudInitError is raised instead):
-   * the spec hash then reflects no content at all, and replacing a working
-   * proxy for that would trade it for one that cannot be created. Before:
-   * the hash change replaced it.
-   */
-  keepInstanceOnCloudInitProblem: boolean;
-  /**
-   * A create that failed with CloudInitError (the Secret vanished between
-   * the bridge's look and the activity's read) is tried again once the
-   * latch is `errorRetryMs` old. Before: only a spec signal that changed
-   * something cleared it, and the bridge sends none when the Secret comes
-   * back with the content the spec was last sent with.
-   */
-  retryLatchedCloudInitError: boolean;
-  /**
-   * The provider is asked about the instance only when a look is due: at
-   * the poll the last answer called for (the long safety poll when steady),
-   * or when the drift sweep reports a difference. A wake-up that only
-   * changes health publishes status and goes back to the same timer; timing
-   * comes from the worker, not the input. Before: every wake-up asked the
-   * provider and restarted a driftPollMs timer.
-   */
-  lookOnlyWhenDue: boolean;
-}
-
-export const CURRENT_RULES: Rules = {
-  keepInstanceOnCloudInitProblem: true,
-  retryLatchedCloudInitError: true,
-  lookOnlyWhenDue: true,
-};
 
 /** Workflow time, for rules that depend on how old a latched failure is. */
 export interface StepClock {
@@ -211,11 +171,11 @@ export type Step =
   | { kind: 'wait-for-signal' }
   /** Wait for a signal or this long, then look again. */
   | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' }
-  /** Nothing is due until this workflow time (ms); a signal may change that (lookOnlyWhenDue). */
+  /** Nothing is due until this workflow time (ms); a signal may change that. */
   | { kind: 'wait-until'; atMs: number };
 
 /** The next step of a Managed proxy that is not being deleted. */
-export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?: StepClock): Step {
+export function nextStep(state: ProxyState, clock?: StepClock): Step {
   const { desired, failure } = state;
   if (desired.mode === 'External') return { kind: 'wait-for-signal' };
   if (failure && failure.generation === desired.generation) {
@@ -225,10 +185,7 @@ export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?
       case FailureType.CloudInitError: {
         // The bridge signals when the Secret appears or changes; the timer is
         // the safety net: once the latch is old enough, try again.
-        const due =
-          rules.retryLatchedCloudInitError &&
-          clock !== undefined &&
-          clock.nowMs - Date.parse(failure.at) >= clock.errorRetryMs;
+        const due = clock !== undefined && clock.nowMs - Date.parse(failure.at) >= clock.errorRetryMs;
         if (!due) return { kind: 'wait', ms: 'errorRetryMs' };
         break;
       }
@@ -242,17 +199,13 @@ export function nextStep(state: ProxyState, rules: Rules = CURRENT_RULES, clock?
   }
   // A look (get, or the repeated delete of a replacement) waits until it is
   // due; starting a replacement does not.
-  const notDue =
-    rules.lookOnlyWhenDue &&
-    clock !== undefined &&
-    state.nextLookAtMs !== undefined &&
-    clock.nowMs < state.nextLookAtMs;
+  const notDue = clock !== undefined && state.nextLookAtMs !== undefined && clock.nowMs < state.nextLookAtMs;
   const look = (kind: 'get' | 'delete'): Step =>
     notDue ? { kind: 'wait-until', atMs: state.nextLookAtMs! } : { kind };
   if (state.replacing) return look('delete');
   // The hash of a spec whose cloud-init cannot be read says nothing about the
   // instance: keep it, and neither replace nor adopt that hash.
-  if (desired.cloudInitProblem && rules.keepInstanceOnCloudInitProblem) return look('get');
+  if (desired.cloudInitProblem) return look('get');
   if (!specMatchesInstance(state)) return { kind: 'delete' };
   // Only the hash algorithm changed: adopt the new hash, keep the instance.
   if (state.instanceSpecHash !== desired.specHash) state.instanceSpecHash = desired.specHash;
@@ -272,7 +225,12 @@ export function waitMs(
   return wait === 'driftPollMs' ? steadyPollMs(timing) : timing[wait];
 }
 
-/** Records when the next look at the instance is due (lookOnlyWhenDue); 'now' makes it due at once. */
+/**
+ * Records when the next look at the instance is due; 'now' makes it due at
+ * once. The provider is asked only then, or when the drift sweep reports a
+ * difference: a wake-up that only changes health publishes status and goes
+ * back to the same timer.
+ */
 export function scheduleLook(
   state: ProxyState,
   wait: 'now' | 'provisioningPollMs' | 'driftPollMs' | 'deletionPollMs' | 'errorRetryMs' | 'quotaRetryMs',
@@ -293,7 +251,6 @@ export function scheduleLook(
 export function failureWait(
   state: ProxyState,
   type: string,
-  rules: Rules = CURRENT_RULES,
 ): 'forever' | 'quotaRetryMs' | 'errorRetryMs' | 'provisioningPollMs' {
   switch (type) {
     case FailureType.Permanent:
@@ -305,9 +262,7 @@ export function failureWait(
     case FailureType.ProxyGone:
       return 'errorRetryMs';
     default:
-      return rules.lookOnlyWhenDue && state.instanceState === 'Running' && !state.replacing
-        ? 'errorRetryMs'
-        : 'provisioningPollMs';
+      return state.instanceState === 'Running' && !state.replacing ? 'errorRetryMs' : 'provisioningPollMs';
   }
 }
 
@@ -335,14 +290,6 @@ export function deletionFailureAction(
     return 'delete-then-release';
   }
   return type === FailureType.QuotaExceeded ? 'quotaRetryMs' : 'deletionPollMs';
-}
-
-/** The timing a run uses when it predates lookOnlyWhenDue: the input's, over the old defaults. */
-export function legacyTiming(
-  input: { timing?: Partial<ProxyTiming> },
-  defaults: Omit<ProxyTiming, 'safetyPollMs'>,
-): WorkerTiming {
-  return { safetyPollMs: Number.MAX_SAFE_INTEGER, ...defaults, ...input.timing, swept: false };
 }
 
 /** Marks the start of a replacement (delete, wait for NotFound, create under the same name). */
@@ -494,14 +441,11 @@ function healthyCondition(state: ProxyState): ConditionSpec {
 function flagCondition(
   state: ProxyState,
   type: 'QuotaExceeded' | 'CloudInitError',
-  rules: Rules,
 ): ConditionSpec | undefined {
   const failure = state.failure;
   const active =
     (failure?.type === type && failure.generation === state.desired.generation) ||
-    (type === 'CloudInitError' &&
-      Boolean(state.desired.cloudInitProblem) &&
-      (!state.instanceId || rules.keepInstanceOnCloudInitProblem));
+    (type === 'CloudInitError' && Boolean(state.desired.cloudInitProblem));
   const message =
     failure?.type === type
       ? failure.message
@@ -552,15 +496,15 @@ function readyCondition(
 }
 
 /** Conditions with Kubernetes semantics: lastTransitionTime moves only when status changes. */
-export function buildConditions(state: ProxyState, now: Date, rules: Rules = CURRENT_RULES): Condition[] {
+export function buildConditions(state: ProxyState, now: Date): Condition[] {
   const provisioned = provisionedCondition(state);
   const healthy = healthyCondition(state);
   const specs = [
     provisioned,
     healthy,
     readyCondition(state, provisioned, healthy),
-    flagCondition(state, 'QuotaExceeded', rules),
-    flagCondition(state, 'CloudInitError', rules),
+    flagCondition(state, 'QuotaExceeded'),
+    flagCondition(state, 'CloudInitError'),
   ].filter((c): c is ConditionSpec => c !== undefined);
   return specs.map((spec) => {
     const previous = state.conditions.find((c) => c.type === spec.type);
@@ -578,8 +522,8 @@ export function buildConditions(state: ProxyState, now: Date, rules: Rules = CUR
 }
 
 /** Recomputes phase and conditions in place and returns the status to write. */
-export function buildStatus(state: ProxyState, now: Date, rules: Rules = CURRENT_RULES): ProxyStatus {
-  state.conditions = buildConditions(state, now, rules);
+export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
+  state.conditions = buildConditions(state, now);
   state.phase = derivePhase(state);
   const status: ProxyStatus = {
     phase: state.phase,

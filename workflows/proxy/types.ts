@@ -74,15 +74,6 @@ export const DEFAULT_TIMING: ProxyTiming = {
   errorRetryMs: 60_000,
 };
 
-/** The timing before it moved to the worker (still what a run started by an old bridge falls back to). */
-export const LEGACY_DEFAULT_TIMING: Omit<ProxyTiming, 'safetyPollMs'> = {
-  provisioningPollMs: 10_000,
-  deletionPollMs: 10_000,
-  driftPollMs: 120_000,
-  quotaRetryMs: 300_000,
-  errorRetryMs: 60_000,
-};
-
 /** What the worker running this workflow says about its timing, read at the start of every run. */
 export interface WorkerTiming extends ProxyTiming {
   /** The drift sweep lists this Proxy's provider: the steady wait is the safety poll. */
@@ -164,11 +155,6 @@ export interface ProxyState {
 export interface ProxyWorkflowInput {
   ref: ProxyRef;
   desired: DesiredSpec;
-  /**
-   * Frozen timing from bridges before timing moved to the worker. Read only
-   * by runs recorded before that; later runs ask their worker.
-   */
-  timing?: Partial<ProxyTiming>;
   /** Continue-as-new once history has this many events (the server's suggestion also counts). */
   maxHistoryEvents?: number;
   /** Present when continuing as new. */

@@ -13,7 +13,6 @@ import {
   CancellationScope,
   condition,
   continueAsNew,
-  deprecatePatch,
   log,
   proxyActivities,
   proxyLocalActivities,
@@ -40,7 +39,6 @@ import {
   applySpec,
   beginReplacement,
   buildStatus,
-  CURRENT_RULES,
   deletionFailureAction,
   deletionStep,
   failureWait,
@@ -60,18 +58,6 @@ const provider = proxyActivities<ProviderActivities>(PROXY_ACTIVITY_OPTIONS.prov
 // provisioning takes 3 workflow tasks instead of 6). Safe because a write is
 // short, idempotent and transition-only.
 const kubeLocal = proxyLocalActivities<KubeActivities>(PROXY_ACTIVITY_OPTIONS.statusWrite);
-
-// The patches of the first release, being retired the SDK's way: each old
-// path is gone and deprecatePatch() records the marker with its deprecated
-// flag, so a history that carries the marker (deprecated or not) replays.
-// The next release removes these calls.
-const STATUS_WRITES_AS_LOCAL = 'status-writes-as-local-activities';
-const KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM = 'keep-instance-on-cloud-init-problem';
-const PROXY_GONE_IS_DELETION = 'proxy-gone-is-deletion';
-const RETRY_LATCHED_CLOUD_INIT_ERROR = 'retry-latched-cloud-init-error';
-const FIND_INSTANCE_BEFORE_RELEASE = 'find-instance-before-release';
-const LOOK_ONLY_WHEN_DUE = 'look-only-when-due';
-const RESUME_FROM_STATUS = 'resume-from-recorded-status';
 
 // The recorded status, once per fresh run. A few quick attempts, then the
 // run goes on without it (as runs did before): an apiserver that cannot be
@@ -106,14 +92,8 @@ function failureOf(error: unknown): { type: string; message: string } {
 export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: ProxyState = input.carried ?? initialState(input);
-  // Where the patched() calls were: once per run, before the first command.
-  deprecatePatch(KEEP_INSTANCE_ON_CLOUD_INIT_PROBLEM);
-  deprecatePatch(RETRY_LATCHED_CLOUD_INIT_ERROR);
-  deprecatePatch(LOOK_ONLY_WHEN_DUE);
-  deprecatePatch(PROXY_GONE_IS_DELETION);
   // A continued run carries its state; only a fresh one has anything to learn.
   const resumesFromStatus = input.carried === undefined;
-  if (resumesFromStatus) deprecatePatch(RESUME_FROM_STATUS);
   let woken = false;
 
   // The Proxy with this UID no longer exists (deleted while no bridge was
@@ -162,7 +142,6 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
-        deprecatePatch(STATUS_WRITES_AS_LOCAL);
         const outcome = await kubeLocal.writeProxyStatus({ ref: state.ref, status });
         state.lastWrittenStatus = serialised;
         if (outcome === 'gone') onProxyGone();
@@ -252,9 +231,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     // Handlers only mutate state, but wait for any in flight so nothing is lost.
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
-    // Timing comes from the worker: drop any frozen timing an old bridge sent.
-    const { timing: _frozen, ...rest } = input;
-    await continueAsNew<typeof proxyWorkflow>({ ...rest, desired: state.desired, carried: state });
+    await continueAsNew<typeof proxyWorkflow>({ ...input, desired: state.desired, carried: state });
   };
 
   for (;;) {
@@ -264,7 +241,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       return;
     }
     // Date.now() is workflow time here: deterministic on replay.
-    const step = nextStep(state, CURRENT_RULES, { nowMs: Date.now(), errorRetryMs: timing.errorRetryMs });
+    const step = nextStep(state, { nowMs: Date.now(), errorRetryMs: timing.errorRetryMs });
     switch (step.kind) {
       case 'wait-for-signal':
         await pause();
@@ -334,7 +311,6 @@ async function runDeletion(
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
   if (deletionStep(state) === 'find-by-uid') {
-    deprecatePatch(FIND_INSTANCE_BEFORE_RELEASE);
     // A run started after an operator terminated the one that created the
     // instance (or a create that succeeded at the provider but was never
     // recorded): without this the finalizer would go and the instance stay
