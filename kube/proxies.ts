@@ -11,7 +11,16 @@
  * `kube/errors.ts`.
  */
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy, type ProxyStatus } from '../resources/proxy-schema.js';
+import {
+  API_VERSION,
+  GROUP,
+  PROXY_PLURAL,
+  VERSION,
+  type ObjectMeta,
+  type Proxy,
+  type ProxySpecInput,
+  type ProxyStatus,
+} from '../resources/proxy-schema.js';
 import type { ProxyRef } from '../resources/proxy-ref.js';
 import { httpCode, isNotFoundOf } from './errors.js';
 
@@ -36,11 +45,47 @@ export interface ProxyList {
   metadata?: { resourceVersion?: string; continue?: string };
 }
 
+/** What a caller gives to create a Proxy: the metadata it sets and a spec as a user writes it. */
+export interface NewProxy {
+  metadata: Omit<
+    ObjectMeta,
+    'uid' | 'generation' | 'resourceVersion' | 'creationTimestamp' | 'deletionTimestamp'
+  > & {
+    namespace: string;
+    ownerReferences?: OwnerReference[];
+  };
+  spec: ProxySpecInput;
+}
+
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+}
+
 export interface ProxyClient {
   /** The Proxy with this UID, or undefined when it is gone (or its name now belongs to another UID). */
   read(ref: ProxyRef): Promise<Proxy | undefined>;
+  /** The Proxy of this name, whatever its UID, or undefined when there is none. */
+  get(namespace: string, name: string): Promise<Proxy | undefined>;
   /** One namespace, or all (`namespace` undefined): the informer's list. */
-  list(namespace?: string): Promise<ProxyList>;
+  list(namespace?: string, opts?: { labelSelector?: string }): Promise<ProxyList>;
+  /** Creates a Proxy; the apiserver's refusal (409 name taken, 422 schema or CEL) is thrown. */
+  create(proxy: NewProxy): Promise<Proxy>;
+  /**
+   * Replaces the spec, the labels or the annotations (each given whole) of
+   * exactly this Proxy (pinned to its UID): 'gone' when it no longer exists
+   * or was recreated.
+   */
+  patch(
+    ref: ProxyRef,
+    patch: { spec?: ProxySpecInput; labels?: Record<string, string>; annotations?: Record<string, string> },
+  ): Promise<'patched' | 'gone'>;
+  /** Deletes exactly this Proxy (UID precondition): 'gone' when it no longer exists or was recreated. */
+  delete(ref: ProxyRef): Promise<'deleted' | 'gone'>;
   /** Every Proxy, page by page: one cluster-wide list, or one per listed namespace (a namespace-scoped install). */
   listAll(opts: { namespaces?: readonly string[]; pageSize: number }): Promise<Proxy[]>;
   /**
@@ -85,14 +130,72 @@ export function createProxyClient(kc: KubeConfig): ProxyClient {
     }
   };
 
-  const list = async (namespace?: string, extra: { limit?: number; _continue?: string } = {}) =>
+  const list = async (
+    namespace?: string,
+    extra: { limit?: number; _continue?: string; labelSelector?: string } = {},
+  ) =>
     (await (namespace === undefined
       ? api.listClusterCustomObject({ ...base, ...extra })
       : api.listNamespacedCustomObject({ ...base, namespace, ...extra }))) as ProxyList;
 
   return {
     read,
-    list: (namespace) => list(namespace),
+    async get(namespace, name) {
+      try {
+        return (await api.getNamespacedCustomObject({ ...base, namespace, name })) as Proxy;
+      } catch (error) {
+        if (isProxyNotFound(error, name)) return undefined;
+        throw error;
+      }
+    },
+    list: (namespace, opts = {}) =>
+      list(namespace, opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
+
+    async create(proxy) {
+      return (await api.createNamespacedCustomObject({
+        ...base,
+        namespace: proxy.metadata.namespace,
+        body: { apiVersion: API_VERSION, kind: 'Proxy', metadata: proxy.metadata, spec: proxy.spec },
+      })) as Proxy;
+    },
+
+    async patch(ref, patch) {
+      // A JSON patch so the UID can be tested: a merge patch cannot pin the object.
+      const body: unknown[] = [{ op: 'test', path: '/metadata/uid', value: ref.uid }];
+      if (patch.spec) body.push({ op: 'replace', path: '/spec', value: patch.spec });
+      // `add` on an existing member replaces it: the maps are given whole.
+      if (patch.labels) body.push({ op: 'add', path: '/metadata/labels', value: patch.labels });
+      if (patch.annotations)
+        body.push({ op: 'add', path: '/metadata/annotations', value: patch.annotations });
+      try {
+        await api.patchNamespacedCustomObject(
+          { ...base, namespace: ref.namespace, name: ref.name, body },
+          jsonPatch,
+        );
+        return 'patched';
+      } catch (error) {
+        if (isProxyNotFound(error, ref.name)) return 'gone';
+        if (httpCode(error) === 422 && (await read(ref)) === undefined) return 'gone';
+        throw error;
+      }
+    },
+
+    async delete(ref) {
+      try {
+        await api.deleteNamespacedCustomObject({
+          ...base,
+          namespace: ref.namespace,
+          name: ref.name,
+          body: { preconditions: { uid: ref.uid } },
+        });
+        return 'deleted';
+      } catch (error) {
+        if (isProxyNotFound(error, ref.name)) return 'gone';
+        // A UID precondition that fails is a 409: the name now belongs to another Proxy.
+        if (httpCode(error) === 409) return 'gone';
+        throw error;
+      }
+    },
 
     async listAll(opts) {
       const out: Proxy[] = [];
