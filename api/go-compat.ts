@@ -37,6 +37,8 @@ export interface LeaseRequestBody {
   /** 0 when absent; any integer within int64, range-checked by the handler. */
   ttlSeconds: number;
   target: string;
+  /** Beyond the seed: only proxies of this ProxyPool; null when absent. */
+  pool: string | null;
 }
 
 export interface ReportRequestBody {
@@ -81,6 +83,7 @@ const LEASE_REQUEST = goStruct('leaseRequest', {
   selector: 'stringMap',
   ttlSeconds: 'int64',
   target: 'string',
+  pool: 'string',
 });
 const REPORT_REQUEST = goStruct('reportRequest', { result: 'string', target: 'string' });
 
@@ -94,6 +97,7 @@ export function decodeLeaseRequest(text: string): Decoded<LeaseRequestBody> {
       selector: (v.get('selector') as Map<string, string> | null | undefined) ?? null,
       ttlSeconds: Number((v.get('ttlSeconds') as string | undefined) ?? 0) || 0,
       target: (v.get('target') as string | undefined) ?? '',
+      pool: (v.get('pool') as string | null | undefined) ?? null,
     },
   };
 }

@@ -3,7 +3,7 @@
  * whoever owns the source (an informer in the api process, a fixed list in
  * tests). The API never writes Proxies.
  */
-import { DEFAULT_MAX_LEASES, DEFAULT_PORT, type Proxy } from '../resources/proxy-schema.js';
+import { DEFAULT_MAX_LEASES, DEFAULT_PORT, LABEL_POOL, type Proxy } from '../resources/proxy-schema.js';
 
 export interface ProxyView {
   /** `namespace/name`, the key used everywhere. */
@@ -20,8 +20,12 @@ export interface ProxyView {
   healthy: boolean;
   latencyMillis: number;
   maxLeases: number;
-  /** Has a deletionTimestamp: never listed or leased, still counted in the phase gauge. */
+  /** Has a deletionTimestamp: never leased, and listed only while draining; still counted in the phase gauge. */
   deleting: boolean;
+  /** The Draining condition is True: held leases keep working, no new lease is granted. */
+  draining: boolean;
+  /** The ProxyPool that made it (its pool label), '' for a standalone Proxy. */
+  pool: string;
 }
 
 export interface ProxyCatalog {
@@ -46,7 +50,9 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
   const external = spec.mode === 'External';
   const host = external ? (spec.endpoint?.host ?? '') : (status.ip ?? '');
   const port = external ? (spec.endpoint?.port ?? DEFAULT_PORT) : (spec.port ?? DEFAULT_PORT);
-  const healthy = (status.conditions ?? []).some((c) => c.type === 'Healthy' && c.status === 'True');
+  const conditions = status.conditions ?? [];
+  const healthy = conditions.some((c) => c.type === 'Healthy' && c.status === 'True');
+  const draining = conditions.some((c) => c.type === 'Draining' && c.status === 'True');
   return {
     id: `${metadata.namespace ?? ''}/${metadata.name}`,
     ...(metadata.uid ? { uid: metadata.uid } : {}),
@@ -58,6 +64,8 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
     latencyMillis: status.latencyMillis ?? 0,
     maxLeases: spec.maxLeases ?? DEFAULT_MAX_LEASES,
     deleting: Boolean(metadata.deletionTimestamp),
+    draining,
+    pool: metadata.labels?.[LABEL_POOL] ?? '',
   };
 }
 

@@ -55,6 +55,13 @@ export const proxySchema = z.object({
   latencyMillis: z.int(),
   activeLeases: z.int().min(0),
   maxLeases: z.int().min(0).describe('Lease capacity; 0 means never leased.'),
+  pool: z.string().optional().describe('The ProxyPool that made this proxy; omitted for a standalone Proxy.'),
+  draining: z
+    .boolean()
+    .optional()
+    .describe(
+      'True while the proxy drains before its replacement or deletion: held leases keep working, no new lease is granted. Omitted otherwise.',
+    ),
 });
 export type ProxyJson = z.output<typeof proxySchema>;
 

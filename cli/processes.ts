@@ -25,6 +25,9 @@ import {
   createTemporalHealthSignaller,
   proxyKey,
 } from '../prober/index.js';
+import { createDrainNotifier } from '../api/drain-notifier.js';
+import { leasesDrainedSignal } from '../workflows/proxy/messages.js';
+import { signalProxy } from '../workflows/proxy/client.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import {
@@ -375,17 +378,27 @@ export async function startApi(
     started.push({ what: 'Temporal connection', stop: () => connection.close() });
     await checkNamespace(connection, config.temporalNamespace);
     const targets = createProxyProbeTargets(proxies);
-    const signaller = createTemporalHealthSignaller(
-      new Client({ connection, namespace: config.temporalNamespace, plugins: tracing.temporalPlugins }),
-      {
-        logger,
-        // A report for a Proxy that is still there waits for its workflow to start.
-        stillWanted: (ref, report) => {
-          const target = targets.get(proxyKey(ref));
-          return target?.ref.uid === ref.uid && target.host === report.ip;
-        },
+    const temporalClient = new Client({
+      connection,
+      namespace: config.temporalNamespace,
+      plugins: tracing.temporalPlugins,
+    });
+    const drainNotifier = createDrainNotifier({
+      catalog,
+      leaseStore,
+      logger,
+      signal: (target, report) => signalProxy(temporalClient, target, leasesDrainedSignal, report),
+    });
+    drainNotifier.start();
+    started.push({ what: 'drain notifier', stop: () => drainNotifier.stop() });
+    const signaller = createTemporalHealthSignaller(temporalClient, {
+      logger,
+      // A report for a Proxy that is still there waits for its workflow to start.
+      stillWanted: (ref, report) => {
+        const target = targets.get(proxyKey(ref));
+        return target?.ref.uid === ref.uid && target.host === report.ip;
       },
-    );
+    });
     started.push({ what: 'health signaller', stop: () => signaller.stop() });
     const prober = createProber({
       targets,
@@ -408,6 +421,7 @@ export async function startApi(
       async stop() {
         await server.close();
         await metricsServer?.close();
+        await drainNotifier.stop();
         stopSweep();
         await leaseStore.close?.();
         await prober.stop();

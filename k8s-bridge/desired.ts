@@ -61,5 +61,7 @@ export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): Desired
   if (spec.endpoint) desired.endpoint = { host: spec.endpoint.host, port: spec.endpoint.port };
   if (cloudInit) desired.cloudInit = cloudInit;
   if (cloudInitProblem) desired.cloudInitProblem = cloudInitProblem;
+  // Absent unless set, so a Proxy without it signals exactly what it did before.
+  if (spec.drainTimeoutSeconds) desired.drainTimeoutSeconds = spec.drainTimeoutSeconds;
   return desired;
 }

@@ -10,6 +10,9 @@ import {
   VERSION,
   PROXY_PLURAL,
   PROVIDER_HEALTH_PLURAL,
+  PROXY_POOL_PLURAL,
+  proxyPoolSpecSchema,
+  proxyPoolStatusSchema,
   proxySpecSchema,
   proxyStatusSchema,
   providerHealthStatusSchema,
@@ -128,7 +131,69 @@ export function providerHealthCrd(): Json {
   };
 }
 
+/**
+ * The ProxyPool: N Proxies from one template. The scale subresource makes
+ * `kubectl scale` and an HorizontalPodAutoscaler (or KEDA) work on it; its
+ * selector is the pool label every member carries.
+ */
+export function proxyPoolCrd(): Json {
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${PROXY_POOL_PLURAL}.${GROUP}` },
+    spec: {
+      group: GROUP,
+      scope: 'Namespaced',
+      names: {
+        kind: 'ProxyPool',
+        listKind: 'ProxyPoolList',
+        plural: PROXY_POOL_PLURAL,
+        singular: 'proxypool',
+        shortNames: ['pxpool'],
+      },
+      versions: [
+        {
+          name: VERSION,
+          served: true,
+          storage: true,
+          subresources: {
+            status: {},
+            scale: {
+              specReplicasPath: '.spec.replicas',
+              statusReplicasPath: '.status.replicas',
+              labelSelectorPath: '.status.selector',
+            },
+          },
+          additionalPrinterColumns: [
+            { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
+            { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+            { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
+            { name: 'Available', type: 'integer', jsonPath: '.status.availableReplicas' },
+            { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+          ],
+          schema: {
+            openAPIV3Schema: {
+              type: 'object',
+              description:
+                'ProxyPool keeps a number of Managed Proxies made from one template, replacing them in a rolling way that drains their leases first.',
+              required: ['spec'],
+              properties: {
+                apiVersion: { type: 'string' },
+                kind: { type: 'string' },
+                metadata: { type: 'object' },
+                spec: structural(proxyPoolSpecSchema),
+                status: structural(proxyPoolStatusSchema),
+              },
+            },
+          },
+        },
+      ],
+    },
+  };
+}
+
 export const CRD_FILES = {
   'proxies.crawl.example.com.yaml': proxyCrd,
   'providerhealths.crawl.example.com.yaml': providerHealthCrd,
+  'proxypools.crawl.example.com.yaml': proxyPoolCrd,
 } as const;

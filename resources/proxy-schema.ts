@@ -14,10 +14,15 @@ export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
 export const PROXY_PLURAL = 'proxies';
 export const PROVIDER_HEALTH_PLURAL = 'providerhealths';
+export const PROXY_POOL_PLURAL = 'proxypools';
 
 export const FINALIZER = 'crawl.example.com/finalizer';
 export const ANNOTATION_SKIP_CLEANUP = 'crawl.example.com/skip-cleanup';
 export const LABEL_CLOUD_INIT = 'crawl.example.com/cloud-init';
+/** On every Proxy a ProxyPool made: the pool's name (the scale subresource's selector). */
+export const LABEL_POOL = 'crawl.example.com/pool';
+/** On every Proxy a ProxyPool made: the hash of the template it was made from. */
+export const LABEL_POOL_TEMPLATE_HASH = 'crawl.example.com/pool-template-hash';
 
 export const DEFAULT_PORT = 3128;
 export const DEFAULT_MAX_LEASES = 5;
@@ -109,6 +114,13 @@ export const proxySpecSchema = {
     },
     attributes: { type: 'object', additionalProperties: { type: 'string' } },
     maxLeases: { type: 'integer', minimum: 0, default: DEFAULT_MAX_LEASES },
+    drainTimeoutSeconds: {
+      type: 'integer',
+      minimum: 0,
+      maximum: 86400,
+      description:
+        'When set (and above 0), replacing or deleting the instance first drains it: no new leases, held leases keep working, and the instance goes once its last lease ended or after this many seconds. Unset: replaced and deleted at once.',
+    },
     healthCheck: {
       type: 'object',
       default: {},
@@ -214,6 +226,103 @@ export const providerHealthStatusSchema = {
   additionalProperties: false,
 } as const;
 
+/**
+ * A Proxy spec as a ProxyPool's template holds it: the Proxy's own schema
+ * and rules, less the transition rules (`oldSelf`), which guard a Proxy's
+ * immutable fields; a pool changes them by making new Proxies.
+ */
+function withoutTransitionRules<T>(schema: T): T {
+  if (Array.isArray(schema)) return schema.map(withoutTransitionRules) as T;
+  if (schema && typeof schema === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(schema as Record<string, unknown>)) {
+      if (key === 'x-kubernetes-validations' && Array.isArray(value)) {
+        const kept = (value as Array<{ rule: string }>).filter((v) => !v.rule.includes('oldSelf'));
+        if (kept.length > 0) out[key] = kept;
+        continue;
+      }
+      out[key] = withoutTransitionRules(value);
+    }
+    return out as T;
+  }
+  return schema;
+}
+
+export const DEFAULT_POOL_DRAIN_TIMEOUT_SECONDS = 3600;
+
+export const proxyPoolSpecSchema = {
+  type: 'object',
+  required: ['template'],
+  properties: {
+    replicas: { type: 'integer', minimum: 0, maximum: 10000, default: 1 },
+    template: {
+      type: 'object',
+      required: ['spec'],
+      properties: {
+        metadata: {
+          type: 'object',
+          properties: {
+            labels: { type: 'object', additionalProperties: { type: 'string' } },
+            annotations: { type: 'object', additionalProperties: { type: 'string' } },
+          },
+          additionalProperties: false,
+        },
+        spec: withoutTransitionRules(proxySpecSchema),
+      },
+      additionalProperties: false,
+      'x-kubernetes-validations': [
+        {
+          rule: "self.spec.mode == 'Managed'",
+          message: 'a pool makes Managed proxies: template.spec.mode must be Managed',
+        },
+      ],
+    },
+    strategy: {
+      type: 'object',
+      default: {},
+      properties: {
+        maxSurge: { type: 'integer', minimum: 0, default: 1 },
+        maxUnavailable: { type: 'integer', minimum: 0, default: 0 },
+        drainTimeoutSeconds: {
+          type: 'integer',
+          minimum: 0,
+          maximum: 86400,
+          default: DEFAULT_POOL_DRAIN_TIMEOUT_SECONDS,
+        },
+      },
+      additionalProperties: false,
+      'x-kubernetes-validations': [
+        {
+          rule: 'self.maxSurge > 0 || self.maxUnavailable > 0',
+          message: 'maxSurge and maxUnavailable cannot both be 0 (a rollout could never start)',
+        },
+      ],
+    },
+  },
+  additionalProperties: false,
+} as const;
+
+export const proxyPoolStatusSchema = {
+  type: 'object',
+  properties: {
+    replicas: { type: 'integer', format: 'int32' },
+    readyReplicas: { type: 'integer', format: 'int32' },
+    updatedReplicas: { type: 'integer', format: 'int32' },
+    availableReplicas: { type: 'integer', format: 'int32' },
+    drainingReplicas: { type: 'integer', format: 'int32' },
+    selector: { type: 'string' },
+    templateHash: { type: 'string' },
+    observedGeneration: { type: 'integer', format: 'int64' },
+    conditions: {
+      type: 'array',
+      items: conditionSchema,
+      'x-kubernetes-list-type': 'map',
+      'x-kubernetes-list-map-keys': ['type'],
+    },
+  },
+  additionalProperties: false,
+} as const;
+
 export type Condition = FromSchema<typeof conditionSchema>;
 /** A spec as stored: the apiserver has materialised every default. */
 export type ProxySpec = FromSchema<typeof proxySpecSchema>;
@@ -222,6 +331,13 @@ export type ProxySpecInput = FromSchema<typeof proxySpecSchema, { keepDefaultedP
 export type ProxyStatus = FromSchema<typeof proxyStatusSchema>;
 export type ProviderTarget = FromSchema<typeof providerTargetSchema>;
 export type ProviderHealthStatus = FromSchema<typeof providerHealthStatusSchema>;
+/** A pool spec as stored (defaults materialised). */
+export type ProxyPoolSpec = FromSchema<typeof proxyPoolSpecSchema>;
+export type ProxyPoolSpecInput = FromSchema<
+  typeof proxyPoolSpecSchema,
+  { keepDefaultedPropertiesOptional: true }
+>;
+export type ProxyPoolStatus = FromSchema<typeof proxyPoolStatusSchema>;
 
 export interface ObjectMeta {
   name: string;
@@ -249,4 +365,12 @@ export interface ProviderHealth {
   kind: 'ProviderHealth';
   metadata: ObjectMeta;
   status?: ProviderHealthStatus;
+}
+
+export interface ProxyPool {
+  apiVersion: typeof API_VERSION;
+  kind: 'ProxyPool';
+  metadata: ObjectMeta;
+  spec: ProxyPoolSpec;
+  status?: ProxyPoolStatus;
 }

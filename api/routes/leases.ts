@@ -55,8 +55,11 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
     const selector = decoded.value.selector ? [...decoded.value.selector] : [];
     if (!catalog.synced()) return notSynced(c);
 
+    const pool = decoded.value.pool ?? undefined;
     const { candidates, unhealthy } =
-      selector.length > 0 ? partition(catalog.list(), selector) : unselected(catalog.list());
+      selector.length > 0 || pool !== undefined
+        ? partition(catalog.list(), selector, pool)
+        : unselected(catalog.list());
 
     const outcome = await leaseStore.acquire({ candidates, target, ttlMs: ttlSeconds * 1000 });
     if (!outcome.granted) {

@@ -12,6 +12,7 @@ export function createProxyRoutes(opts: { catalog: ProxyCatalog; leaseStore: Lea
   const routes = new Hono();
   routes.get('/', async (c) => {
     let healthy: boolean | undefined;
+    let pool: string | undefined;
     const selector: Array<[string, string]> = [];
     // The query as Go's net/url reads it, not as URLSearchParams would.
     for (const [key, value] of goQueryValues(rawQuery(c.req.url))) {
@@ -20,6 +21,8 @@ export function createProxyRoutes(opts: { catalog: ProxyCatalog; leaseStore: Lea
           return fail(c, 400, 'invalid_query', `healthy must be true or false, got ${goQuote(value)}`);
         }
         healthy = value === 'true';
+      } else if (key === 'pool') {
+        pool = value;
       } else if (key.startsWith('attr.')) {
         selector.push([key.slice('attr.'.length), value]);
       }
@@ -30,7 +33,9 @@ export function createProxyRoutes(opts: { catalog: ProxyCatalog; leaseStore: Lea
     const counts = await leaseStore.activeCounts();
     const proxies: ProxyJson[] = [];
     for (const p of views) {
-      if (p.deleting || !matches(p, selector)) continue;
+      // A deleting proxy is listed only while it drains (its leases still work).
+      if ((p.deleting && !p.draining) || !matches(p, selector)) continue;
+      if (pool !== undefined && p.pool !== pool) continue;
       if (healthy !== undefined && p.healthy !== healthy) continue;
       proxies.push(toJson(p, counts.get(storeKey(p)) ?? 0));
     }

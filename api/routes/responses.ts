@@ -20,6 +20,9 @@ export function toJson(p: ProxyView, activeLeases: number): ProxyJson {
     latencyMillis: p.latencyMillis,
     activeLeases,
     maxLeases: p.maxLeases,
+    // Beyond the seed, and only when they say something: the seed's fields stay as they were.
+    ...(p.pool ? { pool: p.pool } : {}),
+    ...(p.draining ? { draining: true } : {}),
   };
 }
 

@@ -1,10 +1,14 @@
-/** Which Proxies a request selects: the seed's attribute selector, and the lease candidates among them. */
+/**
+ * Which Proxies a request selects: the seed's attribute selector (and,
+ * beyond the seed, the ProxyPool that made them), and the lease candidates
+ * among them.
+ */
 import type { ProxyView } from '../proxy-catalog.js';
 
 export interface Partition {
   /** Healthy, addressed, selector-matching proxies not being deleted: what the store chooses from. */
   candidates: readonly ProxyView[];
-  /** Selector-matching proxies not being deleted that cannot be leased. */
+  /** Selector-matching proxies not being deleted that cannot be leased (draining ones are not counted: they are going). */
   unhealthy: number;
 }
 
@@ -13,12 +17,19 @@ export interface Partition {
  * proxy without an address cannot be used even if a stale Healthy
  * condition says True; it counts as unhealthy.
  */
-export function partition(views: readonly ProxyView[], selector: ReadonlyArray<[string, string]>): Partition {
+export function partition(
+  views: readonly ProxyView[],
+  selector: ReadonlyArray<[string, string]>,
+  pool?: string,
+): Partition {
   const candidates: ProxyView[] = [];
   let unhealthy = 0;
   for (let i = 0; i < views.length; i++) {
     const p = views[i]!;
     if (p.deleting || (selector.length > 0 && !matches(p, selector))) continue;
+    if (pool !== undefined && p.pool !== pool) continue;
+    // Draining: its held leases end in their own time, it takes no new one.
+    if (p.draining) continue;
     if (!p.healthy || p.host === '') unhealthy++;
     else candidates.push(p);
   }

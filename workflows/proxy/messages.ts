@@ -1,5 +1,5 @@
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { DesiredSpec, DriftReport, HealthReport, ProxyStateView } from './types.js';
+import type { DesiredSpec, DriftReport, HealthReport, LeasesDrainedReport, ProxyStateView } from './types.js';
 
 /** The bridge saw a new generation, a changed Secret hash or a changed annotation. */
 export const specChangedSignal = defineSignal<[DesiredSpec]>('specChanged');
@@ -10,5 +10,8 @@ export const healthChangedSignal = defineSignal<[HealthReport]>('healthChanged')
 
 /** The drift sweep found this Proxy's instance different from what its status records. */
 export const driftDetectedSignal = defineSignal<[DriftReport]>('driftDetected');
+
+/** The lease API saw no lease left on this draining proxy (sent by the api process). */
+export const leasesDrainedSignal = defineSignal<[LeasesDrainedReport]>('leasesDrained');
 
 export const stateQuery = defineQuery<ProxyStateView>('state');

@@ -12,6 +12,7 @@ import type {
   DesiredSpec,
   DriftReport,
   HealthReport,
+  LeasesDrainedReport,
   ProxyState,
   ProxyStateView,
   ProxyWorkflowInput,
@@ -148,6 +149,47 @@ export function applyDrift(state: ProxyState, report: DriftReport): boolean {
   return true;
 }
 
+/**
+ * Whether the instance must drain before it goes: the spec asks for it, and
+ * there is a running instance at an address crawlers may hold leases on.
+ * A cleanup that is skipped leaves the instance running: nothing to drain.
+ */
+export function needsDrain(state: ProxyState): boolean {
+  const seconds = state.desired.drainTimeoutSeconds ?? 0;
+  if (seconds <= 0 || state.desired.mode !== 'Managed') return false;
+  if (state.desired.deletionRequested && state.desired.skipCleanup) return false;
+  return state.instanceState === 'Running' && Boolean(state.ip) && !state.replacing;
+}
+
+/** Starts draining the current instance (once; a drain already running keeps its deadline). */
+export function beginDrain(state: ProxyState, why: DrainWhy, nowMs: number): void {
+  if (state.drain && state.drain.ip === state.ip) {
+    state.drain.why = why;
+    return;
+  }
+  state.drain = {
+    why,
+    ip: state.ip!,
+    since: new Date(nowMs).toISOString(),
+    untilMs: nowMs + (state.desired.drainTimeoutSeconds ?? 0) * 1000,
+    drained: false,
+  };
+}
+
+type DrainWhy = 'replacing' | 'deleting';
+
+/** Whether the drain is over: no lease left, or its time is up. */
+export function drainDone(state: ProxyState, nowMs: number): boolean {
+  return !state.drain || state.drain.drained || nowMs >= state.drain.untilMs;
+}
+
+/** The lease API's word that no lease is left at the drained address; stale reports are ignored. */
+export function applyLeasesDrained(state: ProxyState, report: LeasesDrainedReport): boolean {
+  if (!state.drain || state.drain.drained || report.ip !== state.drain.ip) return false;
+  state.drain.drained = true;
+  return true;
+}
+
 /** A new instance (or none) starts with an unknown verdict. */
 function resetHealth(state: ProxyState): void {
   state.health = { verdict: 'Unknown' };
@@ -172,7 +214,9 @@ export type Step =
   /** Wait for a signal or this long, then look again. */
   | { kind: 'wait'; ms: 'errorRetryMs' | 'quotaRetryMs' }
   /** Nothing is due until this workflow time (ms); a signal may change that. */
-  | { kind: 'wait-until'; atMs: number };
+  | { kind: 'wait-until'; atMs: number }
+  /** Drain the instance before replacing it: start (untilMs undefined) or keep waiting until untilMs. */
+  | { kind: 'drain'; untilMs?: number };
 
 /** The next step of a Managed proxy that is not being deleted. */
 export function nextStep(state: ProxyState, clock?: StepClock): Step {
@@ -206,7 +250,14 @@ export function nextStep(state: ProxyState, clock?: StepClock): Step {
   // The hash of a spec whose cloud-init cannot be read says nothing about the
   // instance: keep it, and neither replace nor adopt that hash.
   if (desired.cloudInitProblem) return look('get');
-  if (!specMatchesInstance(state)) return { kind: 'delete' };
+  if (!specMatchesInstance(state)) {
+    if (needsDrain(state) && (!state.drain || !drainDone(state, clock?.nowMs ?? 0))) {
+      return { kind: 'drain', untilMs: state.drain?.untilMs };
+    }
+    return { kind: 'delete' };
+  }
+  // The spec went back to what the instance runs: the drain is called off.
+  if (state.drain?.why === 'replacing') state.drain = undefined;
   // Only the hash algorithm changed: adopt the new hash, keep the instance.
   if (state.instanceSpecHash !== desired.specHash) state.instanceSpecHash = desired.specHash;
   return look('get');
@@ -295,6 +346,7 @@ export function deletionFailureAction(
 /** Marks the start of a replacement (delete, wait for NotFound, create under the same name). */
 export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopped'): void {
   state.replacing = state.replacing ?? why;
+  state.drain = undefined;
   state.ip = undefined;
   resetHealth(state);
 }
@@ -485,6 +537,7 @@ function readyCondition(
     message,
   });
   if (state.desired.deletionRequested) return c('False', 'Deleting', 'the Proxy is being deleted');
+  if (state.drain) return c('False', 'Draining', drainingCondition(state)!.message);
   const ip = effectiveIp(state);
   if (!ip) {
     return provisioned.status === 'True'
@@ -493,6 +546,29 @@ function readyCondition(
   }
   if (healthy.status !== 'True') return c('False', healthy.reason, healthy.message);
   return c('True', 'Ready', `leasable at ${ip}`);
+}
+
+/**
+ * Draining: present only while a drain runs or after one ran (then False),
+ * so a Proxy that never drains writes exactly the status it wrote before.
+ */
+function drainingCondition(state: ProxyState): ConditionSpec | undefined {
+  const drain = state.drain;
+  if (drain) {
+    const until = new Date(drain.untilMs).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    return {
+      type: 'Draining',
+      status: 'True',
+      reason: drain.why === 'deleting' ? 'Deleting' : 'Replacing',
+      message: drain.drained
+        ? `no lease left on ${drain.ip}; the instance goes now`
+        : `no new leases on ${drain.ip}; held leases keep working until they end or ${until}`,
+    };
+  }
+  if (state.conditions.some((c) => c.type === 'Draining')) {
+    return { type: 'Draining', status: 'False', reason: 'Drained', message: '' };
+  }
+  return undefined;
 }
 
 /** Conditions with Kubernetes semantics: lastTransitionTime moves only when status changes. */
@@ -505,6 +581,7 @@ export function buildConditions(state: ProxyState, now: Date): Condition[] {
     readyCondition(state, provisioned, healthy),
     flagCondition(state, 'QuotaExceeded'),
     flagCondition(state, 'CloudInitError'),
+    drainingCondition(state),
   ].filter((c): c is ConditionSpec => c !== undefined);
   return specs.map((spec) => {
     const previous = state.conditions.find((c) => c.type === spec.type);
@@ -558,5 +635,6 @@ export function view(state: ProxyState): ProxyStateView {
     health: state.health,
     nextPollAt: state.nextPollAt,
     deletionRequested: state.desired.deletionRequested,
+    ...(state.drain ? { drain: state.drain } : {}),
   };
 }

@@ -32,6 +32,26 @@ export interface DesiredSpec {
   cloudInitProblem?: string;
   skipCleanup: boolean;
   deletionRequested: boolean;
+  /** spec.drainTimeoutSeconds: replacing or deleting a running instance drains its leases first. */
+  drainTimeoutSeconds?: number;
+}
+
+/** The lease API found no lease left on the draining proxy at this address. */
+export interface LeasesDrainedReport {
+  ip: string;
+}
+
+/** A running instance that takes no new leases while the ones held end, before it is replaced or deleted. */
+export interface DrainState {
+  why: 'replacing' | 'deleting';
+  /** The address being drained: a report about another address is stale. */
+  ip: string;
+  /** RFC 3339, when the drain began. */
+  since: string;
+  /** Workflow time (ms) when the drain gives up waiting for leases. */
+  untilMs: number;
+  /** The lease API said no lease is left. */
+  drained: boolean;
 }
 
 export type HealthVerdict = 'Unknown' | 'Healthy' | 'Unhealthy';
@@ -128,6 +148,8 @@ export interface ProxyState {
   ip?: string;
   /** The instance is being deleted to be replaced (spec change, or Stopped/Terminated). */
   replacing?: 'spec-changed' | 'stopped';
+  /** The instance is draining before its replacement or deletion. */
+  drain?: DrainState;
   failure?: LatchedFailure;
   health: {
     verdict: HealthVerdict;
@@ -176,4 +198,5 @@ export interface ProxyStateView {
   health: ProxyState['health'];
   nextPollAt?: string;
   deletionRequested: boolean;
+  drain?: DrainState;
 }

@@ -28,6 +28,7 @@ import {
   deletionRequestedSignal,
   driftDetectedSignal,
   healthChangedSignal,
+  leasesDrainedSignal,
   specChangedSignal,
   stateQuery,
 } from './messages.js';
@@ -36,14 +37,18 @@ import {
   applyDeletion,
   applyDrift,
   applyHealth,
+  applyLeasesDrained,
   applySpec,
+  beginDrain,
   beginReplacement,
   buildStatus,
   deletionFailureAction,
   deletionStep,
+  drainDone,
   failureWait,
   initialState,
   latch,
+  needsDrain,
   nextStep,
   observe,
   resumeFromStatus,
@@ -117,6 +122,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   });
   setHandler(driftDetectedSignal, (report) => {
     if (applyDrift(state, report)) woken = true;
+  });
+  setHandler(leasesDrainedSignal, (report) => {
+    if (applyLeasesDrained(state, report)) woken = true;
   });
   setHandler(stateQuery, () => view(state));
 
@@ -252,6 +260,13 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
       case 'wait-until':
         await waitUntil(step.atMs);
         break;
+      case 'drain': {
+        // No new leases from the first status write on; the replacement
+        // waits for the lease API's word that none is left, or the deadline.
+        if (!state.drain) beginDrain(state, 'replacing', Date.now());
+        if (!drainDone(state, Date.now())) await pause(Math.max(state.drain!.untilMs - Date.now(), 1));
+        break;
+      }
       case 'create': {
         await publish();
         try {
@@ -310,6 +325,16 @@ async function runDeletion(
   maybeContinueAsNew: () => Promise<void>,
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
+  if (needsDrain(state)) {
+    // The Proxy is deleting, so the lease API grants nothing new on it; the
+    // leases held keep working until they end or the drain times out.
+    beginDrain(state, 'deleting', Date.now());
+    while (!drainDone(state, Date.now()) && !state.desired.skipCleanup) {
+      await maybeContinueAsNew();
+      await pause(Math.max(state.drain!.untilMs - Date.now(), 1));
+    }
+    state.drain = undefined;
+  }
   if (deletionStep(state) === 'find-by-uid') {
     // A run started after an operator terminated the one that created the
     // instance (or a create that succeeded at the provider but was never
