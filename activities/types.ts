@@ -2,7 +2,8 @@
  * The activity interfaces, as types only: workflows import this file with
  * `import type`, so no activity code can enter the sandbox.
  */
-import type { ProxyStatus } from '../resources/proxy-schema.js';
+import type { ProxyPoolStatus, ProxyStatus } from '../resources/proxy-schema.js';
+import type { PoolObservation, PoolRef } from '../workflows/pool/types.js';
 import type { InstanceState, Placement } from '../providers/types.js';
 import type { CloudInitRef, ProxyRef, RecordedStatus, WorkerTiming } from '../workflows/proxy/types.js';
 
@@ -81,4 +82,35 @@ export interface DriftSweepReport {
 export interface DriftActivities {
   /** Lists every swept provider's instances and the Proxies, and signals only the Proxies whose instance drifted. */
   sweepDrift(input: { listTimeoutMs: number }): Promise<DriftSweepReport>;
+}
+
+/** What the ProxyPool workflow does to the apiserver: its members and its status. */
+export interface PoolActivities {
+  /** The pool (does it still exist with this UID, its template hash) and every Proxy it controls. */
+  listPoolMembers(input: { pool: PoolRef }): Promise<PoolObservation>;
+  /**
+   * Makes a member per name from the pool's template as read now; nothing
+   * when the pool's template hash is no longer `templateHash` (the bridge
+   * brings the new one). A name already taken by the pool's own member
+   * (a retried call) counts as made; one taken by anything else is skipped.
+   */
+  createPoolMembers(input: {
+    pool: PoolRef;
+    templateHash: string;
+    names: string[];
+  }): Promise<{ created: number }>;
+  /** Deletes these members (each drains first when its spec asks); gone ones are skipped. */
+  deletePoolMembers(input: {
+    pool: PoolRef;
+    members: Array<{ name: string; uid: string }>;
+    reason: 'ScalingDown' | 'RollingOut' | 'PoolDeleted';
+  }): Promise<{ deleted: number }>;
+  /** Puts members edited by hand back to the template (spec, labels, annotations). */
+  restorePoolMembers(input: {
+    pool: PoolRef;
+    templateHash: string;
+    members: Array<{ name: string; uid: string }>;
+  }): Promise<{ restored: number }>;
+  /** Replaces the pool's status (UID tested); 'gone' when the pool no longer exists. */
+  writePoolStatus(input: { pool: PoolRef; status: ProxyPoolStatus }): Promise<'written' | 'gone'>;
 }

@@ -25,6 +25,7 @@ import { createDriftActivities, createTimingActivities } from '../activities/dri
 import { createGcActivities } from '../activities/gc-activities.js';
 import { createProviderCircuits } from '../activities/provider-circuit.js';
 import { createKubeActivities } from '../activities/kube-activities.js';
+import { createPoolActivities } from '../activities/pool-activities.js';
 import { createProviderCheckActivities } from '../activities/provider-check-activities.js';
 import { createProviderActivities } from '../activities/provider-activities.js';
 import type { ProviderRegistry } from '../providers/config.js';
@@ -210,6 +211,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       sweepOn: deps.driftSweepOn ?? false,
     }),
     ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
+    ...createPoolActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
     ...createGcActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,

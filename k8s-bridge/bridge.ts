@@ -31,6 +31,7 @@ import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
 import { createProxyClient, proxyKey, refOf, type ProxyRef } from '../kube/proxies.js';
 import { secretViewOf } from '../kube/cloud-init.js';
 import { createWorkQueue } from './workqueue.js';
+import { createPoolBridge } from './pools.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
 
@@ -108,6 +109,19 @@ export function createBridge(opts: BridgeOptions): Bridge {
     lastSent.clear();
     for (const p of proxies.list()) enqueue(proxyKey(refOf(p)));
     void reconcileRuns();
+  });
+
+  const pools = createPoolBridge({
+    kubeConfig: opts.kubeConfig,
+    client: opts.client,
+    taskQueue: opts.taskQueue,
+    logger: log,
+    proxies,
+    scopes,
+    signals: metrics.signals,
+    ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
+    ...(opts.retryBaseMs !== undefined ? { retryBaseMs: opts.retryBaseMs } : {}),
+    ...(opts.retryMaxMs !== undefined ? { retryMaxMs: opts.retryMaxMs } : {}),
   });
 
   const secrets: ResilientInformer<V1Secret> = unionInformers(
@@ -300,6 +314,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       queue.resume();
       await secrets.start();
       await proxies.start();
+      await pools.start();
       log.info({ proxies: proxies.list().length }, 'bridge started');
       running = true;
       await reconcileRuns();
@@ -309,11 +324,15 @@ export function createBridge(opts: BridgeOptions): Bridge {
       running = false;
       if (sweepTimer) clearTimeout(sweepTimer);
       await sweeping;
+      await pools.stop();
       await proxies.stop();
       await secrets.stop();
       await queue.shutDown();
     },
-    idle: () => queue.idle(),
+    idle: async () => {
+      await queue.idle();
+      await pools.idle();
+    },
     failures: (k) => queue.failures(k),
   };
 }

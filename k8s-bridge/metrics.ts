@@ -10,9 +10,10 @@ export type BridgeMetrics = ReturnType<typeof createBridgeMetrics>;
 
 export function bridgeMetrics(registry: Registry): BridgeMetrics {
   const metrics = createBridgeMetrics(registry);
-  for (const signal of ['specChanged', 'deletionRequested']) metrics.signals.inc({ signal }, 0);
+  for (const signal of ['specChanged', 'deletionRequested', 'poolChanged'])
+    metrics.signals.inc({ signal }, 0);
   for (const stage of ['reconcile', 'list_runs', 'check_run']) metrics.errors.inc({ stage }, 0);
-  for (const resource of ['proxies', 'secrets']) metrics.informerRestarts.inc({ resource }, 0);
+  for (const resource of ['proxies', 'secrets', 'proxypools']) metrics.informerRestarts.inc({ resource }, 0);
   return metrics;
 }
 

@@ -32,6 +32,8 @@ export interface EventRegarding {
   namespace: string;
   name: string;
   uid: string;
+  /** The object's kind (default Proxy). */
+  kind?: 'Proxy' | 'ProxyPool';
 }
 
 export type EventOutcome = 'created' | 'series' | 'counted' | 'failed';
@@ -180,7 +182,7 @@ export function createEventRecorder(options: EventRecorderOptions): EventRecorde
             note: cut(event.note, NOTE_MAX),
             regarding: {
               apiVersion: API_VERSION,
-              kind: 'Proxy',
+              kind: regarding.kind ?? 'Proxy',
               namespace: regarding.namespace,
               name: regarding.name,
               uid: regarding.uid,

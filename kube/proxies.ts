@@ -52,19 +52,11 @@ export interface NewProxy {
     'uid' | 'generation' | 'resourceVersion' | 'creationTimestamp' | 'deletionTimestamp'
   > & {
     namespace: string;
-    ownerReferences?: OwnerReference[];
   };
   spec: ProxySpecInput;
 }
 
-export interface OwnerReference {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-}
+export type { OwnerReference } from '../resources/proxy-schema.js';
 
 export interface ProxyClient {
   /** The Proxy with this UID, or undefined when it is gone (or its name now belongs to another UID). */

@@ -350,6 +350,16 @@ export interface ObjectMeta {
   finalizers?: string[];
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
+  ownerReferences?: OwnerReference[];
+}
+
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
 }
 
 export interface Proxy {
