@@ -16,6 +16,7 @@
  * workflow that was not running yet).
  */
 import type { Logger } from 'pino';
+import { Counter, type Registry } from 'prom-client';
 import { storeKey, type LeaseStore } from './lease-store.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
 
@@ -31,6 +32,8 @@ export interface DrainNotifierOptions {
   /** Sends the workflow of this Proxy its report; may throw (logged, retried at the next resend). */
   signal: (target: DrainedTarget, report: { ip: string }) => Promise<void>;
   logger: Logger;
+  /** Where egress_drain_checks_total is registered (not registered when unset). */
+  registry?: Registry;
   /** How often draining proxies are checked (default 500 ms; nothing is read when none drains). */
   checkEveryMs?: number;
   /** How long a proxy is seen draining before its lease count is trusted (default 2 s). */
@@ -64,6 +67,16 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let sent = 0;
+  const checks = opts.registry
+    ? new Counter({
+        name: 'egress_drain_checks_total',
+        help: 'Lease counts read for draining proxies past their grace, by outcome (held: leases remain; drained: none, its workflow told)',
+        labelNames: ['outcome'] as const,
+        registers: [opts.registry],
+      })
+    : undefined;
+  checks?.inc({ outcome: 'held' }, 0);
+  checks?.inc({ outcome: 'drained' }, 0);
 
   const targetOf = (view: ProxyView): DrainedTarget | undefined => {
     const [namespace, name] = view.id.split('/');
@@ -94,7 +107,11 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
     await Promise.all(
       due.map(async (view) => {
         const key = storeKey(view);
-        if ((counts.get(key) ?? 0) > 0) return;
+        if ((counts.get(key) ?? 0) > 0) {
+          checks?.inc({ outcome: 'held' });
+          return;
+        }
+        checks?.inc({ outcome: 'drained' });
         const target = targetOf(view);
         const entry = watched.get(key);
         if (!target || !entry) return;

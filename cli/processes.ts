@@ -387,6 +387,7 @@ export async function startApi(
       catalog,
       leaseStore,
       logger,
+      registry,
       signal: (target, report) => signalProxy(temporalClient, target, leasesDrainedSignal, report),
     });
     drainNotifier.start();

@@ -15,6 +15,7 @@ import {
   VERSION,
   type Proxy,
   type ProxyPool,
+  type ProxyPoolSpecInput,
   type ProxyPoolStatus,
 } from '../resources/proxy-schema.js';
 import { httpCode, isNotFoundOf } from './errors.js';
@@ -146,6 +147,14 @@ export interface ProxyPoolClient {
   list(namespace?: string): Promise<ProxyPoolList>;
   /** Replaces the status of exactly this pool (UID tested): 'gone' when it no longer exists. */
   writeStatus(ref: PoolRef, status: ProxyPoolStatus): Promise<'written' | 'gone'>;
+  /** The pool of this name, whatever its UID, or undefined. */
+  get(namespace: string, name: string): Promise<ProxyPool | undefined>;
+  /** Creates a pool; the apiserver's refusal (409, 422 schema or CEL) is thrown. */
+  create(namespace: string, name: string, spec: ProxyPoolSpecInput): Promise<ProxyPool>;
+  /** Merge-patches the spec (a rollout, a scale): the apiserver's refusal is thrown. */
+  patchSpec(namespace: string, name: string, spec: Record<string, unknown>): Promise<ProxyPool>;
+  /** Deletes the pool of this name: 'gone' when there is none. */
+  delete(namespace: string, name: string): Promise<'deleted' | 'gone'>;
 }
 
 export function createProxyPoolClient(kc: KubeConfig): ProxyPoolClient {
@@ -168,8 +177,40 @@ export function createProxyPoolClient(kc: KubeConfig): ProxyPoolClient {
     }
   };
 
+  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
   return {
     read,
+    async get(namespace, name) {
+      try {
+        return (await api.getNamespacedCustomObject({ ...base, namespace, name })) as ProxyPool;
+      } catch (error) {
+        if (isGone(error, name)) return undefined;
+        throw error;
+      }
+    },
+    async create(namespace, name, spec) {
+      return (await api.createNamespacedCustomObject({
+        ...base,
+        namespace,
+        body: { apiVersion: API_VERSION, kind: 'ProxyPool', metadata: { name, namespace }, spec },
+      })) as ProxyPool;
+    },
+    async patchSpec(namespace, name, spec) {
+      return (await api.patchNamespacedCustomObject(
+        { ...base, namespace, name, body: { spec } },
+        mergePatch,
+      )) as ProxyPool;
+    },
+    async delete(namespace, name) {
+      try {
+        await api.deleteNamespacedCustomObject({ ...base, namespace, name });
+        return 'deleted';
+      } catch (error) {
+        if (isGone(error, name)) return 'gone';
+        throw error;
+      }
+    },
     async list(namespace) {
       return (await (namespace === undefined
         ? api.listClusterCustomObject({ ...base })

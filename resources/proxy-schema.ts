@@ -279,7 +279,8 @@ export const proxyPoolSpecSchema = {
     },
     strategy: {
       type: 'object',
-      default: {},
+      // Whole, not {}: the CEL rule below is checked against the default as written.
+      default: { maxSurge: 1, maxUnavailable: 0, drainTimeoutSeconds: DEFAULT_POOL_DRAIN_TIMEOUT_SECONDS },
       properties: {
         maxSurge: { type: 'integer', minimum: 0, default: 1 },
         maxUnavailable: { type: 'integer', minimum: 0, default: 0 },

@@ -206,7 +206,7 @@ describe('decodeLeaseRequest: encoding/json into the seed leaseRequest', () => {
       expect(got.ok, body).toBe(validPrefix);
       if (got.ok) {
         accepted++;
-        expect(got.value, body).toEqual({ selector: null, ttlSeconds: 0, target: '' });
+        expect(got.value, body).toEqual({ selector: null, ttlSeconds: 0, target: '', pool: null });
       }
     }
     // Both outcomes must be well represented, or the comparison proved little.

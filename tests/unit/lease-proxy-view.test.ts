@@ -65,6 +65,8 @@ describe('proxyViewFromResource', () => {
       latencyMillis: 42,
       maxLeases: 5,
       deleting: false,
+      draining: false,
+      pool: '',
     });
   });
 
@@ -104,5 +106,30 @@ describe('createStaticProxyCatalog', () => {
     expect(catalog.list().map((p) => p.id)).toEqual(['crawl/B', 'crawl/a', 'crawl/b']);
     catalog.replace([proxy('z', spec)]);
     expect(catalog.list().map((p) => p.id)).toEqual(['crawl/z']);
+  });
+
+  it('reads the Draining condition and the pool label', () => {
+    const at = '2026-12-03T10:00:00Z';
+    const v = proxyViewFromResource(
+      proxy(
+        'm',
+        { mode: 'Managed', provider: 'local' },
+        {
+          ip: '10.0.0.8',
+          conditions: [
+            {
+              type: 'Healthy',
+              status: 'True',
+              reason: 'ProbeSucceeded',
+              message: '',
+              lastTransitionTime: at,
+            },
+            { type: 'Draining', status: 'True', reason: 'Replacing', message: '', lastTransitionTime: at },
+          ],
+        },
+        { labels: { 'crawl.example.com/pool': 'web' } },
+      ),
+    );
+    expect(v).toMatchObject({ draining: true, healthy: true, pool: 'web' });
   });
 });

@@ -1,0 +1,269 @@
+/**
+ * ProxyPool on the real servers (issue 30): the worker and bridge of this
+ * file's control plane (local provider, real forward proxies), the real CLI
+ * `api` process (lease API, prober, drain notifier), the shared apiserver
+ * and Temporal dev server.
+ *
+ * - A pool scales with `kubectl scale`, exposes a scale subresource an
+ *   autoscaling/v2 HPA accepts, replaces a member deleted by hand, puts
+ *   back one edited by hand, and deleting it deletes every member and
+ *   instance.
+ * - A standalone Proxy with drainTimeoutSeconds keeps serving a held lease
+ *   through a spec change, and is replaced once the lease is released.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Proxy } from '../../resources/proxy-schema.js';
+import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
+import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
+import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
+import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
+import { kubectl, proxyCondition } from '../helpers/kube.js';
+import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
+import { eventually } from '../helpers/temporal.js';
+import { connectThrough, leaseApi } from '../helpers/pools.js';
+
+describe('ProxyPool', () => {
+  let cp: ControlPlane;
+  let target: ProbeTarget;
+  let api: CliProcess;
+  let apiUrl: string;
+  let proxies: ProxyClient;
+  let pools: ProxyPoolClient;
+
+  beforeAll(async () => {
+    cp = await startControlPlane({ prefix: 'pool' });
+    target = await startProbeTarget();
+    proxies = createProxyClient(cp.kc);
+    pools = createProxyPoolClient(cp.kc);
+    api = startCli([
+      'api',
+      '--discovery-addr',
+      '127.0.0.1:0',
+      ...testServerArgs(),
+      '--watch-namespaces',
+      cp.namespace,
+    ]);
+    apiUrl = await leaseApiUrl(api, 150_000);
+  });
+  afterAll(async () => {
+    await api?.stop(30_000).catch(() => undefined);
+    await cp?.close();
+    await target?.close();
+  });
+
+  const template = (attributes: Record<string, string> = {}) => ({
+    metadata: { labels: { team: 'crawl' } },
+    spec: {
+      mode: 'Managed' as const,
+      provider: 'local',
+      attributes,
+      maxLeases: 3,
+      healthCheck: { probeURL: target.url, intervalSeconds: 1, timeoutSeconds: 2 },
+    },
+  });
+
+  const members = async (pool: string): Promise<Proxy[]> =>
+    (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items;
+
+  const poolReady = (name: string, replicas: number, what = `${replicas} available`) =>
+    eventually(
+      `pool ${name}: ${what}`,
+      async () => {
+        const pool = await pools.get(cp.namespace, name);
+        const s = pool?.status;
+        const all = await members(name);
+        return s?.availableReplicas === replicas &&
+          s.updatedReplicas === replicas &&
+          s.replicas === replicas &&
+          all.length === replicas
+          ? { pool: pool!, members: all }
+          : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 250 },
+    );
+
+  it('scales with kubectl, takes an HPA, heals hand edits and deletions, and deletes every member with it', async () => {
+    const name = 'web';
+    await pools.create(cp.namespace, name, { replicas: 3, template: template({ geo: 'eu' }) });
+    const first = await poolReady(name, 3);
+    for (const m of first.members) {
+      expect(m.metadata.labels).toMatchObject({ team: 'crawl', 'crawl.example.com/pool': name });
+      expect(m.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'ProxyPool', name, controller: true });
+      expect(m.spec.drainTimeoutSeconds).toBe(3600);
+    }
+    expect(proxyCondition(first.pool as unknown as Proxy, 'Available')?.status).toBe('True');
+
+    // The scale subresource: kubectl scale, and what an HPA reads.
+    await kubectl(['-n', cp.namespace, 'scale', `proxypool/${name}`, '--replicas=5']);
+    await poolReady(name, 5);
+    const scale = JSON.parse(
+      await kubectl([
+        'get',
+        '--raw',
+        `/apis/crawl.example.com/v1alpha1/namespaces/${cp.namespace}/proxypools/${name}/scale`,
+      ]),
+    ) as { spec: { replicas: number }; status: { replicas: number; selector: string } };
+    expect(scale).toMatchObject({
+      spec: { replicas: 5 },
+      status: { replicas: 5, selector: `crawl.example.com/pool=${name}` },
+    });
+    await kubectlApply(
+      cp.namespace,
+      JSON.stringify({
+        apiVersion: 'autoscaling/v2',
+        kind: 'HorizontalPodAutoscaler',
+        metadata: { name: `${name}-hpa`, namespace: cp.namespace },
+        spec: {
+          scaleTargetRef: { apiVersion: 'crawl.example.com/v1alpha1', kind: 'ProxyPool', name },
+          minReplicas: 2,
+          maxReplicas: 40,
+          metrics: [
+            {
+              type: 'External',
+              external: {
+                metric: { name: 'egress_pool_lease_utilization' },
+                target: { type: 'Value', value: '1' },
+              },
+            },
+          ],
+        },
+      }),
+    );
+    expect(await kubectl(['-n', cp.namespace, 'get', 'hpa', `${name}-hpa`, '-o', 'name'])).toContain(
+      `${name}-hpa`,
+    );
+
+    // The lease API sees the pool.
+    const listed = (await (await fetch(`${apiUrl}/v1/proxies?pool=${name}`)).json()) as {
+      count: number;
+      proxies: Array<{ pool?: string }>;
+    };
+    expect(listed.count).toBe(5);
+    expect(listed.proxies.every((p) => p.pool === name)).toBe(true);
+    const lease = await leaseApi(apiUrl).acquire({ pool: name, ttlSeconds: 30 });
+    expect(lease.status).toBe(201);
+    expect(lease.body.proxy.pool).toBe(name);
+    expect((await leaseApi(apiUrl).acquire({ pool: 'no-such-pool', ttlSeconds: 30 })).status).toBe(409);
+    await leaseApi(apiUrl).release(lease.body.leaseID);
+
+    // A member deleted by hand is replaced; one edited by hand is put back.
+    const [gone, edited] = (await members(name)).sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : 1));
+    await kubectl(['-n', cp.namespace, 'delete', 'proxy', gone!.metadata.name, '--wait=false']);
+    await proxies.patch(
+      { namespace: cp.namespace, name: edited!.metadata.name, uid: edited!.metadata.uid! },
+      { spec: { ...edited!.spec, maxLeases: 9 } },
+    );
+    await eventually(
+      'the deleted member replaced and the edited one restored',
+      async () => {
+        const now = await members(name);
+        const live = now.filter((p) => !p.metadata.deletionTimestamp);
+        const restored = now.find((p) => p.metadata.uid === edited!.metadata.uid);
+        return live.length === 5 &&
+          !live.some((p) => p.metadata.uid === gone!.metadata.uid) &&
+          restored?.spec.maxLeases === 3
+          ? true
+          : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
+    );
+    await poolReady(name, 5);
+
+    // Deleting the pool deletes every member, and every instance with it.
+    const uids = (await members(name)).map((m) => m.metadata.uid!);
+    await pools.delete(cp.namespace, name);
+    await eventually(
+      'every member and instance gone',
+      async () => {
+        if ((await members(name)).length > 0) return undefined;
+        for (const uid of uids) if ((await cp.instancesOf(uid)).length > 0) return undefined;
+        return true;
+      },
+      { timeoutMs: 120_000, intervalMs: 500 },
+    );
+  });
+
+  it('a standalone Proxy with drainTimeoutSeconds serves a held lease through a spec change, then is replaced', async () => {
+    const name = 'drainer';
+    await proxies.create({
+      metadata: { name, namespace: cp.namespace },
+      spec: {
+        mode: 'Managed',
+        provider: 'local',
+        drainTimeoutSeconds: 300,
+        attributes: { role: 'drain-test' },
+        healthCheck: { probeURL: target.url, intervalSeconds: 1, timeoutSeconds: 2 },
+      },
+    });
+    const ready = await eventually(
+      `${name} Ready`,
+      async () => {
+        const p = await proxies.get(cp.namespace, name);
+        return p && proxyCondition(p, 'Ready')?.status === 'True' ? p : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
+    );
+    const oldIp = ready.status!.ip!;
+    const lease = await leaseApi(apiUrl).acquire({ selector: { role: 'drain-test' }, ttlSeconds: 300 });
+    expect(lease.status).toBe(201);
+    expect(lease.body.proxy.ip).toBe(oldIp);
+
+    // A spec change that replaces the instance (the port).
+    await proxies.patch(
+      { namespace: cp.namespace, name, uid: ready.metadata.uid! },
+      { spec: { ...ready.spec, port: 3999 } },
+    );
+    const draining = await eventually(
+      `${name} draining`,
+      async () => {
+        const p = await proxies.get(cp.namespace, name);
+        return p && proxyCondition(p, 'Draining')?.status === 'True' ? p : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
+    expect(draining.status?.ip).toBe(oldIp);
+    // No new lease on it; the held one still works through the old instance.
+    expect(
+      (await leaseApi(apiUrl).acquire({ selector: { role: 'drain-test' }, ttlSeconds: 30 })).status,
+    ).toBe(409);
+    const listed = (await (await fetch(`${apiUrl}/v1/proxies?attr.role=drain-test`)).json()) as {
+      proxies: Array<{ draining?: boolean; activeLeases: number }>;
+    };
+    expect(listed.proxies[0]).toMatchObject({ draining: true, activeLeases: 1 });
+    // The drain notifier has looked past its grace and found the lease held (twice): it still serves.
+    const heldChecks = async () => {
+      const text = await (await fetch(`${apiUrl}/metrics`)).text();
+      const m = /^egress_drain_checks_total\{outcome="held"\} (\d+)/m.exec(text);
+      return Number(m?.[1] ?? 0);
+    };
+    const before = await heldChecks();
+    await eventually('two held checks', async () => ((await heldChecks()) >= before + 2 ? true : undefined), {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+    expect(await connectThrough(oldIp, ready.spec.port, target.port)).toBe(200);
+    expect((await proxies.get(cp.namespace, name))?.status?.ip).toBe(oldIp);
+
+    await leaseApi(apiUrl).release(lease.body.leaseID);
+    const replaced = await eventually(
+      `${name} replaced after the release`,
+      async () => {
+        const p = await proxies.get(cp.namespace, name);
+        return p && proxyCondition(p, 'Ready')?.status === 'True' && p.status?.ip !== oldIp ? p : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
+    );
+    expect(proxyCondition(replaced, 'Draining')?.status).toBe('False');
+    expect(await connectThrough(replaced.status!.ip!, 3999, target.port)).toBe(200);
+    await proxies.delete({ namespace: cp.namespace, name, uid: replaced.metadata.uid! });
+  });
+});
+
+async function kubectlApply(namespace: string, json: string): Promise<void> {
+  const file = join(mkdtempSync(join(tmpdir(), 'ep-hpa-')), 'hpa.json');
+  writeFileSync(file, json);
+  await kubectl(['-n', namespace, 'apply', '-f', file]);
+}

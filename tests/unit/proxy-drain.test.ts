@@ -1,0 +1,108 @@
+import { describe, expect, it } from 'vitest';
+import {
+  applyLeasesDrained,
+  applySpec,
+  beginDrain,
+  buildStatus,
+  drainDone,
+  initialState,
+  needsDrain,
+  nextStep,
+  observe,
+} from '../../workflows/proxy/state.js';
+import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
+
+const T0 = Date.parse('2026-12-03T10:00:00Z');
+
+function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
+  return {
+    generation: 1,
+    mode: 'Managed',
+    provider: 'local',
+    placement: {},
+    port: 3128,
+    specHash: 'v2:aaaa',
+    legacySpecHashes: [],
+    skipCleanup: false,
+    deletionRequested: false,
+    ...over,
+  };
+}
+
+function running(over: Partial<DesiredSpec> = {}, ip = '127.0.0.5'): ProxyState {
+  const s = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired(over) });
+  s.instanceId = 'local/proxy-x';
+  s.instanceSpecHash = s.desired.specHash;
+  observe(s, { found: true, state: 'Running', ip });
+  return s;
+}
+
+const clock = (nowMs: number) => ({ nowMs, errorRetryMs: 60_000 });
+
+describe('drain before a replacement', () => {
+  it('without drainTimeoutSeconds a spec change deletes at once (the seed)', () => {
+    const s = running();
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb' }));
+    expect(needsDrain(s)).toBe(false);
+    expect(nextStep(s, clock(T0))).toEqual({ kind: 'delete' });
+  });
+
+  it('with it, a spec change drains first, until the lease API says no lease is left', () => {
+    const s = running({ drainTimeoutSeconds: 600 });
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb', drainTimeoutSeconds: 600 }));
+    expect(nextStep(s, clock(T0))).toEqual({ kind: 'drain', untilMs: undefined });
+    beginDrain(s, 'replacing', T0);
+    expect(nextStep(s, clock(T0 + 1000))).toEqual({ kind: 'drain', untilMs: T0 + 600_000 });
+    const status = buildStatus(s, new Date(T0));
+    const draining = status.conditions!.find((c) => c.type === 'Draining');
+    expect(draining).toMatchObject({ status: 'True', reason: 'Replacing' });
+    // Still addressed (held leases keep working), but not Ready (no new lease).
+    expect(status.ip).toBe('127.0.0.5');
+    expect(status.conditions!.find((c) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      reason: 'Draining',
+    });
+    // A report about another address is stale.
+    expect(applyLeasesDrained(s, { ip: '127.0.0.9' })).toBe(false);
+    expect(applyLeasesDrained(s, { ip: '127.0.0.5' })).toBe(true);
+    expect(drainDone(s, T0 + 2000)).toBe(true);
+    expect(nextStep(s, clock(T0 + 2000))).toEqual({ kind: 'delete' });
+  });
+
+  it('gives up waiting at the deadline', () => {
+    const s = running({ drainTimeoutSeconds: 60 });
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb', drainTimeoutSeconds: 60 }));
+    beginDrain(s, 'replacing', T0);
+    expect(drainDone(s, T0 + 59_999)).toBe(false);
+    expect(drainDone(s, T0 + 60_000)).toBe(true);
+    expect(nextStep(s, clock(T0 + 60_000))).toEqual({ kind: 'delete' });
+  });
+
+  it('is called off when the spec goes back to what the instance runs', () => {
+    const s = running({ drainTimeoutSeconds: 60 });
+    applySpec(s, desired({ generation: 2, specHash: 'v2:bbbb', drainTimeoutSeconds: 60 }));
+    beginDrain(s, 'replacing', T0);
+    buildStatus(s, new Date(T0));
+    applySpec(s, desired({ generation: 3, specHash: 'v2:aaaa', drainTimeoutSeconds: 60 }));
+    expect(nextStep(s, clock(T0 + 1000)).kind).toBe('get');
+    expect(s.drain).toBeUndefined();
+    const status = buildStatus(s, new Date(T0 + 1000));
+    expect(status.conditions!.find((c) => c.type === 'Draining')).toMatchObject({ status: 'False' });
+  });
+
+  it('drains nothing that is not running, nor a deletion that skips cleanup', () => {
+    const provisioning = running({ drainTimeoutSeconds: 60 });
+    observe(provisioning, { found: true, state: 'Provisioning' });
+    expect(needsDrain(provisioning)).toBe(false);
+    const skip = running({ drainTimeoutSeconds: 60, deletionRequested: true, skipCleanup: true });
+    expect(needsDrain(skip)).toBe(false);
+    const external = running({ drainTimeoutSeconds: 60, mode: 'External' });
+    expect(needsDrain(external)).toBe(false);
+  });
+
+  it('a Proxy that never drains writes no Draining condition (its status is as before)', () => {
+    const s = running();
+    const status = buildStatus(s, new Date(T0));
+    expect(status.conditions!.map((c) => c.type)).not.toContain('Draining');
+  });
+});
