@@ -7,6 +7,7 @@ export interface LeasedProxy {
   port: number;
   pool?: string;
   draining?: boolean;
+  healthy: boolean;
   activeLeases: number;
 }
 
