@@ -22,7 +22,9 @@ import { startControlPlane, type ControlPlane } from '../helpers/control-plane.j
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { kubectl, proxyCondition } from '../helpers/kube.js';
 import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
+import { poolWorkflowId } from '../../workflows/pool/ids.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { connectThrough, leaseApi } from '../helpers/pools.js';
 
 describe('ProxyPool', () => {
@@ -174,6 +176,7 @@ describe('ProxyPool', () => {
 
     // Deleting the pool deletes every member, and every instance with it.
     const uids = (await members(name)).map((m) => m.metadata.uid!);
+    const poolUid = (await pools.get(cp.namespace, name))!.metadata.uid!;
     await pools.delete(cp.namespace, name);
     await eventually(
       'every member and instance gone',
@@ -184,6 +187,12 @@ describe('ProxyPool', () => {
       },
       { timeoutMs: 120_000, intervalMs: 500 },
     );
+    // Its workflow ends with its members gone; its history joins the replay guard.
+    const handle = cp.client.workflow.getHandle(
+      poolWorkflowId({ namespace: cp.namespace, name, uid: poolUid }),
+    );
+    await handle.result();
+    maybeRecord('pool-scale-heal-delete', await handle.fetchHistory());
   });
 
   it('a standalone Proxy with drainTimeoutSeconds serves a held lease through a spec change, then is replaced', async () => {
@@ -259,6 +268,11 @@ describe('ProxyPool', () => {
     expect(proxyCondition(replaced, 'Draining')?.status).toBe('False');
     expect(await connectThrough(replaced.status!.ip!, 3999, target.port)).toBe(200);
     await proxies.delete({ namespace: cp.namespace, name, uid: replaced.metadata.uid! });
+    const handle = cp.client.workflow.getHandle(
+      proxyWorkflowId({ namespace: cp.namespace, name, uid: replaced.metadata.uid! }),
+    );
+    await handle.result();
+    maybeRecord('proxy-drain-replace-delete', await handle.fetchHistory());
   });
 });
 
