@@ -32,6 +32,7 @@ import { createProxyClient, proxyKey, refOf, type ProxyRef } from '../kube/proxi
 import { secretViewOf } from '../kube/cloud-init.js';
 import { createWorkQueue } from './workqueue.js';
 import { createPoolBridge } from './pools.js';
+import type { PoolTiming } from '../workflows/pool/types.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
 
@@ -60,6 +61,8 @@ export interface BridgeOptions {
   retryBaseMs?: number;
   /** Cap on a key's retry delay (default 2 min). */
   retryMaxMs?: number;
+  /** Timing given to the ProxyPool workflows it starts (their defaults otherwise; benches compress it). */
+  poolTiming?: Partial<PoolTiming>;
   /** Where the bridge's metrics are registered (a registry of its own when unset; see Bridge.registry). */
   metrics?: Registry;
 }
@@ -120,6 +123,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     scopes,
     signals: metrics.signals,
     ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
+    ...(opts.poolTiming ? { poolTiming: opts.poolTiming } : {}),
     ...(opts.retryBaseMs !== undefined ? { retryBaseMs: opts.retryBaseMs } : {}),
     ...(opts.retryMaxMs !== undefined ? { retryMaxMs: opts.retryMaxMs } : {}),
   });

@@ -25,7 +25,7 @@ import {
 import { poolWorkflowId } from '../workflows/pool/ids.js';
 import { poolChangedSignal } from '../workflows/pool/messages.js';
 import { POOL_WORKFLOW_TYPE, type PoolWorkflow } from '../workflows/pool/client.js';
-import type { PoolDesired, PoolWorkflowInput } from '../workflows/pool/types.js';
+import type { PoolDesired, PoolTiming, PoolWorkflowInput } from '../workflows/pool/types.js';
 import { createWorkQueue } from './workqueue.js';
 
 export interface PoolBridgeOptions {
@@ -39,6 +39,8 @@ export interface PoolBridgeOptions {
   scopes: ReadonlyArray<string | undefined>;
   signals: Counter<'signal'>;
   maxHistoryEvents?: number;
+  /** Passed to every pool workflow it starts (defaults otherwise). */
+  poolTiming?: Partial<PoolTiming>;
   retryBaseMs?: number;
   retryMaxMs?: number;
 }
@@ -156,6 +158,7 @@ export function createPoolBridge(opts: PoolBridgeOptions): PoolBridge {
     if (lastSent.get(k) === fingerprint) return;
     const input: PoolWorkflowInput = { ref, desired };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
+    if (opts.poolTiming) input.timing = opts.poolTiming;
     try {
       await opts.client.workflow.signalWithStart<PoolWorkflow, [PoolDesired]>(POOL_WORKFLOW_TYPE, {
         workflowId: poolWorkflowId(ref),

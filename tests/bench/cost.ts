@@ -13,7 +13,11 @@
  *   jitter  the probe target answers after a random 5-400 ms, so the prober
  *           sends latency reports;
  *   outage  every call to the provider fails (Transient) for --outage; prints
- *           provider calls per second and the time to recover.
+ *           provider calls per second and the time to recover;
+ *   pool    (last) a ProxyPool of --pool-replicas members is made and
+ *           settles; its workflow's actions over a window are counted,
+ *           with its resync compressed as the safety poll is and scaled to
+ *           the 30 min default: actions per pool-hour.
  *
  * Billable actions, counted per history event inside the window: workflow
  * start and continue-as-new (1; a schedule-started run 3, the note's figure
@@ -50,7 +54,8 @@ import { createBridge } from '../../k8s-bridge/bridge.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { providerError } from '../../providers/errors.js';
 import type { Provider } from '../../providers/types.js';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { GROUP, PROXY_PLURAL, PROXY_POOL_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { DEFAULT_POOL_TIMING } from '../../workflows/pool/types.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
 
@@ -59,7 +64,8 @@ const { values: args } = parseArgs({
     n: { type: 'string', default: '200' },
     window: { type: 'string', default: '5m' },
     outage: { type: 'string', default: '10m' },
-    cases: { type: 'string', default: 'steady,jitter,outage' },
+    cases: { type: 'string', default: 'steady,jitter,outage,pool' },
+    'pool-replicas': { type: 'string', default: '20' },
     'safety-poll': { type: 'string' },
   },
 });
@@ -169,7 +175,14 @@ const schedules = await ensureSchedules(
   },
   logger,
 );
-const bridge = createBridge({ kubeConfig: kc, client, taskQueue, logger });
+// The pool's resync compressed like the safety poll, so its cost is measured, then scaled.
+const bridge = createBridge({
+  kubeConfig: kc,
+  client,
+  taskQueue,
+  logger,
+  poolTiming: { resyncMs: SAFETY_MS },
+});
 await bridge.start();
 const api = await startApi(
   readApiConfig({}, { discoveryAddr: '127.0.0.1:0' }),
@@ -508,6 +521,87 @@ if (CASES.has('outage')) {
   );
   figures.outageCallsPerSecond = (calls / ((to - from) / 1000)).toFixed(2);
   figures.recoverySeconds = (settledMs / 1000).toFixed(1);
+}
+if (CASES.has('pool')) {
+  const replicas = Number(args['pool-replicas']);
+  const poolName = 'bench-pool';
+  await objects.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: NS,
+    plural: PROXY_POOL_PLURAL,
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'ProxyPool',
+      metadata: { name: poolName },
+      spec: {
+        replicas,
+        template: {
+          spec: {
+            mode: 'Managed',
+            provider: 'local',
+            healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
+          },
+        },
+      },
+    },
+  });
+  const settledAt = await waitUntil(
+    `pool of ${replicas} settled`,
+    async () => {
+      const pool = (await objects.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: NS,
+        plural: PROXY_POOL_PLURAL,
+        name: poolName,
+      })) as {
+        status?: { availableReplicas?: number; conditions?: Array<{ type: string; status: string }> };
+      };
+      return (
+        pool.status?.availableReplicas === replicas &&
+        pool.status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'False') === true
+      );
+    },
+    10 * 60_000,
+  );
+  console.log(`\npool of ${replicas} settled in ${(settledAt / 1000).toFixed(0)} s`);
+  // Its members' first health reports and latency writes pass first, as the fleet's did.
+  await sleepMs(SWEEP_MS);
+  const load = sampleLoad();
+  const from = Date.now();
+  await sleepMs(WINDOW_MS);
+  const to = Date.now();
+  const byKind = new Map<Kind, number>();
+  let actions = 0;
+  let resyncs = 0;
+  for await (const w of client.workflow.list({ query: "WorkflowType = 'proxyPoolWorkflow'" })) {
+    const events = (await client.workflow.getHandle(w.workflowId, w.runId).fetchHistory()).events ?? [];
+    for (const n of countActions(w.type, events, from, to, undefined, byKind).values()) actions += n;
+    resyncs += events.filter(
+      (e) => e.timerFiredEventAttributes && millis(e) >= from && millis(e) < to,
+    ).length;
+  }
+  const hours = (to - from) / 3_600_000;
+  const perResync = resyncs > 0 ? actions / resyncs : 0;
+  const atDefault = perResync * (3_600_000 / DEFAULT_POOL_TIMING.resyncMs);
+  console.log(
+    `\n## steady pool: ${replicas} members, window ${((to - from) / 1000).toFixed(0)} s, ${load.stop()}`,
+  );
+  console.log(
+    `  pool workflow: ${actions} actions in the window (${(actions / hours).toFixed(2)} per pool-hour at resync ${SAFETY_MS / 1000} s), ${resyncs} resyncs, ${perResync.toFixed(2)} actions per resync`,
+  );
+  console.log(
+    `  by kind: ${
+      KIND_ORDER.filter((k) => (byKind.get(k) ?? 0) > 0)
+        .map((k) => `${k} ${byKind.get(k)}`)
+        .join(', ') || 'none'
+    }`,
+  );
+  console.log(
+    `  at the default resync (${DEFAULT_POOL_TIMING.resyncMs / 60_000} min): ${atDefault.toFixed(2)} actions per pool-hour (goal ≤ 10); member-driven wake-ups in the window: ${actions - resyncs * perResync}`,
+  );
+  figures.poolPerHour = atDefault.toFixed(2);
 }
 console.log(`\nsummary: ${JSON.stringify(figures)}`);
 

@@ -86,6 +86,8 @@ export interface PoolState {
 export interface PoolWorkflowInput {
   ref: PoolRef;
   desired: PoolDesired;
+  /** Set by the bridge (`poolTiming`; the cost bench compresses the resync); defaults otherwise. */
+  timing?: Partial<PoolTiming>;
   maxHistoryEvents?: number;
   carried?: PoolState;
 }

@@ -32,7 +32,7 @@ const statusWriter = proxyLocalActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.
 const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
 
 export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void> {
-  const timing = DEFAULT_POOL_TIMING;
+  const timing = { ...DEFAULT_POOL_TIMING, ...input.timing };
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: PoolState = input.carried ?? {
     ref: input.ref,
