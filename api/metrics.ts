@@ -7,7 +7,8 @@ import type { Context } from 'hono';
 import { Counter, Gauge, collectDefaultMetrics, type Registry } from 'prom-client';
 import { PHASES } from '../resources/proxy-schema.js';
 import type { ProxyCatalog } from './proxy-catalog.js';
-import { LeaseStoreUnavailableError, type LeaseStore } from './lease-store.js';
+import { LeaseStoreUnavailableError, storeKey, type LeaseStore } from './lease-store.js';
+import { partition } from './routes/selection.js';
 
 export type LeaseOutcome = 'granted' | 'no_match';
 
@@ -69,7 +70,65 @@ export function registerApiMetrics(
     },
   });
 
+  // Per ProxyPool: what its members offer and what crawlers hold, by the
+  // lease API's own rules (what an HPA or KEDA would scale the pool on).
+  new Gauge({
+    name: 'egress_pool_proxies_leasable',
+    help: 'Members of each ProxyPool the lease API would lease now (healthy, addressed, not draining or deleting).',
+    labelNames: ['namespace', 'pool'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!sources.catalog.synced()) return;
+      const { candidates } = partition(sources.catalog.list(), []);
+      for (const [key, members] of byPool(sources.catalog.list())) {
+        const [namespace, pool] = key.split('/') as [string, string];
+        this.set({ namespace, pool }, candidates.filter((c) => members.has(c.id)).length);
+      }
+    },
+  });
+  new Gauge({
+    name: 'egress_pool_leases_active',
+    help: 'Active leases on the members of each ProxyPool (draining members included).',
+    labelNames: ['namespace', 'pool'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      if (!sources.catalog.synced()) return;
+      const views = sources.catalog.list();
+      const pools = byPool(views);
+      if (pools.size === 0) return;
+      let counts: ReadonlyMap<string, number>;
+      try {
+        counts = await sources.leaseStore.activeCounts();
+      } catch (err) {
+        if (err instanceof LeaseStoreUnavailableError) return;
+        throw err;
+      }
+      const byId = new Map(views.map((v) => [v.id, v]));
+      for (const [key, members] of pools) {
+        const [namespace, pool] = key.split('/') as [string, string];
+        let total = 0;
+        for (const id of members) total += counts.get(storeKey(byId.get(id)!)) ?? 0;
+        this.set({ namespace, pool }, total);
+      }
+    },
+  });
+
   return { leaseRequest: (outcome) => requests.inc({ outcome }) };
+}
+
+/** Member ids per `namespace/pool`. */
+function byPool(views: ReturnType<ProxyCatalog['list']>): Map<string, Set<string>> {
+  const out = new Map<string, Set<string>>();
+  for (const v of views) {
+    if (!v.pool) continue;
+    const key = `${v.id.split('/')[0]}/${v.pool}`;
+    let members = out.get(key);
+    if (!members) out.set(key, (members = new Set()));
+    members.add(v.id);
+  }
+  return out;
 }
 
 /**

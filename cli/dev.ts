@@ -181,6 +181,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       `  Temporal     ${temporalAddress}${uiUrl ? `   Web UI ${uiUrl}` : ''}`,
       `  Kubernetes   export KUBECONFIG=${kubeconfigPath}`,
       `               ${kubectlHint} apply -f infra/samples/proxy-local.yaml && ${kubectlHint} get px -w`,
+      `               ${kubectlHint} apply -f infra/samples/proxypool-local.yaml && ${kubectlHint} get proxypools -w`,
       ...parts.map((p) => `  ${p.name.padEnd(12)} ${p.describe()}`),
       `  IP echo      ${echo.url} answers {"ip":"<caller>"}; through a local proxy, its egress IP`,
       ...(jaegerUi

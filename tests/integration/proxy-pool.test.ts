@@ -145,9 +145,14 @@ describe('ProxyPool', () => {
     };
     expect(listed.count).toBe(5);
     expect(listed.proxies.every((p) => p.pool === name)).toBe(true);
+    const metrics = await (await fetch(`${apiUrl}/metrics`)).text();
+    expect(metrics).toContain(`egress_pool_proxies_leasable{namespace="${cp.namespace}",pool="${name}"} 5`);
     const lease = await leaseApi(apiUrl).acquire({ pool: name, ttlSeconds: 30 });
     expect(lease.status).toBe(201);
     expect(lease.body.proxy.pool).toBe(name);
+    expect(await (await fetch(`${apiUrl}/metrics`)).text()).toContain(
+      `egress_pool_leases_active{namespace="${cp.namespace}",pool="${name}"} 1`,
+    );
     expect((await leaseApi(apiUrl).acquire({ pool: 'no-such-pool', ttlSeconds: 30 })).status).toBe(409);
     await leaseApi(apiUrl).release(lease.body.leaseID);
 
