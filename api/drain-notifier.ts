@@ -48,6 +48,8 @@ export interface DrainNotifier {
   stop(): Promise<void>;
   /** Reports sent so far (tests, metrics). */
   sent(): number;
+  /** Check passes completed so far: a test waits on these to see that something did not happen. */
+  passes(): number;
 }
 
 interface Watched {
@@ -67,6 +69,7 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let sent = 0;
+  let passes = 0;
   const checks = opts.registry
     ? new Counter({
         name: 'egress_drain_checks_total',
@@ -137,6 +140,7 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
           log.warn({ err: error instanceof Error ? error.message : String(error) }, 'drain check failed'),
         )
         .finally(() => {
+          passes++;
           running = undefined;
           if (timer) schedule();
         });
@@ -154,5 +158,6 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
       await running;
     },
     sent: () => sent,
+    passes: () => passes,
   };
 }

@@ -101,6 +101,25 @@ describe('ProxyPool', () => {
     // The scale subresource: kubectl scale, and what an HPA reads.
     await kubectl(['-n', cp.namespace, 'scale', `proxypool/${name}`, '--replicas=5']);
     await poolReady(name, 5);
+    // Each scale step is an Event on the pool.
+    const events = await eventually(
+      'ScalingUp Events on the pool',
+      async () => {
+        const out = await kubectl([
+          '-n',
+          cp.namespace,
+          'get',
+          'events',
+          '--field-selector',
+          `involvedObject.kind=ProxyPool,involvedObject.name=${name}`,
+          '-o',
+          'jsonpath={range .items[*]}{.reason}{"\\n"}{end}',
+        ]);
+        return out.includes('ScalingUp') ? out : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 500 },
+    );
+    expect(events).toContain('ScalingUp');
     const scale = JSON.parse(
       await kubectl([
         'get',
