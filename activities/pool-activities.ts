@@ -38,6 +38,8 @@ export interface PoolActivitiesDeps {
   events?: EventRecorder;
 }
 
+const proxiesText = (n: number): string => `${n} ${n === 1 ? 'proxy' : 'proxies'}`;
+
 function condition(proxy: Proxy, type: string): boolean {
   return (proxy.status?.conditions ?? []).some((c) => c.type === type && c.status === 'True');
 }
@@ -125,7 +127,7 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
           'Normal',
           'ScalingUp',
           'Create',
-          `created ${created} proxies from template ${templateHash}`,
+          `created ${proxiesText(created)} from template ${templateHash}`,
         );
       }
       if (refused.length > 0) {
@@ -153,7 +155,7 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
           'Normal',
           reason,
           'Delete',
-          `deleting ${deleted} proxies (${what}); each drains its leases first: ${members.map((m) => m.name).join(', ')}`,
+          `deleting ${proxiesText(deleted)} (${what}); each drains its leases first: ${members.map((m) => m.name).join(', ')}`,
         );
       }
       return { deleted };
@@ -188,7 +190,7 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
           'Normal',
           'Restored',
           'Restore',
-          `put ${restored} proxies edited by hand back to the template: ${members.map((m) => m.name).join(', ')}`,
+          `put ${proxiesText(restored)} edited by hand back to the template: ${members.map((m) => m.name).join(', ')}`,
         );
       }
       return { restored };
