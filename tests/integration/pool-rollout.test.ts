@@ -1,8 +1,8 @@
 /**
  * A pool under crawler load (issue 30's first done-when): a 20-proxy pool
  * while 64 clients take and release leases all the time (each holds its
- * lease 1-4 s, then checks its proxy with a CONNECT right before the
- * release), through a template change, a scale 20 → 5 → 20, and the
+ * lease 1-4 s here, EP_POOL_LOAD_HOLD=5-30 for the issue's figure, then
+ * checks its proxy with a CONNECT right before the release), through a template change, a scale 20 → 5 → 20, and the
  * pool's deletion. No lease may ever point at an address that is gone
  * before the lease ended, availability must stay above `replicas -
  * maxUnavailable` through the rollout and the scale-down, and everything
@@ -27,6 +27,12 @@ const REPLICAS = 20;
 const CLIENTS = 64;
 const MAX_SURGE = 5;
 const MAX_UNAVAILABLE = 2;
+// How long a client holds a lease, in seconds: 1-4 in the suite (fast);
+// EP_POOL_LOAD_HOLD=5-30 runs the issue's figure by hand.
+const [HOLD_MIN_S, HOLD_MAX_S] = (process.env.EP_POOL_LOAD_HOLD ?? '1-4').split('-').map(Number) as [
+  number,
+  number,
+];
 
 interface Broken {
   proxy: string;
@@ -126,8 +132,8 @@ describe('a ProxyPool under crawler load', () => {
         granted++;
         const held: LeasedProxy = answer.body.proxy;
         const started = Date.now();
-        // The crawl: the lease is held 1-4 s.
-        await new Promise((r) => setTimeout(r, 1_000 + rand() * 3_000));
+        // The crawl: the lease is held for a while.
+        await new Promise((r) => setTimeout(r, (HOLD_MIN_S + rand() * (HOLD_MAX_S - HOLD_MIN_S)) * 1_000));
         const code = await connectThrough(held.ip, held.port, target.port, 5_000);
         checked++;
         if (code !== 200) broken.push({ proxy: held.id, ip: held.ip, heldMs: Date.now() - started, code });
@@ -219,13 +225,13 @@ describe('a ProxyPool under crawler load', () => {
     // The whole curve only when something is off: it is what tells a health flap from a pool bug.
     if (!ok) console.log(timeline.map((e) => `${((e.atMs - t0) / 1000).toFixed(1)}s ${e.line}`).join('\n'));
     console.log(
-      `issue 30: ${REPLICAS}-proxy pool, ${CLIENTS} clients: rollout ${rolloutSeconds.toFixed(1)} s; ` +
+      `issue 30: ${REPLICAS}-proxy pool, ${CLIENTS} clients holding leases ${HOLD_MIN_S}-${HOLD_MAX_S} s: rollout ${rolloutSeconds.toFixed(1)} s; ` +
         `most leases held by a draining proxy ${maxDrainingLeases}; leases granted ${granted}, checked ${checked}, ` +
         `broken ${broken.length}, denied ${denied}; fewest available: rollout ${minAvailable.rollout}, ` +
         `scale-down ${minAvailable['scale-down']}, scale-up ${minAvailable['scale-up']}`,
     );
     expect(broken, 'leases whose proxy was gone before they ended').toEqual([]);
-    expect(checked).toBeGreaterThan(CLIENTS * 3);
+    expect(checked).toBeGreaterThan(CLIENTS * 2);
     expect(minAvailable.rollout).toBeGreaterThanOrEqual(REPLICAS - MAX_UNAVAILABLE);
     expect(minAvailable['scale-down']).toBeGreaterThanOrEqual(5 - MAX_UNAVAILABLE);
     // Draining proxies really held leases while they drained (else the test proved little).
