@@ -1,5 +1,11 @@
 /** What crawlers do, for the pool and drain tests: lease through the API, and CONNECT through a proxy. */
 import { request } from 'node:http';
+import type { Proxy } from '../../resources/proxy-schema.js';
+import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
+import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
+import { startControlPlane, type ControlPlane } from './control-plane.js';
+import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from './cli.js';
+import { startProbeTarget, type ProbeTarget } from './prober-fixtures.js';
 
 export interface LeasedProxy {
   id: string;
@@ -72,4 +78,52 @@ export function connectThrough(
     req.on('error', () => done(0));
     req.end();
   });
+}
+
+/**
+ * What the pool tests run on: this file's control plane (worker and bridge,
+ * `local` provider), a probe target, the real CLI `api` process watching
+ * only the plane's namespace, and the typed clients.
+ */
+export interface PoolHarness {
+  cp: ControlPlane;
+  target: ProbeTarget;
+  api: CliProcess;
+  apiUrl: string;
+  proxies: ProxyClient;
+  pools: ProxyPoolClient;
+  /** The Proxies carrying the pool's label (members, and any on their way out). */
+  members(pool: string): Promise<Proxy[]>;
+  close(): Promise<void>;
+}
+
+export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
+  const cp = await startControlPlane({ prefix });
+  const target = await startProbeTarget();
+  const proxies = createProxyClient(cp.kc);
+  const pools = createProxyPoolClient(cp.kc);
+  // Only this file's namespace: its prober must not probe and signal other tests' Proxies.
+  const api = startCli([
+    'api',
+    '--discovery-addr',
+    '127.0.0.1:0',
+    ...testServerArgs(),
+    '--watch-namespaces',
+    cp.namespace,
+  ]);
+  const apiUrl = await leaseApiUrl(api, 150_000);
+  return {
+    cp,
+    target,
+    api,
+    apiUrl,
+    proxies,
+    pools,
+    members: async (pool) => (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items,
+    async close() {
+      await api.stop(30_000).catch(() => undefined);
+      await cp.close();
+      await target.close();
+    },
+  };
 }

@@ -15,13 +15,17 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Proxy } from '../../resources/proxy-schema.js';
-import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
-import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
-import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
-import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
+import type { ProxyPoolClient } from '../../kube/proxy-pools.js';
+import type { ControlPlane } from '../helpers/control-plane.js';
+import type { ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually } from '../helpers/temporal.js';
-import { connectThrough, leaseApi, type LeasedProxy } from '../helpers/pools.js';
+import {
+  connectThrough,
+  leaseApi,
+  type LeasedProxy,
+  startPoolHarness,
+  type PoolHarness,
+} from '../helpers/pools.js';
 
 const REPLICAS = 20;
 const CLIENTS = 64;
@@ -42,36 +46,21 @@ interface Broken {
 }
 
 describe('a ProxyPool under crawler load', () => {
+  let h: PoolHarness;
   let cp: ControlPlane;
   let target: ProbeTarget;
-  let api: CliProcess;
   let apiUrl: string;
-  let proxies: ProxyClient;
   let pools: ProxyPoolClient;
 
   beforeAll(async () => {
-    cp = await startControlPlane({ prefix: 'pool-load' });
-    target = await startProbeTarget();
-    proxies = createProxyClient(cp.kc);
-    pools = createProxyPoolClient(cp.kc);
-    api = startCli([
-      'api',
-      '--discovery-addr',
-      '127.0.0.1:0',
-      ...testServerArgs(),
-      '--watch-namespaces',
-      cp.namespace,
-    ]);
-    apiUrl = await leaseApiUrl(api, 150_000);
+    h = await startPoolHarness('pool-load');
+    ({ cp, target, apiUrl, pools } = h);
   });
   afterAll(async () => {
-    await api?.stop(30_000).catch(() => undefined);
-    await cp?.close();
-    await target?.close();
+    await h?.close();
   });
 
-  const members = async (pool: string): Promise<Proxy[]> =>
-    (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items;
+  const members = (pool: string): Promise<Proxy[]> => h.members(pool);
 
   /** The pool is settled at `replicas`: every member live, current, Ready, and none on its way out. */
   const settled = (name: string, replicas: number, what: string) =>
@@ -236,5 +225,5 @@ describe('a ProxyPool under crawler load', () => {
     expect(minAvailable['scale-down']).toBeGreaterThanOrEqual(5 - MAX_UNAVAILABLE);
     // Draining proxies really held leases while they drained (else the test proved little).
     expect(maxDrainingLeases).toBeGreaterThan(0);
-  });
+  }, 600_000);
 });

@@ -16,44 +16,30 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Proxy } from '../../resources/proxy-schema.js';
-import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
-import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
-import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
+import type { ProxyClient } from '../../kube/proxies.js';
+import type { ProxyPoolClient } from '../../kube/proxy-pools.js';
+import type { ControlPlane } from '../helpers/control-plane.js';
 import { kubectl, proxyCondition } from '../helpers/kube.js';
-import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
+import type { ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { poolWorkflowId } from '../../workflows/pool/ids.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { connectThrough, leaseApi } from '../helpers/pools.js';
+import { connectThrough, leaseApi, startPoolHarness, type PoolHarness } from '../helpers/pools.js';
 
 describe('ProxyPool', () => {
+  let h: PoolHarness;
   let cp: ControlPlane;
   let target: ProbeTarget;
-  let api: CliProcess;
   let apiUrl: string;
   let proxies: ProxyClient;
   let pools: ProxyPoolClient;
 
   beforeAll(async () => {
-    cp = await startControlPlane({ prefix: 'pool' });
-    target = await startProbeTarget();
-    proxies = createProxyClient(cp.kc);
-    pools = createProxyPoolClient(cp.kc);
-    api = startCli([
-      'api',
-      '--discovery-addr',
-      '127.0.0.1:0',
-      ...testServerArgs(),
-      '--watch-namespaces',
-      cp.namespace,
-    ]);
-    apiUrl = await leaseApiUrl(api, 150_000);
+    h = await startPoolHarness('pool');
+    ({ cp, target, apiUrl, proxies, pools } = h);
   });
   afterAll(async () => {
-    await api?.stop(30_000).catch(() => undefined);
-    await cp?.close();
-    await target?.close();
+    await h?.close();
   });
 
   const template = (attributes: Record<string, string> = {}) => ({
@@ -67,8 +53,7 @@ describe('ProxyPool', () => {
     },
   });
 
-  const members = async (pool: string): Promise<Proxy[]> =>
-    (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items;
+  const members = (pool: string): Promise<Proxy[]> => h.members(pool);
 
   const poolReady = (name: string, replicas: number, what = `${replicas} available`) =>
     eventually(

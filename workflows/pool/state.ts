@@ -15,6 +15,7 @@
  */
 import type { Condition, ProxyPoolStatus } from '../../resources/proxy-schema.js';
 import type { PoolDesired, PoolMember, PoolObservation, PoolPlan, PoolState } from './types.js';
+import { withTransitionTimes, type ConditionSpec } from '../conditions.js';
 
 const POOL_LABEL = 'crawl.example.com/pool';
 
@@ -95,13 +96,6 @@ export function planPool(desired: PoolDesired, seen: PoolObservation, poolName: 
   return { create, remove, restore, progressing, status };
 }
 
-interface ConditionSpec {
-  type: string;
-  status: 'True' | 'False';
-  reason: string;
-  message: string;
-}
-
 /** Available and Progressing, with Kubernetes semantics (lastTransitionTime moves only on a change of status). */
 export function poolConditions(
   state: PoolState,
@@ -123,14 +117,7 @@ export function poolConditions(
     },
     progressingCondition(plan, old, seen),
   ];
-  return specs.map((spec) => {
-    const previous = state.conditions.find((c) => c.type === spec.type);
-    const lastTransitionTime =
-      previous && previous.status === spec.status
-        ? previous.lastTransitionTime
-        : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
-    return { ...spec, observedGeneration: desired.generation, lastTransitionTime };
-  });
+  return withTransitionTimes(specs, state.conditions, desired.generation, now);
 }
 
 function progressingCondition(plan: PoolPlan, old: number, seen: PoolObservation): ConditionSpec {

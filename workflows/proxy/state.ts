@@ -8,6 +8,7 @@
 import type { Condition, ProxyPhase, ProxyStatus } from '../../resources/proxy-schema.js';
 import type { InstanceState } from '../../providers/types.js';
 import { FailureType } from './failure-types.js';
+import { withTransitionTimes, type ConditionSpec } from '../conditions.js';
 import type {
   DesiredSpec,
   DriftReport,
@@ -418,13 +419,6 @@ export function derivePhase(state: ProxyState): ProxyPhase {
   return state.instanceId || state.replacing ? 'Provisioning' : 'Pending';
 }
 
-interface ConditionSpec {
-  type: string;
-  status: 'True' | 'False' | 'Unknown';
-  reason: string;
-  message: string;
-}
-
 function provisionedCondition(state: ProxyState): ConditionSpec {
   const { desired, failure } = state;
   const c = (status: ConditionSpec['status'], reason: string, message: string) => ({
@@ -583,19 +577,7 @@ export function buildConditions(state: ProxyState, now: Date): Condition[] {
     flagCondition(state, 'CloudInitError'),
     drainingCondition(state),
   ].filter((c): c is ConditionSpec => c !== undefined);
-  return specs.map((spec) => {
-    const previous = state.conditions.find((c) => c.type === spec.type);
-    const lastTransitionTime =
-      previous && previous.status === spec.status
-        ? previous.lastTransitionTime
-        : now.toISOString().replace(/\.\d{3}Z$/, 'Z');
-    return {
-      ...spec,
-      message: spec.message.slice(0, 32_768),
-      observedGeneration: state.desired.generation,
-      lastTransitionTime,
-    };
-  });
+  return withTransitionTimes(specs, state.conditions, state.desired.generation, now);
 }
 
 /** Recomputes phase and conditions in place and returns the status to write. */
