@@ -114,6 +114,8 @@ const HOP_BY_HOP = new Set([
 const AUTHORITY = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/;
 /** Longest upstream answer to CONNECT we read before giving up on it. */
 const MAX_UPSTREAM_HEAD = 16 * 1024;
+/** Plain HTTP: how long an upstream connection may stay silent once the request is sent. */
+const UPSTREAM_IDLE_MS = 120_000;
 const PROXY_AUTHENTICATE = { 'Proxy-Authenticate': 'Basic realm="egress-proxies"' };
 
 export function createGateway(opts: CreateGatewayOptions): Gateway {
@@ -551,6 +553,10 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
         if (socket.connecting) socket.once('connect', ready);
         else ready();
       });
+      // An upstream that goes quiet mid-request must not hold the crawler (and the lease) forever.
+      upstream.setTimeout(UPSTREAM_IDLE_MS, () =>
+        upstream.destroy(new Error(`no data from the upstream proxy for ${UPSTREAM_IDLE_MS / 1000} s`)),
+      );
       upstream.once('response', (response) => {
         clearTimeout(timer);
         resolve(response);
