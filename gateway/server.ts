@@ -370,33 +370,39 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     }
     const { lease, result: rest, attempts } = picked;
     const up = upstream;
-    metrics.outcome('connect', 'ok');
-    metrics.connection('connect', lease.proxy.id, target);
-    metrics.tunnelOpened();
-    active++;
-    span?.end(200);
-    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    const clientReadBefore = client.bytesRead;
-    const clientWrittenBefore = client.bytesWritten;
-    if (head.length > 0) up.write(head);
-    if (rest.length > 0) client.write(rest);
-    up.setNoDelay(true);
-    client.pipe(up);
-    up.pipe(client);
-    up.on('error', () => client.destroy());
-    up.once('close', () => client.destroy());
-    await new Promise<void>((resolve) => {
-      if (client.destroyed) resolve();
-      else client.once('close', () => resolve());
-    });
-    up.destroy();
-    active--;
-    metrics.tunnelClosed();
-    const sent = client.bytesRead - clientReadBefore + head.length;
-    const received = client.bytesWritten - clientWrittenBefore;
+    let sent = 0;
+    let received = 0;
+    // Whatever happens from here, the lease is let go of when the tunnel ends (a leaked one would renew forever).
+    try {
+      metrics.outcome('connect', 'ok');
+      metrics.connection('connect', lease.proxy.id, target);
+      metrics.tunnelOpened();
+      active++;
+      span?.end(200);
+      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      const clientReadBefore = client.bytesRead;
+      const clientWrittenBefore = client.bytesWritten;
+      if (head.length > 0) up.write(head);
+      if (rest.length > 0) client.write(rest);
+      up.on('error', () => client.destroy());
+      up.once('close', () => client.destroy());
+      client.pipe(up);
+      up.pipe(client);
+      await new Promise<void>((resolve) => {
+        if (client.destroyed) resolve();
+        else client.once('close', () => resolve());
+      });
+      sent = client.bytesRead - clientReadBefore + head.length;
+      received = client.bytesWritten - clientWrittenBefore;
+    } finally {
+      up.destroy();
+      client.destroy();
+      active--;
+      metrics.tunnelClosed();
+      await lease.done();
+    }
     metrics.bytes(lease.proxy.id, target, sent, received);
     accessLog('connect', authority, lease.proxy.id, 200, started, attempts, sent, received, lease.session);
-    await lease.done();
   }
 
   async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -476,40 +482,47 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     }
     const { lease, result: upstreamResponse, attempts } = picked;
     const status = upstreamResponse.statusCode ?? 502;
-    metrics.outcome('http', 'ok');
-    metrics.connection('http', lease.proxy.id, target);
-    metrics.tunnelOpened();
-    active++;
-    span?.end(status);
+    let received = 0;
     // Reported before the lease is let go of: a released lease is forgotten by the store.
     let reported: Promise<void> = Promise.resolve();
-    if (rateLimitStatuses.has(status)) {
-      metrics.rateLimited(lease.proxy.id, target);
-      reported = lease
-        .rateLimited(target)
-        .catch((err: unknown) =>
-          log.warn(
-            { err: err instanceof Error ? err.message : String(err) },
-            'gateway: reporting rate_limited failed',
-          ),
-        );
+    // Whatever happens from here, the lease is let go of when the exchange ends (a leaked one would renew forever).
+    try {
+      metrics.outcome('http', 'ok');
+      metrics.connection('http', lease.proxy.id, target);
+      metrics.tunnelOpened();
+      active++;
+      span?.end(status);
+      if (rateLimitStatuses.has(status)) {
+        metrics.rateLimited(lease.proxy.id, target);
+        reported = lease
+          .rateLimited(target)
+          .catch((err: unknown) =>
+            log.warn(
+              { err: err instanceof Error ? err.message : String(err) },
+              'gateway: reporting rate_limited failed',
+            ),
+          );
+      }
+      upstreamResponse.on('data', (chunk: Buffer) => (received += chunk.length));
+      upstreamResponse.on('error', () => res.destroy());
+      res.writeHead(status, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.headers));
+      upstreamResponse.pipe(res);
+      await new Promise<void>((resolve) => {
+        if (res.destroyed || res.writableFinished) resolve();
+        else res.once('close', () => resolve());
+      });
+    } finally {
+      if (!res.writableFinished) {
+        upstreamRequest?.destroy();
+        res.destroy();
+      }
+      active--;
+      metrics.tunnelClosed();
+      await reported;
+      await lease.done();
     }
-    res.writeHead(status, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.headers));
-    upstreamResponse.pipe(res);
-    let received = 0;
-    upstreamResponse.on('data', (chunk: Buffer) => (received += chunk.length));
-    upstreamResponse.on('error', () => res.destroy());
-    await new Promise<void>((resolve) => {
-      if (res.destroyed || res.writableFinished) resolve();
-      else res.once('close', () => resolve());
-    });
-    if (!res.writableFinished) upstreamRequest?.destroy();
-    active--;
-    metrics.tunnelClosed();
     metrics.bytes(lease.proxy.id, target, sent, received);
     accessLog('http', url.host, lease.proxy.id, status, started, attempts, sent, received, lease.session);
-    await reported;
-    await lease.done();
   }
 
   /**
