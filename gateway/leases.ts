@@ -174,8 +174,11 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
       },
       async failed(target) {
         if (!end()) return;
-        await store.report(leaseId, 'rate_limited', target);
-        await store.release(leaseId);
+        try {
+          await store.report(leaseId, 'rate_limited', target);
+        } finally {
+          await store.release(leaseId);
+        }
       },
       async rateLimited(target) {
         // Reported while the lease is still held (a released lease is forgotten).
@@ -233,8 +236,11 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
       async failed(target) {
         detach();
         if (sessions.get(session.key) !== session) return;
-        await store.report(session.leaseId, 'rate_limited', target);
-        await dropSession(session);
+        try {
+          await store.report(session.leaseId, 'rate_limited', target);
+        } finally {
+          await dropSession(session);
+        }
       },
       async rateLimited(target) {
         if (sessions.get(session.key) !== session) return;
