@@ -167,8 +167,16 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
       socket.end(
         `HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(text) + 1}\r\n\r\n${text}\n`,
       );
+      // Read and drop what the client still sends, so closing sends FIN after the answer rather than
+      // a reset that can overtake it; a client that keeps sending is cut off after a second.
+      socket.on('error', () => undefined);
+      socket.resume();
+      const cutOff = setTimeout(() => socket.destroy(), 1_000);
+      cutOff.unref();
+      socket.once('close', () => clearTimeout(cutOff));
+    } else {
+      socket.destroy();
     }
-    socket.destroy();
     log.debug({ code: err.code, status }, 'gateway: malformed or abandoned request');
   });
 
