@@ -190,8 +190,14 @@ export async function startGatewayCli(
     ],
     { env },
   );
-  const url = (await cli.waitFor(GATEWAY_LISTENING, 120_000))[1]!;
-  return { cli, url };
+  try {
+    const url = (await cli.waitFor(GATEWAY_LISTENING, 120_000))[1]!;
+    return { cli, url };
+  } catch (error) {
+    // The caller never gets the process to stop: stop it here.
+    await cli.stop();
+    throw error;
+  }
 }
 
 /** The process's resident set, from /proc (Linux). */
