@@ -116,6 +116,14 @@ export interface LeaseStore {
   acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>>;
   /** Forgets the lease (a later report is `unknown_lease`); idempotent, unknown ids are a no-op. */
   release(id: string): Promise<void>;
+  /**
+   * Extends a lease that still holds its slot to `ttlMs` from now (the
+   * gateway renews the leases of open tunnels and live sessions). Null when
+   * the lease ended, was released or was never issued: its slot may already
+   * be someone else's, so the caller must not go on using the proxy as if
+   * it held one.
+   */
+  renew(id: string, ttlMs: number): Promise<Lease | null>;
   /** `target` '' falls back to the lease's own target, then to the global pool. */
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome>;
   /** Unexpired, unreleased leases per proxy store key (`storeKey`); proxies with none are absent. */
@@ -187,6 +195,10 @@ export class MemoryLeaseStore implements LeaseStore {
     return Promise.resolve();
   }
 
+  renew(id: string, ttlMs: number): Promise<Lease | null> {
+    return Promise.resolve(this.renewNow(id, ttlMs));
+  }
+
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {
     return Promise.resolve(this.reportNow(id, result, target));
   }
@@ -246,6 +258,21 @@ export class MemoryLeaseStore implements LeaseStore {
   releaseNow(id: string): void {
     const record = this.leases.get(id);
     if (record) this.forget(record);
+  }
+
+  renewNow(id: string, ttlMs: number): Lease | null {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new RangeError(`ttlMs must be positive, got ${ttlMs}`);
+    const now = this.clock.now();
+    const record = this.leases.get(id);
+    if (!record || record.endsAt <= now) return null;
+    // Records are immutable (the holding sets key on them): swap in a new one.
+    const renewed: LeaseRecord = { ...record, endsAt: now + ttlMs };
+    this.unhold(record);
+    this.leases.set(id, renewed);
+    let set = this.holding.get(renewed.proxy);
+    if (!set) this.holding.set(renewed.proxy, (set = new Set<LeaseRecord>()));
+    set.add(renewed);
+    return toLease(renewed);
   }
 
   reportNow(id: string, result: ReportResult, target: string): ReportOutcome {

@@ -44,6 +44,7 @@ import {
   type AcquireRequest,
   type Candidate,
   type Clock,
+  type Lease,
   type LeaseStore,
   type ReportOutcome,
   type ReportResult,
@@ -190,6 +191,21 @@ end
 return {ep}
 `;
 
+// ARGV[4] lease id, [5] ttlMs, [6] cooldownMs. Only a lease still holding
+// its slot (end > now) is extended; the prelude has already given back the
+// slots of ended ones, so an ended lease is never revived.
+const RENEW = `${PRELUDE}
+local id = ARGV[4]
+local key = P .. 'lease:' .. id
+local rec = redis.call('HMGET', key, 'p', 't', 'e')
+if not rec[1] or tonumber(rec[3]) <= now then return {ep, 0} end
+local ends = now + tonumber(ARGV[5])
+redis.call('HSET', key, 'e', ends)
+redis.call('PEXPIRE', key, ends + tonumber(ARGV[6]) - now + 1000)
+redis.call('ZADD', P .. 'ends', ends, id .. ' ' .. rec[1])
+return {ep, 1, rec[1], rec[2], tostring(ends)}
+`;
+
 // ARGV[4] lease id, [5] result, [6] target, [7] cooldownMs.
 const REPORT = `${PRELUDE}
 local id = ARGV[4]
@@ -237,6 +253,7 @@ interface LeaseCommands {
   leaseRegister(...args: string[]): Promise<Reply>;
   leaseRelease(...args: string[]): Promise<Reply>;
   leaseReport(...args: string[]): Promise<Reply>;
+  leaseRenew(...args: string[]): Promise<Reply>;
   leaseCounts(...args: string[]): Promise<Reply>;
 }
 
@@ -340,6 +357,7 @@ export class RedisLeaseStore implements LeaseStore {
     this.redis.defineCommand('leaseRegister', { numberOfKeys: 0, lua: REGISTER });
     this.redis.defineCommand('leaseRelease', { numberOfKeys: 0, lua: RELEASE });
     this.redis.defineCommand('leaseReport', { numberOfKeys: 0, lua: REPORT });
+    this.redis.defineCommand('leaseRenew', { numberOfKeys: 0, lua: RENEW });
     this.redis.defineCommand('leaseCounts', { numberOfKeys: 0, lua: COUNTS });
     // ioredis reports every failed reconnect; one line per outage is enough.
     this.redis.on('error', (err: Error) => {
@@ -450,6 +468,16 @@ export class RedisLeaseStore implements LeaseStore {
 
   async release(id: string): Promise<void> {
     await this.run(() => this.redis.leaseRelease(...this.head(), id));
+  }
+
+  async renew(id: string, ttlMs: number): Promise<Lease | null> {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) throw new RangeError(`ttlMs must be positive, got ${ttlMs}`);
+    const reply = await this.run(() =>
+      this.redis.leaseRenew(...this.head(), id, String(ttlMs), String(this.cooldownMs)),
+    );
+    if (reply[1] !== 1) return null;
+    const [, , proxy, target, ends] = reply as [string, number, string, string, string];
+    return { id, proxy, target, expiresAt: Number(ends) };
   }
 
   async report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {

@@ -2,8 +2,8 @@
  * `egress-proxies dev`: the whole control plane on one machine with no
  * cloud account. Starts (or reuses) a Temporal dev server and, unless a
  * kubeconfig is given, a local kube-apiserver with etcd and a
- * kube-controller-manager; installs the CRDs; runs worker, bridge and lease
- * API in this process with the `local` provider, and an IP-echo target
+ * kube-controller-manager; installs the CRDs; runs worker, bridge, lease
+ * API and gateway in this process with the `local` provider, and an IP-echo target
  * that shows which proxy carried a request. State persists across
  * restarts in one directory per instance (`--state-dir`, default
  * <cache>/dev): Temporal's database, etcd, the kubeconfigs, the providers'
@@ -28,7 +28,7 @@ import { startIpEcho } from './local-servers/ip-echo.js';
 import { packageVersion } from './version.js';
 import { startTracing, type TracingConfig } from '../tracing/index.js';
 import type { CommandPlan } from './plan.js';
-import { startApi, startBridge, startWorker, type Running } from './processes.js';
+import { startApi, startBridge, startGateway, startWorker, type Running } from './processes.js';
 
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 /** The IP-echo target's preferred port (next to the lease API's 8090); a port in use is replaced. */
@@ -40,8 +40,9 @@ const IP_ECHO_PORT = 8091;
  * apiserver) and, unless given, the lease API's port filled in.
  */
 export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.ProcessEnv): Promise<void> {
-  const { dev, worker: workerConfig, bridge: bridgeConfig, api: apiConfig } = plan;
-  if (!dev || !workerConfig || !bridgeConfig || !apiConfig) throw new Error('not a dev plan');
+  const { dev, worker: workerConfig, bridge: bridgeConfig, api: apiConfig, gateway: gatewayConfig } = plan;
+  if (!dev || !workerConfig || !bridgeConfig || !apiConfig || !gatewayConfig)
+    throw new Error('not a dev plan');
   const root = dev.root;
   mkdirSync(root, { recursive: true });
   const lock = lockInstance(root);
@@ -169,6 +170,19 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     );
     stops.push(() => api.stop());
     parts.push(api);
+    // The gateway leases from the lease API's own catalog and store: one pool for both.
+    const gatewayOptions = dev.gatewayAddrGiven
+      ? gatewayConfig.options
+      : {
+          ...gatewayConfig.options,
+          port: await preferredOrFreePort(gatewayConfig.options.port, gatewayConfig.options.host),
+        };
+    const gateway = await startGateway(gatewayOptions, gatewayConfig, undefined, logger, metrics, {
+      tracing,
+      shared: { catalog: api.catalog, leaseStore: api.leaseStore },
+    });
+    stops.push(() => gateway.stop());
+    parts.push(gateway);
     // A stand-in for an IP-echo site (api.ipify.org): fetched through a
     // `local` proxy it answers with that proxy's own address, its egress IP.
     const echo = await startIpEcho({ host: '127.0.0.1', port: await preferredOrFreePort(IP_ECHO_PORT) });

@@ -6,7 +6,14 @@ import { Command, Option } from 'commander';
 import { runDev } from './dev.js';
 import { loadKubeConfig } from './kube.js';
 import { createLogger } from './logger.js';
-import { preflightWorkerConfig, startApi, startBridge, startWorker, type Running } from './processes.js';
+import {
+  preflightWorkerConfig,
+  startApi,
+  startBridge,
+  startGateway,
+  startWorker,
+  type Running,
+} from './processes.js';
 import { COMMANDS, planCommand, type CommandFlags, type CommandName, type CommandPlan } from './plan.js';
 import { buildInfo } from './build-info.js';
 import { packageVersion } from './version.js';
@@ -156,12 +163,21 @@ function bridgeOptions(cmd: Command): Command {
 
 /** The lease API and the health prober. */
 function apiOptions(cmd: Command): Command {
+  return leaseOptions(
+    cmd.addOption(
+      new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'),
+    ),
+  );
+}
+
+/** How leases are granted and where they live: read by the lease API and the gateway alike. */
+function leaseOptions(cmd: Command): Command {
   return cmd
     .addOption(
-      new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'),
-    )
-    .addOption(
-      new Option('--discovery-token-file <path>', 'file with the bearer token (or env DISCOVERY_TOKEN)'),
+      new Option(
+        '--discovery-token-file <path>',
+        "file with the API token: the lease API's bearer token and the gateway's proxy password (or env DISCOVERY_TOKEN)",
+      ),
     )
     .addOption(new Option('--lease-cooldown <duration>', 'cooldown after rate_limited/banned (default 15m)'))
     .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'))
@@ -175,6 +191,48 @@ function apiOptions(cmd: Command): Command {
       new Option('--lease-store-password-file <path>', 'file with the Redis password (a mounted Secret)'),
     )
     .addOption(new Option('--lease-store-ca-file <path>', 'PEM CA bundle for a rediss:// Redis'));
+}
+
+/** The gateway's own options (its lease options are leaseOptions). */
+function gatewayOptions(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option(
+        '--gateway-addr <addr>',
+        "gateway (crawlers' proxy endpoint) listen address, host:port or :port (default :8080; dev 127.0.0.1:8092)",
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-connect-timeout <duration>',
+        'bound on reaching an upstream proxy and reading its answer to CONNECT (default 5s)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-attempts <attempts>',
+        'upstream proxies tried per connection when one refuses or times out (default 3)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-rate-limit-statuses <codes>',
+        'plain-HTTP statuses that report rate_limited for their target, comma-separated; empty turns it off (default 429,403)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-max-target-labels <n>',
+        'distinct targets given their own metric label; the rest count as "other" (default 500)',
+      ),
+    );
+}
+
+/** The gateway reads Proxies from the cluster and never talks to Temporal. */
+function gatewayConnectionOptions(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--kubeconfig <path>', 'kubeconfig (env KUBECONFIG; in-cluster config when unset)'))
+    .addOption(new Option('--log-level <level>', 'log level (env LOG_LEVEL)'));
 }
 
 /** `dev` only: a local trace backend. */
@@ -249,6 +307,18 @@ export async function runPlan(
           }),
         );
       }
+      if (plan.gateway) {
+        parts.push(
+          await startGateway(
+            plan.gateway.options,
+            plan.gateway,
+            loadKubeConfig(plan.gateway.kubeconfig),
+            logger,
+            undefined,
+            { tracing },
+          ),
+        );
+      }
     } catch (error) {
       for (const p of parts.reverse()) await p.stop();
       throw error;
@@ -284,7 +354,7 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
   const commands: Record<CommandName, { description: string; options: Array<(c: Command) => Command> }> = {
     dev: {
       description:
-        'run the whole control plane locally: Temporal dev server (unless --temporal-address), kube-apiserver (unless --kubeconfig), worker, bridge, lease API',
+        'run the whole control plane locally: Temporal dev server (unless --temporal-address), kube-apiserver (unless --kubeconfig), worker, bridge, lease API, gateway',
       options: [
         connectionOptions,
         taskQueueOption,
@@ -293,6 +363,7 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
         workerOptions,
         bridgeOptions,
         apiOptions,
+        gatewayOptions,
         devOptions,
       ],
     },
@@ -307,6 +378,11 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     api: {
       description: 'run the lease API and health prober',
       options: [connectionOptions, metricsOption, watchNamespacesOption, apiOptions],
+    },
+    gateway: {
+      description:
+        'run the gateway: one HTTP proxy endpoint (CONNECT and plain HTTP) that leases a Ready proxy per connection or session',
+      options: [gatewayConnectionOptions, metricsOption, watchNamespacesOption, leaseOptions, gatewayOptions],
     },
   };
   for (const name of COMMANDS) {

@@ -11,10 +11,16 @@
 import { join, resolve } from 'node:path';
 import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
 import { readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
+import {
+  DEV_GATEWAY_ADDR,
+  readGatewayConfig,
+  type GatewayFlags,
+  type GatewayOptions,
+} from '../gateway/config.js';
 import { cacheRoot } from './local-servers/tools.js';
 import { readTracingConfig, type TracingConfig } from '../tracing/config.js';
 
-export const COMMANDS = ['dev', 'worker', 'bridge', 'api'] as const;
+export const COMMANDS = ['dev', 'worker', 'bridge', 'api', 'gateway'] as const;
 export type CommandName = (typeof COMMANDS)[number];
 
 /** The Temporal worker: Proxy workflows and their timing, provider activities, the GC, provider-check and drift-sweep schedules. */
@@ -90,6 +96,14 @@ export type ApiPartConfig = Pick<
   options: ApiOptions;
 };
 
+/**
+ * The gateway: the crawlers' proxy endpoint. It reads Proxies (its own
+ * informer) and leases through the lease store; it never talks to Temporal.
+ */
+export type GatewayPartConfig = Pick<CommonConfig, 'kubeconfig' | 'metricsAddr' | 'watchNamespaces'> & {
+  options: GatewayOptions;
+};
+
 /** `dev` itself: the servers it starts unless told where existing ones are, and where it keeps state. */
 export interface DevServersConfig {
   /** Use this Temporal server instead of starting a dev server. */
@@ -104,6 +118,8 @@ export interface DevServersConfig {
   root: string;
   /** `--discovery-addr` was given: use it as is; otherwise 127.0.0.1:8090, or a free port when that is taken. */
   apiAddrGiven: boolean;
+  /** `--gateway-addr` was given: use it as is; otherwise 127.0.0.1:8092, or a free port when that is taken. */
+  gatewayAddrGiven: boolean;
   /** `--tracing`: start a local Jaeger and send this process's spans to it (overrides an OTLP endpoint in the environment). */
   tracing?: boolean;
 }
@@ -113,12 +129,13 @@ export interface CommandPlan {
   worker?: WorkerConfig;
   bridge?: BridgeConfig;
   api?: ApiPartConfig;
+  gateway?: GatewayPartConfig;
   dev?: DevServersConfig;
   /** OpenTelemetry tracing from the OTEL_* environment; absent when no OTLP endpoint is set (off). */
   tracing?: TracingConfig;
 }
 
-export type CommandFlags = CommonFlags & ApiFlags & { tracing?: boolean };
+export type CommandFlags = CommonFlags & ApiFlags & GatewayFlags & { tracing?: boolean };
 
 /** The service name of each command's spans when OTEL_SERVICE_NAME is unset. */
 const SERVICE_NAMES: Record<CommandName, string> = {
@@ -126,6 +143,7 @@ const SERVICE_NAMES: Record<CommandName, string> = {
   worker: 'egress-proxies-worker',
   bridge: 'egress-proxies-bridge',
   api: 'egress-proxies-api',
+  gateway: 'egress-proxies-gateway',
 };
 
 /** `dev` listens on loopback only; `api` on every interface, as the seed's default `:8090`. */
@@ -170,10 +188,17 @@ export function planCommand(
       ),
     };
   }
+  if (command === 'dev' || command === 'gateway') {
+    plan.gateway = {
+      ...pick(common, ['kubeconfig', 'metricsAddr', 'watchNamespaces'] as const),
+      options: readGatewayConfig(env, flags, command === 'dev' ? { gatewayAddr: DEV_GATEWAY_ADDR } : {}),
+    };
+  }
   if (command === 'dev') {
     plan.dev = {
       root: devRoot,
       apiAddrGiven: flags.discoveryAddr !== undefined,
+      gatewayAddrGiven: flags.gatewayAddr !== undefined,
       ...(flags.tracing ? { tracing: true } : {}),
       ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
       ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),

@@ -18,7 +18,10 @@ import {
   serveApi,
   type ApiOptions,
   type LeaseStore,
+  type LeaseStoreConfig,
+  type ProxyCatalog,
 } from '../api/index.js';
+import { createGateway, type GatewayOptions } from '../gateway/index.js';
 import {
   createProber,
   createProxyProbeTargets,
@@ -37,7 +40,7 @@ import {
   type ProvidersConfig,
 } from '../providers/config.js';
 import { registerProviderRequestMetrics } from '../providers/metrics.js';
-import type { ApiPartConfig, BridgeConfig, WorkerConfig } from './plan.js';
+import type { ApiPartConfig, BridgeConfig, GatewayPartConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
 import { registerBuildInfo } from './build-info.js';
 import { scrapeText, serveMetrics, type Readiness } from './metrics-server.js';
@@ -317,7 +320,15 @@ export async function startApi(
   logger: Logger,
   registry: Registry = new Registry(),
   opts: { metricsServedElsewhere?: boolean; tracing?: Tracing } = {},
-): Promise<Running & { url: string; registry: Registry; metricsUrl: string }> {
+): Promise<
+  Running & {
+    url: string;
+    registry: Registry;
+    metricsUrl: string;
+    catalog: ProxyCatalog;
+    leaseStore: LeaseStore;
+  }
+> {
   const tracing = opts.tracing ?? TRACING_OFF;
   // One Proxy cache for the lease API and the prober.
   const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
@@ -331,27 +342,12 @@ export async function startApi(
   try {
     const catalog = createInformerProxyCatalog(proxies);
     started.push({ what: 'catalog', stop: () => catalog.close() });
-    let leaseStore: LeaseStore;
-    let stopSweep = () => undefined as void;
-    if (apiOptions.leaseStore.kind === 'redis') {
-      const redisStore = new RedisLeaseStore({
-        url: apiOptions.leaseStore.url,
-        ...(apiOptions.leaseStore.password !== undefined ? { password: apiOptions.leaseStore.password } : {}),
-        ...(apiOptions.leaseStore.caFile !== undefined ? { caFile: apiOptions.leaseStore.caFile } : {}),
-        cooldownMs: apiOptions.leaseCooldownMs,
-        logger,
-      });
-      // Fails the start with a clear message when Redis is unreachable or refuses us.
-      await redisStore.connect();
-      started.push({ what: 'lease store', stop: () => redisStore.close() });
-      leaseStore = redisStore;
-    } else {
-      const memoryStore = new MemoryLeaseStore({ cooldownMs: apiOptions.leaseCooldownMs });
-      // Only frees memory: every read already ignores ended leases.
-      stopSweep = memoryStore.startSweeping();
-      started.push({ what: 'lease sweep', stop: stopSweep });
-      leaseStore = memoryStore;
-    }
+    const { leaseStore, stop: stopLeaseStore } = await openLeaseStore(
+      apiOptions.leaseStore,
+      apiOptions.leaseCooldownMs,
+      logger,
+    );
+    started.push({ what: 'lease store', stop: stopLeaseStore });
     // With --metrics-addr the metrics (which name every proxy) leave the discovery port.
     let metricsServer: { url: string; close(): Promise<void> } | undefined;
     if (config.metricsAddr) {
@@ -416,6 +412,8 @@ export async function startApi(
       url: server.url,
       registry,
       metricsUrl,
+      catalog,
+      leaseStore,
       done: new Promise(() => undefined),
       describe: () =>
         `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober on`,
@@ -423,13 +421,128 @@ export async function startApi(
         await server.close();
         await metricsServer?.close();
         await drainNotifier.stop();
-        stopSweep();
-        await leaseStore.close?.();
+        await stopLeaseStore();
         await prober.stop();
         await signaller.stop();
         await connection.close();
         catalog.close();
         await proxies.stop();
+      },
+    };
+  } catch (error) {
+    for (const part of started.reverse()) {
+      try {
+        await part.stop();
+      } catch (stopError) {
+        logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
+      }
+    }
+    throw error;
+  }
+}
+
+/**
+ * The lease store a lease API or a gateway uses: Redis (connected, or the
+ * start fails with a clear message) or one in this process's memory.
+ */
+async function openLeaseStore(
+  config: LeaseStoreConfig,
+  cooldownMs: number,
+  logger: Logger,
+): Promise<{ leaseStore: LeaseStore; stop: () => Promise<void> }> {
+  if (config.kind === 'redis') {
+    const redisStore = new RedisLeaseStore({
+      url: config.url,
+      ...(config.password !== undefined ? { password: config.password } : {}),
+      ...(config.caFile !== undefined ? { caFile: config.caFile } : {}),
+      cooldownMs,
+      logger,
+    });
+    // Fails the start with a clear message when Redis is unreachable or refuses us.
+    await redisStore.connect();
+    return { leaseStore: redisStore, stop: () => redisStore.close() };
+  }
+  const memoryStore = new MemoryLeaseStore({ cooldownMs });
+  // Only frees memory: every read already ignores ended leases.
+  const stopSweep = memoryStore.startSweeping();
+  return {
+    leaseStore: memoryStore,
+    stop: () => {
+      stopSweep();
+      return Promise.resolve();
+    },
+  };
+}
+
+/**
+ * The gateway: the crawlers' one proxy endpoint. On its own it has its own
+ * Proxy informer and lease store (Redis to share leases with the api
+ * replicas; memory leases only among its own connections); `dev` hands it
+ * the lease API's catalog and store, so both lease from one pool.
+ */
+export async function startGateway(
+  options: GatewayOptions,
+  config: Pick<GatewayPartConfig, 'metricsAddr' | 'watchNamespaces'>,
+  kc: KubeConfig | undefined,
+  logger: Logger,
+  registry: Registry = new Registry(),
+  opts: { tracing?: Tracing; shared?: { catalog: ProxyCatalog; leaseStore: LeaseStore } } = {},
+): Promise<Running & { url: string; metricsUrl: string }> {
+  const tracing = opts.tracing ?? TRACING_OFF;
+  const started: Array<{ what: string; stop: () => unknown }> = [];
+  try {
+    let catalog: ProxyCatalog;
+    let leaseStore: LeaseStore;
+    if (opts.shared) {
+      ({ catalog, leaseStore } = opts.shared);
+    } else {
+      if (!kc) throw new Error('the gateway needs a kubeconfig or an in-cluster config to read Proxies');
+      const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
+      await proxies.start();
+      started.push({ what: 'Proxy informer', stop: () => proxies.stop() });
+      const informerCatalog = createInformerProxyCatalog(proxies);
+      started.push({ what: 'catalog', stop: () => informerCatalog.close() });
+      catalog = informerCatalog;
+      const opened = await openLeaseStore(options.leaseStore, options.leaseCooldownMs, logger);
+      started.push({ what: 'lease store', stop: opened.stop });
+      leaseStore = opened.leaseStore;
+      registerProcessMetrics(registry);
+    }
+    if (options.token === '')
+      logger.warn(
+        'gateway: no API token configured (DISCOVERY_TOKEN or --discovery-token-file): anyone who can reach it can use the fleet',
+      );
+    const gateway = createGateway({
+      catalog,
+      leaseStore,
+      logger,
+      registry,
+      settings: options,
+      ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
+    });
+    let metricsServer: { url: string; close(): Promise<void> } | undefined;
+    if (config.metricsAddr && !opts.shared) {
+      const { host, port } = parseListenAddress(config.metricsAddr, '--metrics-addr');
+      metricsServer = await serveMetrics(registry, host, port, () =>
+        Promise.resolve(
+          catalog.synced() ? { ready: true } : { ready: false, reason: 'Proxies not loaded yet' },
+        ),
+      );
+      started.push({ what: 'metrics server', stop: () => metricsServer!.close() });
+    }
+    const address = await gateway.listen(options.host, options.port);
+    started.push({ what: 'gateway', stop: () => gateway.close() });
+    logger.info({ url: address.url }, 'gateway listening');
+    const metricsUrl = metricsServer?.url ?? '';
+    return {
+      name: 'gateway',
+      url: address.url,
+      metricsUrl,
+      done: new Promise(() => undefined),
+      describe: () =>
+        `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''})`,
+      async stop() {
+        for (const part of started.reverse()) await part.stop();
       },
     };
   } catch (error) {

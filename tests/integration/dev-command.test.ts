@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { curlThrough } from './gateway-helpers.js';
 import { egressIpThrough } from '../../cli/local-servers/ip-echo.js';
 import { eventually } from '../helpers/temporal.js';
 
@@ -118,6 +119,14 @@ describe('make dev (egress-proxies dev)', () => {
     );
     expect(seen).toEqual(endpoints.map((e) => e.ip));
     expect(new Set(seen).size).toBe(3);
+    // The gateway is in the banner and answers as a proxy: through one of these proxies once one is
+    // Ready (their probe URL is the lease API's preferred port, which this dev may not have), else 503.
+    const gatewayUrl = /proxy endpoint (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)?.[1];
+    expect(gatewayUrl).toBeDefined();
+    const viaGateway = await curlThrough(gatewayUrl!, 'session-dev', '', echoUrl!);
+    if (viaGateway.status === 200)
+      expect(endpoints.map((e) => e.ip)).toContain((JSON.parse(viaGateway.body) as { ip: string }).ip);
+    else expect(viaGateway.body).toContain('no healthy proxy with free capacity matched');
     for (const e of endpoints) expect(await egressIpThrough(e.ip, e.port, echoUrl!)).toBe(e.ip);
 
     // The script of the README prints the same, one line per proxy.

@@ -362,11 +362,14 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'configmap/egress-proxies-providers',
         'deployment.apps/egress-proxies-api',
         'deployment.apps/egress-proxies-bridge',
+        'deployment.apps/egress-proxies-gateway',
         'deployment.apps/egress-proxies-worker',
         'role.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider',
         'service/egress-proxies-api',
+        'service/egress-proxies-gateway',
         'serviceaccount/egress-proxies-api',
         'serviceaccount/egress-proxies-bridge',
+        'serviceaccount/egress-proxies-gateway',
         'serviceaccount/egress-proxies-worker',
       ].sort(),
     );
@@ -379,9 +382,11 @@ describe('infra/k8s on an enforcing apiserver', () => {
       ).toEqual([
         'role.rbac.authorization.k8s.io/egress-proxies-api',
         'role.rbac.authorization.k8s.io/egress-proxies-bridge',
+        'role.rbac.authorization.k8s.io/egress-proxies-gateway',
         'role.rbac.authorization.k8s.io/egress-proxies-worker',
         'rolebinding.rbac.authorization.k8s.io/egress-proxies-api',
         'rolebinding.rbac.authorization.k8s.io/egress-proxies-bridge',
+        'rolebinding.rbac.authorization.k8s.io/egress-proxies-gateway',
         'rolebinding.rbac.authorization.k8s.io/egress-proxies-worker',
       ]);
     }
@@ -390,6 +395,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
       [
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-api',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-bridge',
+        'clusterrole.rbac.authorization.k8s.io/egress-proxies-gateway',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider-list-pods',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-worker',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-worker-cluster',
@@ -397,11 +403,14 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'configmap/egress-proxies-providers',
         'deployment.apps/egress-proxies-api',
         'deployment.apps/egress-proxies-bridge',
+        'deployment.apps/egress-proxies-gateway',
         'deployment.apps/egress-proxies-worker',
         'role.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider',
         'service/egress-proxies-api',
+        'service/egress-proxies-gateway',
         'serviceaccount/egress-proxies-api',
         'serviceaccount/egress-proxies-bridge',
+        'serviceaccount/egress-proxies-gateway',
         'serviceaccount/egress-proxies-worker',
       ].sort(),
     );

@@ -106,6 +106,8 @@ function candidates(opt: Option): string[][] {
     level: ['debug', 'error'],
     'memory|url': ['redis://127.0.0.9:16379/2'],
     'a,b': ['xq7-a,xq7-b'],
+    codes: ['429,503'],
+    attempts: ['2', '7'],
   };
   const found = kind === undefined ? undefined : values[kind];
   if (!found) throw new Error(`${opt.flags}: no test value for the placeholder <${kind}>; add one here`);
@@ -163,7 +165,7 @@ async function walkOptions(build: Build): Promise<{ reached: Reached[]; problems
 }
 
 describe('every CLI option reaches the part that uses it', () => {
-  it('covers dev, worker, bridge and api, and every option of each reaches a part of its command', async () => {
+  it('covers dev, worker, bridge, api and gateway, and every option of each reaches a part of its command', async () => {
     const { reached, problems } = await walkOptions(realCli);
     expect(problems).toEqual([]);
     const commands = new Set(reached.map((r) => r.command));
@@ -172,7 +174,7 @@ describe('every CLI option reaches the part that uses it', () => {
     const elsewhere: string[] = [];
     for (const r of reached) {
       const parts =
-        r.command === 'dev' ? ['logger', 'worker', 'bridge', 'api', 'dev'] : ['logger', r.command];
+        r.command === 'dev' ? ['logger', 'worker', 'bridge', 'api', 'gateway', 'dev'] : ['logger', r.command];
       for (const path of r.changed.keys()) {
         if (!parts.includes(path.split('.')[0]!)) elsewhere.push(`${r.command} ${r.flag} -> ${path}`);
       }
@@ -180,7 +182,7 @@ describe('every CLI option reaches the part that uses it', () => {
     expect(elsewhere).toEqual([]);
   });
 
-  it('dev offers every option of worker, bridge and api, and each changes that part exactly as there', async () => {
+  it('dev offers every option of worker, bridge, api and gateway, and each changes that part exactly as there', async () => {
     const { reached } = await walkOptions(realCli);
     const inDev = new Map(reached.filter((r) => r.command === 'dev').map((r) => [r.flag, r]));
     let compared = 0;

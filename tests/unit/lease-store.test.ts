@@ -250,6 +250,45 @@ describe('expiry without a sweep', () => {
   });
 });
 
+describe('renew', () => {
+  it('extends a lease that still holds its slot, from now, keeping the slot', () => {
+    const { store, clock } = setup();
+    const pool = [cand('ns/p1', 1)];
+    const l = grant(store, req(pool, 'example.com'));
+    clock.advance(MINUTE - 1);
+    const renewed = store.renewNow(l.id, 2 * MINUTE);
+    expect(renewed).toEqual({ ...l, expiresAt: clock.now() + 2 * MINUTE });
+    clock.advance(MINUTE);
+    // Past the original end: still held, so the only slot is taken.
+    expect(store.acquireNow(req(pool)).granted).toBeNull();
+    expect(store.activeCountsNow().get('ns/p1')).toBe(1);
+    clock.advance(MINUTE + 1);
+    expect(store.acquireNow(req(pool)).granted).not.toBeNull();
+  });
+
+  it("never revives an ended, released or unknown lease (its slot may be someone else's)", () => {
+    const { store, clock } = setup();
+    const a = grant(store, req([cand('ns/p1', 1)]));
+    clock.advance(MINUTE);
+    expect(store.renewNow(a.id, MINUTE)).toBeNull();
+    const b = grant(store, req([cand('ns/p1', 1)]));
+    store.releaseNow(b.id);
+    expect(store.renewNow(b.id, MINUTE)).toBeNull();
+    expect(store.renewNow('never-issued', MINUTE)).toBeNull();
+    expect(store.activeCountsNow().size).toBe(0);
+  });
+
+  it('a renewed lease is released and reported like any other', () => {
+    const { store } = setup();
+    const l = grant(store, req([cand('ns/p1')], 'example.com'));
+    store.renewNow(l.id, MINUTE);
+    expect(store.reportNow(l.id, 'rate_limited', '')).toBe('cooldown');
+    store.releaseNow(l.id);
+    expect(store.retainedLeases).toBe(0);
+    expect(store.activeCountsNow().size).toBe(0);
+  });
+});
+
 describe('sweep', () => {
   it('only forgets what is past its reporting window', () => {
     const { store, clock } = setup();

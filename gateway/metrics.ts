@@ -1,0 +1,144 @@
+/**
+ * Gateway metrics on an injected registry, all named `egress_gateway_*`.
+ * Per-proxy and per-target series are separate counters (not one counter
+ * with both labels): their product would grow with proxies × sites.
+ * Targets are crawler-chosen, so only the first `maxTargetLabels` distinct
+ * ones get a label of their own; the rest are counted as `other`.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+/** What a connection is: a CONNECT tunnel or a plain-HTTP (absolute-form) request. */
+export type ConnectionKind = 'connect' | 'http';
+
+/** How a connection or request through the gateway ended, for `egress_gateway_requests_total`. */
+export type GatewayOutcome =
+  'ok' | 'bad_request' | 'unauthorized' | 'no_match' | 'unavailable' | 'upstream_failed' | 'client_closed';
+
+/** Why an upstream attempt failed. */
+export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';
+
+export interface GatewayMetrics {
+  connection(kind: ConnectionKind, proxy: string, target: string): void;
+  bytes(proxy: string, target: string, upstream: number, downstream: number): void;
+  upstreamError(proxy: string, target: string, reason: UpstreamErrorReason): void;
+  outcome(kind: ConnectionKind, outcome: GatewayOutcome): void;
+  retry(): void;
+  leaseWait(seconds: number): void;
+  tunnelOpened(): void;
+  tunnelClosed(): void;
+  rateLimited(proxy: string, target: string): void;
+}
+
+export function registerGatewayMetrics(
+  registry: Registry,
+  options: { maxTargetLabels: number; sessions: () => number },
+): GatewayMetrics {
+  const reg = [registry];
+  const proxyConnections = new Counter({
+    name: 'egress_gateway_proxy_connections_total',
+    help: 'Tunnels and plain-HTTP requests carried, by upstream proxy (namespace/name) and kind.',
+    labelNames: ['proxy', 'kind'] as const,
+    registers: reg,
+  });
+  const targetConnections = new Counter({
+    name: 'egress_gateway_target_connections_total',
+    help: 'Tunnels and plain-HTTP requests carried, by target host and kind.',
+    labelNames: ['target', 'kind'] as const,
+    registers: reg,
+  });
+  const proxyBytes = new Counter({
+    name: 'egress_gateway_proxy_bytes_total',
+    help: 'Bytes relayed, by upstream proxy; direction upstream = from the crawler, downstream = to it.',
+    labelNames: ['proxy', 'direction'] as const,
+    registers: reg,
+  });
+  const targetBytes = new Counter({
+    name: 'egress_gateway_target_bytes_total',
+    help: 'Bytes relayed, by target host; direction as for the proxy counter.',
+    labelNames: ['target', 'direction'] as const,
+    registers: reg,
+  });
+  const proxyErrors = new Counter({
+    name: 'egress_gateway_proxy_errors_total',
+    help: 'Failed upstream attempts, by upstream proxy and reason (refused, timeout, rejected, reset, lease_lost).',
+    labelNames: ['proxy', 'reason'] as const,
+    registers: reg,
+  });
+  const targetErrors = new Counter({
+    name: 'egress_gateway_target_errors_total',
+    help: 'Failed upstream attempts, by target host and reason.',
+    labelNames: ['target', 'reason'] as const,
+    registers: reg,
+  });
+  const rateLimited = new Counter({
+    name: 'egress_gateway_rate_limited_total',
+    help: 'Plain-HTTP answers with a rate-limit status, reported rate_limited for their target, by target.',
+    labelNames: ['target'] as const,
+    registers: reg,
+  });
+  const requests = new Counter({
+    name: 'egress_gateway_requests_total',
+    help: 'Connections (CONNECT) and requests (plain HTTP) received, by kind and outcome.',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: reg,
+  });
+  const retries = new Counter({
+    name: 'egress_gateway_upstream_retries_total',
+    help: 'Upstream attempts after the first (another proxy tried after one refused or timed out).',
+    registers: reg,
+  });
+  const leaseWait = new Histogram({
+    name: 'egress_gateway_lease_wait_seconds',
+    help: 'Time to obtain (or renew, for a session) the lease of a connection.',
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers: reg,
+  });
+  const active = new Gauge({
+    name: 'egress_gateway_active_tunnels',
+    help: 'Open CONNECT tunnels and plain-HTTP requests in flight.',
+    registers: reg,
+  });
+  new Gauge({
+    name: 'egress_gateway_sessions',
+    help: 'Sticky sessions whose lease is held.',
+    registers: reg,
+    collect() {
+      this.set(options.sessions());
+    },
+  });
+  for (const kind of ['connect', 'http'] as const) requests.inc({ kind, outcome: 'ok' }, 0);
+
+  const labelled = new Set<string>();
+  const targetLabel = (target: string): string => {
+    if (labelled.has(target)) return target;
+    if (labelled.size < options.maxTargetLabels) {
+      labelled.add(target);
+      return target;
+    }
+    return 'other';
+  };
+
+  return {
+    connection(kind, proxy, target) {
+      proxyConnections.inc({ proxy, kind });
+      targetConnections.inc({ target: targetLabel(target), kind });
+    },
+    bytes(proxy, target, upstream, downstream) {
+      const t = targetLabel(target);
+      proxyBytes.inc({ proxy, direction: 'upstream' }, upstream);
+      proxyBytes.inc({ proxy, direction: 'downstream' }, downstream);
+      targetBytes.inc({ target: t, direction: 'upstream' }, upstream);
+      targetBytes.inc({ target: t, direction: 'downstream' }, downstream);
+    },
+    upstreamError(proxy, target, reason) {
+      proxyErrors.inc({ proxy, reason });
+      targetErrors.inc({ target: targetLabel(target), reason });
+    },
+    outcome: (kind, outcome) => requests.inc({ kind, outcome }),
+    retry: () => retries.inc(),
+    leaseWait: (seconds) => leaseWait.observe(seconds),
+    tunnelOpened: () => active.inc(),
+    tunnelClosed: () => active.dec(),
+    rateLimited: (_proxy, target) => rateLimited.inc({ target: targetLabel(target) }),
+  };
+}
