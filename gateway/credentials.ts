@@ -13,7 +13,8 @@
  *
  * The option splits at its FIRST "-", so values may hold "-" (`geo-local-b`
  * selects geo=local-b) but names may not. Reserved names: `session` (a
- * sticky session id), `ttl` (lease seconds). Every other name is an
+ * sticky session id), `ttl` (lease seconds), `pool` (only the members of
+ * this ProxyPool, as the lease API's `"pool"`). Every other name is an
  * attribute selector (`geo-eu` selects proxies whose attribute geo is eu).
  * "_" separates options because no value may hold it, and because `,` `;`
  * `:` `@` would need quoting in a proxy URL.
@@ -38,6 +39,8 @@ export interface ConnectionOptions {
   ttlSeconds?: number;
   /** Attribute selector pairs, sorted by name (so equal selectors compare equal). */
   selector: Array<[string, string]>;
+  /** Only the members of this ProxyPool, when the username named one. */
+  pool?: string;
 }
 
 const NAME = /^[a-z][a-z0-9]{0,62}$/;
@@ -78,6 +81,8 @@ export function parseUsername(username: string, maxTtlSeconds: number): Connecti
     seen.add(name);
     if (name === 'session') {
       options.session = value;
+    } else if (name === 'pool') {
+      options.pool = value;
     } else if (name === 'ttl') {
       if (!/^[1-9][0-9]{0,9}$/.test(value) || Number(value) > maxTtlSeconds) {
         throw new GatewayCredentialsError(`ttl must be whole seconds between 1 and ${maxTtlSeconds}`, 400);

@@ -100,17 +100,17 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
   // cache keyed by selector is dropped whenever the array does.
   let cachedFor: readonly ProxyView[] | undefined;
   const cache = new Map<string, ReturnType<typeof partition>>();
-  const candidatesFor = (selector: ConnectionOptions['selector']) => {
+  const candidatesFor = (selector: ConnectionOptions['selector'], pool: string | undefined) => {
     if (!catalog.synced()) throw new CatalogNotSyncedError();
     const views = catalog.list();
     if (views !== cachedFor) {
       cache.clear();
       cachedFor = views;
     }
-    const key = selector.map(([k, v]) => `${k}=${v}`).join('\n');
+    const key = `${pool ?? ''}\u0000${selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
     let found = cache.get(key);
     if (!found) {
-      found = partition(views, selector);
+      found = partition(views, selector, pool);
       // Bounded: crawler-chosen selectors must not grow it without end.
       if (cache.size > 256) cache.clear();
       cache.set(key, found);
@@ -118,8 +118,10 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
     return found;
   };
 
-  const stillCandidate = (proxy: ProxyView, selector: ConnectionOptions['selector']): ProxyView | undefined =>
-    candidatesFor(selector).candidates.find((c) => c.id === proxy.id && c.uid === proxy.uid);
+  const stillCandidate = (proxy: ProxyView, options: ConnectionOptions): ProxyView | undefined =>
+    candidatesFor(options.selector, options.pool).candidates.find(
+      (c) => c.id === proxy.id && c.uid === proxy.uid,
+    );
 
   const ttlOf = (options: ConnectionOptions) => (options.ttlSeconds ?? opts.defaultTtlSeconds) * 1000;
 
@@ -133,7 +135,7 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
     | { proxy: ProxyView; leaseId: string; expiresAt: number }
     | { proxy: null; stats: AcquireStats & { unhealthy: number } }
   > {
-    const { candidates, unhealthy } = candidatesFor(request.options.selector);
+    const { candidates, unhealthy } = candidatesFor(request.options.selector, request.options.pool);
     const usable =
       request.excluded.size === 0 ? candidates : candidates.filter((c) => !request.excluded.has(c.id));
     const outcome = await store.acquire({ candidates: usable, target: request.target, ttlMs });
@@ -255,7 +257,7 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
 
   /** Keeps the session on its proxy if it may still be used for this target; false: start over. */
   async function reuse(session: Session, request: LeaseRequest): Promise<boolean> {
-    const current = stillCandidate(session.proxy, request.options.selector);
+    const current = stillCandidate(session.proxy, request.options);
     if (!current || request.excluded.has(session.proxy.id) || session.expiresAt <= now()) return false;
     session.proxy = current;
     if (request.target === session.target) {
@@ -288,7 +290,7 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
 
   async function acquireForSession(request: LeaseRequest, sessionId: string, onLost: () => void) {
     const ttlMs = ttlOf(request.options);
-    const key = `${sessionId}\n${request.options.selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
+    const key = `${sessionId}\n${request.options.pool ?? ''}\n${request.options.selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
     return sessionLocks.run(key, async (): Promise<LeaseOutcome> => {
       const existing = sessions.get(key);
       if (existing) {

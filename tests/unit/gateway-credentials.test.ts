@@ -35,6 +35,14 @@ describe('parseUsername', () => {
     });
   });
 
+  it('reads pool as the ProxyPool to lease from, not an attribute', () => {
+    expect(parseUsername('pool-eu-crawl_geo-eu', MAX_TTL)).toEqual({
+      pool: 'eu-crawl',
+      selector: [['geo', 'eu']],
+    });
+    expect(() => parseUsername('pool-a_pool-b', MAX_TTL)).toThrow(/pool is given twice/);
+  });
+
   it('splits each option at its first dash, so values may hold dashes and dots', () => {
     expect(parseUsername('geo-local-b_session-a.b-1', MAX_TTL)).toEqual({
       session: 'a.b-1',
