@@ -40,7 +40,7 @@ import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
-import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { parseDuration, readApiConfig } from '../../api/config.js';
 import { startApi } from '../../cli/processes.js';
@@ -54,7 +54,9 @@ import { createBridge } from '../../k8s-bridge/bridge.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { providerError } from '../../providers/errors.js';
 import type { Provider } from '../../providers/types.js';
-import { GROUP, PROXY_PLURAL, PROXY_POOL_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { createProxyClient } from '../../kube/proxies.js';
+import { createProxyPoolClient } from '../../kube/proxy-pools.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import { DEFAULT_POOL_TIMING } from '../../workflows/pool/types.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
@@ -92,7 +94,8 @@ const [temporalServer, kube] = await Promise.all([
 const kc = new KubeConfig();
 kc.loadFromFile(kube.kubeconfigPath);
 await installCrds(kc);
-const objects = kc.makeApiClient(CustomObjectsApi);
+const objects = createProxyClient(kc);
+const pools = createProxyPoolClient(kc);
 const core = kc.makeApiClient(CoreV1Api);
 const connection = await Connection.connect({ address: temporalServer.address });
 const client = new Client({ connection });
@@ -192,22 +195,8 @@ const api = await startApi(
 );
 
 const NS = 'bench-cost';
-async function listProxies(): Promise<Proxy[]> {
-  const out: Proxy[] = [];
-  let next: string | undefined;
-  do {
-    const page = (await objects.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NS,
-      plural: PROXY_PLURAL,
-      limit: 500,
-      ...(next ? { _continue: next } : {}),
-    })) as { items: Proxy[]; metadata?: { continue?: string } };
-    out.push(...page.items);
-    next = page.metadata?.continue || undefined;
-  } while (next);
-  return out;
+function listProxies(): Promise<Proxy[]> {
+  return objects.listAll({ namespaces: [NS], pageSize: 500 });
 }
 const readyCount = async (test: (p: Proxy) => boolean = (p) => p.status?.phase === 'Ready') =>
   (await listProxies()).filter(test).length;
@@ -433,21 +422,13 @@ const t0 = Date.now();
 for (let i = 0; i < N; i += 50) {
   await Promise.all(
     Array.from({ length: Math.min(50, N - i) }, (_, j) =>
-      objects.createNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: NS,
-        plural: PROXY_PLURAL,
-        body: {
-          apiVersion: `${GROUP}/${VERSION}`,
-          kind: 'Proxy',
-          metadata: { name: `p${i + j}` },
-          spec: {
-            mode: 'Managed',
-            provider: 'local',
-            port: 20000 + i + j,
-            healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
-          },
+      objects.create({
+        metadata: { name: `p${i + j}`, namespace: NS },
+        spec: {
+          mode: 'Managed',
+          provider: 'local',
+          port: 20000 + i + j,
+          healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
         },
       }),
     ),
@@ -525,41 +506,22 @@ if (CASES.has('outage')) {
 if (CASES.has('pool')) {
   const replicas = Number(args['pool-replicas']);
   const poolName = 'bench-pool';
-  await objects.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace: NS,
-    plural: PROXY_POOL_PLURAL,
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'ProxyPool',
-      metadata: { name: poolName },
+  await pools.create(NS, poolName, {
+    replicas,
+    template: {
       spec: {
-        replicas,
-        template: {
-          spec: {
-            mode: 'Managed',
-            provider: 'local',
-            healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
-          },
-        },
+        mode: 'Managed',
+        provider: 'local',
+        healthCheck: { probeURL: `http://127.0.0.1:${targetPort}/`, intervalSeconds: 30 },
       },
     },
   });
   const settledAt = await waitUntil(
     `pool of ${replicas} settled`,
     async () => {
-      const pool = (await objects.getNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: NS,
-        plural: PROXY_POOL_PLURAL,
-        name: poolName,
-      })) as {
-        status?: { availableReplicas?: number; conditions?: Array<{ type: string; status: string }> };
-      };
+      const pool = await pools.get(NS, poolName);
       return (
-        pool.status?.availableReplicas === replicas &&
+        pool?.status?.availableReplicas === replicas &&
         pool.status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'False') === true
       );
     },

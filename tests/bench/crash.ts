@@ -35,8 +35,10 @@ import { join } from 'node:path';
 import { setTimeout as pace } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { KubeConfig } from '@kubernetes/client-node';
+import { createProxyClient } from '../../kube/proxies.js';
+import { FINALIZER, type ProxySpecInput } from '../../resources/proxy-schema.js';
+import { deleteProxy, editProxySpec } from '../helpers/kube-objects.js';
 import { MARK_UID } from '../../providers/types.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
@@ -163,20 +165,13 @@ async function run(): Promise<number> {
   const kc = new KubeConfig();
   kc.loadFromFile(kube!.kubeconfigPath);
   await installCrds(kc);
-  const objects = kc.makeApiClient(CustomObjectsApi);
+  const objects = createProxyClient(kc);
   // The apiserver may answer 429 right after the CRDs are installed.
   for (let ok = 0; ok < 3;) {
-    ok = await objects
-      .listNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: NAMESPACE,
-        plural: PROXY_PLURAL,
-      })
-      .then(
-        () => ok + 1,
-        () => 0,
-      );
+    ok = await objects.list(NAMESPACE).then(
+      () => ok + 1,
+      () => 0,
+    );
     await pace(200);
   }
 
@@ -251,7 +246,7 @@ async function run(): Promise<number> {
   const ops = { create: 0, edit: 0, delete: 0, failed: 0 };
   let nextName = 0;
   const freshPort = () => 20_000 + Math.floor(Math.random() * 20_000);
-  const spec = (port: number) => ({
+  const spec = (port: number): ProxySpecInput => ({
     mode: 'Managed',
     provider: 'local',
     port,
@@ -266,38 +261,19 @@ async function run(): Promise<number> {
         // Created below N: the fill, and churn that makes up for deletions.
         const name = `crash-${nextName++}`;
         const port = freshPort();
-        await objects.createNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NAMESPACE,
-          plural: PROXY_PLURAL,
-          body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'Proxy', metadata: { name }, spec: spec(port) },
-        });
+        await objects.create({ metadata: { name, namespace: NAMESPACE }, spec: spec(port) });
         wanted.set(name, { port });
         ops.create += 1;
       } else if (r < 0.67 && names.length > 0) {
         const name = names[Math.floor(Math.random() * names.length)]!;
         const port = freshPort();
-        await objects.patchNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NAMESPACE,
-          plural: PROXY_PLURAL,
-          name,
-          body: [{ op: 'replace', path: '/spec/port', value: port }],
-        });
+        await editProxySpec(objects, NAMESPACE, name, (s) => ({ ...s, port }));
         wanted.set(name, { port });
         ops.edit += 1;
       } else if (names.length > 0) {
         const name = names[Math.floor(Math.random() * names.length)]!;
         wanted.delete(name);
-        await objects.deleteNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NAMESPACE,
-          plural: PROXY_PLURAL,
-          name,
-        });
+        await deleteProxy(objects, NAMESPACE, name);
         ops.delete += 1;
       }
     } catch {
@@ -370,12 +346,7 @@ async function run(): Promise<number> {
   // Kills start once half the fleet is Ready, so leases are being granted
   // (and the kills land on a working fleet, not on a start-up).
   const readyCount = async () => {
-    const list = (await objects.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NAMESPACE,
-      plural: PROXY_PLURAL,
-    })) as { items: Proxy[] };
+    const list = await objects.list(NAMESPACE);
     return list.items.filter((p) => p.status?.phase === 'Ready').length;
   };
   const warmDeadline = Date.now() + 600_000;
@@ -455,12 +426,7 @@ async function run(): Promise<number> {
     return out;
   };
   const measure = async (): Promise<Figures> => {
-    const list = (await objects.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NAMESPACE,
-      plural: PROXY_PLURAL,
-    })) as { items: Proxy[] };
+    const list = await objects.list(NAMESPACE);
     const live = list.items.filter((p) => !p.metadata.deletionTimestamp);
     const uids = new Set(live.map((p) => p.metadata.uid!));
     const recs = records();

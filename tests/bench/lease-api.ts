@@ -40,6 +40,7 @@ import { MemoryLeaseStore, type LeaseStore } from '../../api/lease-store.js';
 import { RedisLeaseStore } from '../../api/redis-lease-store.js';
 import { createStaticProxyCatalog } from '../../api/proxy-catalog.js';
 import { serveApi } from '../../api/server.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-schema.js';
 import { startRedis } from '../helpers/redis.js';
 
@@ -62,7 +63,7 @@ function spec(geo: string): ProxySpec {
 
 function fleet(n: number): Proxy[] {
   return Array.from({ length: n }, (_, i) => ({
-    apiVersion: 'crawl.example.com/v1alpha1' as const,
+    apiVersion: API_VERSION,
     kind: 'Proxy' as const,
     metadata: {
       name: `proxy-${String(i).padStart(4, '0')}`,

@@ -64,8 +64,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { createProxyClient } from '../../kube/proxies.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { freePort } from '../../cli/local-servers/ports.js';
@@ -387,14 +387,14 @@ async function run(): Promise<void> {
   const kc = new KubeConfig();
   kc.loadFromFile(kube.kubeconfigPath);
   await installCrds(kc);
-  const objects = kc.makeApiClient(CustomObjectsApi);
+  const objects = createProxyClient(kc);
   const core = kc.makeApiClient(CoreV1Api);
   // Right after the CRDs are installed the apiserver may still answer 429 "storage is
   // (re)initializing"; a process whose first list fails then exits (code 13, see the
   // report), so start them only once Proxies list cleanly several times in a row.
   for (let ok = 0; ok < 5;) {
     try {
-      await objects.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PROXY_PLURAL });
+      await objects.list();
       ok++;
     } catch {
       ok = 0;
@@ -601,21 +601,13 @@ async function run(): Promise<void> {
   await Promise.all(
     Array.from({ length: CREATE_CONCURRENCY }, async () => {
       for (let i = next++; i < N; i = next++) {
-        await objects.createNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: NAMESPACE,
-          plural: PROXY_PLURAL,
-          body: {
-            apiVersion: `${GROUP}/${VERSION}`,
-            kind: 'Proxy',
-            metadata: { name: `m${i}` },
-            spec: {
-              mode: 'Managed',
-              provider: 'local',
-              attributes: { purpose: 'bench' },
-              healthCheck: { probeURL, intervalSeconds: PROBE_INTERVAL_SECONDS },
-            },
+        await objects.create({
+          metadata: { name: `m${i}`, namespace: NAMESPACE },
+          spec: {
+            mode: 'Managed',
+            provider: 'local',
+            attributes: { purpose: 'bench' },
+            healthCheck: { probeURL, intervalSeconds: PROBE_INTERVAL_SECONDS },
           },
         });
       }
@@ -624,12 +616,7 @@ async function run(): Promise<void> {
   console.log(`${elapsed()}  applied ${N} Proxies in ${((performance.now() - tApply) / 1000).toFixed(1)} s`);
 
   const counts = async () => {
-    const list = (await objects.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: NAMESPACE,
-      plural: PROXY_PLURAL,
-    })) as { items: Proxy[] };
+    const list = await objects.list(NAMESPACE);
     const provisioned = list.items.filter((p) =>
       p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
     ).length;

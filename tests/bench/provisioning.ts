@@ -18,9 +18,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { createProxyClient } from '../../kube/proxies.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
 import { bundleWorkflows, createProxyWorker } from '../../cli/worker.js';
@@ -47,7 +48,7 @@ const [temporal, kube] = await Promise.all([
 const kc = new KubeConfig();
 kc.loadFromFile(kube.kubeconfigPath);
 await installCrds(kc);
-const api = kc.makeApiClient(CustomObjectsApi);
+const api = createProxyClient(kc);
 const core = kc.makeApiClient(CoreV1Api);
 const connection = await Connection.connect({ address: temporal.address });
 const client = new Client({ connection });
@@ -106,27 +107,14 @@ async function provision(n: number, ns: string): Promise<{ ms: number; proxies: 
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: n }, (_, i) =>
-      api.createNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PROXY_PLURAL,
-        body: {
-          apiVersion: `${GROUP}/${VERSION}`,
-          kind: 'Proxy',
-          metadata: { name: `p${i}` },
-          spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
-        },
+      api.create({
+        metadata: { name: `p${i}`, namespace: ns },
+        spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
       }),
     ),
   );
   for (;;) {
-    const list = (await api.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PROXY_PLURAL,
-    })) as { items: Proxy[] };
+    const list = await api.list(ns);
     const ready = list.items.filter((p) =>
       p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
     );

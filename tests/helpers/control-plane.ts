@@ -9,15 +9,16 @@ import { join } from 'node:path';
 import { randomInt } from 'node:crypto';
 import type { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, type NativeConnection, type Worker } from '@temporalio/worker';
-import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { inject } from 'vitest';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import type { Instance, Provider } from '../../providers/types.js';
 import { createBridge, type Bridge, type BridgeOptions } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import type { ProxyTiming } from '../../workflows/proxy/types.js';
-import { createNamespace, customObjects, kubeConfig } from './kube.js';
+import { createNamespace, kubeConfig, proxyClient } from './kube.js';
 import { temporalClient, uniqueTaskQueue, workerConnection, workflowBundle } from './temporal.js';
 
 export const FAST_TIMING: ProxyTiming = {
@@ -36,7 +37,7 @@ export interface TestRegistry extends ProviderRegistry {
 
 export interface ControlPlane {
   kc: KubeConfig;
-  api: CustomObjectsApi;
+  api: ProxyClient;
   namespace: string;
   client: Client;
   taskQueue: string;
@@ -93,7 +94,7 @@ export async function startControlPlane(opts: {
 }): Promise<ControlPlane> {
   quietTemporalRuntime();
   const kc = kubeConfig();
-  const api = customObjects(kc);
+  const api = proxyClient(kc);
   const namespace = await createNamespace(kc, opts.prefix);
   const stateRoot = mkdtempSync(join(tmpdir(), `ep-${opts.prefix}-`));
   const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });

@@ -2,18 +2,16 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { inject } from 'vitest';
-import {
-  GROUP,
-  VERSION,
-  PROXY_PLURAL,
-  type Condition,
-  type Proxy,
-  type ProxySpecInput,
-} from '../../resources/proxy-schema.js';
+import type { Condition, Proxy } from '../../resources/proxy-schema.js';
 import { reuseConnections } from '../../kube/connections.js';
+import { createProviderHealthClient, type ProviderHealthClient } from '../../kube/provider-healths.js';
+import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
+import { getProxy } from './kube-objects.js';
 import { eventually } from './temporal.js';
+
+export * from './kube-objects.js';
 
 const run = promisify(execFile);
 
@@ -28,8 +26,14 @@ export function kubeConfig(path: string = inject('kubeconfigPath')): KubeConfig 
   return reuseConnections(kc);
 }
 
-export function customObjects(kc = kubeConfig()): CustomObjectsApi {
-  return kc.makeApiClient(CustomObjectsApi);
+/** The typed Proxy client (kube/proxies.ts) on the shared test cluster, or on `kc`: what every test reads and writes Proxies with. */
+export function proxyClient(kc: KubeConfig = kubeConfig()): ProxyClient {
+  return createProxyClient(kc);
+}
+
+/** The typed ProviderHealth client (kube/provider-healths.ts) on the shared test cluster, or on `kc`. */
+export function providerHealthClient(kc: KubeConfig = kubeConfig()): ProviderHealthClient {
+  return createProviderHealthClient(kc);
 }
 
 /** A fresh namespace per test file keeps tests independent on one shared apiserver. */
@@ -41,37 +45,6 @@ export async function createNamespace(kc: KubeConfig, prefix: string): Promise<s
 
 export function uniqueName(prefix: string): string {
   return `${prefix}-${randomBytes(3).toString('hex')}`;
-}
-
-export async function createProxy(
-  api: CustomObjectsApi,
-  namespace: string,
-  name: string,
-  spec: ProxySpecInput,
-  metadata: Record<string, unknown> = {},
-): Promise<Proxy> {
-  return (await api.createNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PROXY_PLURAL,
-    body: {
-      apiVersion: `${GROUP}/${VERSION}`,
-      kind: 'Proxy',
-      metadata: { name, namespace, ...metadata },
-      spec,
-    },
-  })) as Proxy;
-}
-
-export async function getProxy(api: CustomObjectsApi, namespace: string, name: string): Promise<Proxy> {
-  return (await api.getNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PROXY_PLURAL,
-    name,
-  })) as Proxy;
 }
 
 /** Runs the kubectl built with the apiserver against the test cluster. */
@@ -106,7 +79,7 @@ export function isProvisioned(p: Proxy): boolean {
 
 /** Polls the Proxy until `test` holds; resolves with it. */
 export function waitForProxy(
-  api: CustomObjectsApi,
+  api: ProxyClient,
   namespace: string,
   name: string,
   what: string,
@@ -124,21 +97,15 @@ export function waitForProxy(
 }
 
 /** Polls until the Proxy object is gone (its finalizer removed). */
-export function waitForProxyGone(api: CustomObjectsApi, namespace: string, name: string): Promise<true> {
-  return eventually(`${name} gone`, async () =>
-    getProxy(api, namespace, name).then(
-      () => undefined,
-      (e: { code?: number }) => (e.code === 404 ? true : undefined),
-    ),
+export function waitForProxyGone(
+  api: ProxyClient,
+  namespace: string,
+  name: string,
+  opts: { timeoutMs?: number; intervalMs?: number } = {},
+): Promise<true> {
+  return eventually(
+    `${name} gone`,
+    async () => ((await api.get(namespace, name)) === undefined ? true : undefined),
+    opts,
   );
-}
-
-export function deleteProxy(api: CustomObjectsApi, namespace: string, name: string): Promise<unknown> {
-  return api.deleteNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PROXY_PLURAL,
-    name,
-  });
 }

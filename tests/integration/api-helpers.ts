@@ -12,6 +12,7 @@ import { expect } from 'vitest';
 import { createApi, type CreateApiOptions } from '../../api/app.js';
 import { MemoryLeaseStore, type Clock, type LeaseStore } from '../../api/lease-store.js';
 import { RedisLeaseStore } from '../../api/redis-lease-store.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 import { createStaticProxyCatalog, type ProxyCatalog } from '../../api/proxy-catalog.js';
 import { serveApi, type RunningServer } from '../../api/server.js';
 import type { Proxy, ProxySpec, ProxySpecInput, ProxyStatus } from '../../resources/proxy-schema.js';
@@ -65,7 +66,7 @@ export function proxy(f: ProxyFixture): Proxy {
   const ip = f.ip ?? '10.0.0.1';
   if (!f.external && ip !== '') status.ip = ip;
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: {
       name: f.name,

@@ -8,7 +8,7 @@
  * The cut goes through a TCP relay in front of the apiserver, so the shared
  * apiserver keeps running for the other test files.
  */
-import { KubeConfig, type CustomObjectsApi } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApi } from '../../api/app.js';
 import { createInformerProxyCatalog, type InformerProxyCatalog } from '../../api/informer-catalog.js';
@@ -16,8 +16,18 @@ import type { ResilientInformer } from '../../kube/informer.js';
 import { createProxyInformer } from '../../kube/proxy-informer.js';
 import { MemoryLeaseStore } from '../../api/lease-store.js';
 import { serveApi, type RunningServer } from '../../api/server.js';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy, type ProxyStatus } from '../../resources/proxy-schema.js';
-import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import type { ProxyClient } from '../../kube/proxies.js';
+import type { Proxy, ProxyStatus } from '../../resources/proxy-schema.js';
+import {
+  createNamespace,
+  createProxy,
+  deleteProxy,
+  getProxy,
+  kubeConfig,
+  proxyClient,
+  removeFinalizers,
+  setProxyStatus,
+} from '../helpers/kube.js';
 import { TcpRelay } from '../helpers/net.js';
 import { captureLogs } from './api-helpers.js';
 import { Registry } from 'prom-client';
@@ -47,25 +57,17 @@ const healthyStatus = (latencyMillis: number): ProxyStatus => ({
 });
 
 async function writeStatus(
-  api: CustomObjectsApi,
+  api: ProxyClient,
   namespace: string,
   name: string,
   status: ProxyStatus,
 ): Promise<void> {
-  const current = await getProxy(api, namespace, name);
-  await api.replaceNamespacedCustomObjectStatus({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PROXY_PLURAL,
-    name,
-    body: { ...current, status },
-  });
+  await setProxyStatus(api, await getProxy(api, namespace, name), status);
 }
 
 describe('informer proxy catalog on a real apiserver', () => {
   const kc = kubeConfig();
-  const objects = customObjects(kc);
+  const objects = proxyClient(kc);
   const logs = captureLogs();
   let namespace = '';
   let relay: TcpRelay;
@@ -180,13 +182,7 @@ describe('informer proxy catalog on a real apiserver', () => {
     );
     expect((await call('GET', `/v1/proxies?attr.tier=leaving&attr.suite=${namespace}`)).body.count).toBe(1);
 
-    await objects.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: PROXY_PLURAL,
-      name: 'leaving',
-    });
+    await deleteProxy(objects, namespace, 'leaving');
     await waitFor('the deletionTimestamp', () => mine().find((p) => p.id.endsWith('/leaving') && p.deleting));
     expect((await call('GET', `/v1/proxies?attr.suite=${namespace}`)).body.proxies).toEqual([
       expect.objectContaining({ id: `${namespace}/edge` }),
@@ -195,17 +191,7 @@ describe('informer proxy catalog on a real apiserver', () => {
     expect(refused.status).toBe(409);
     expect(refused.body).toMatchObject({ considered: 0 });
 
-    const current = (await getProxy(objects, namespace, 'leaving')) as Proxy & {
-      metadata: { resourceVersion?: string };
-    };
-    await objects.replaceNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: PROXY_PLURAL,
-      name: 'leaving',
-      body: { ...current, metadata: { ...current.metadata, finalizers: [] } },
-    });
+    await removeFinalizers(objects, namespace, 'leaving');
     await waitFor('the proxy to be gone', () => !mine().some((p) => p.id.endsWith('/leaving')) && true);
   });
 

@@ -13,9 +13,15 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
-import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
-import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import {
+  createNamespace,
+  createProxy,
+  getProxy,
+  kubeConfig,
+  proxyClient,
+  setProxyStatus,
+} from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import { makePki, type Pki } from '../helpers/tls-terminator.js';
@@ -38,7 +44,7 @@ async function closedPort(): Promise<number> {
 
 describe('lease API on a TLS-only Redis (rediss://)', () => {
   const kc = kubeConfig();
-  const objects = customObjects(kc);
+  const objects = proxyClient(kc);
   const started: CliProcess[] = [];
   let dir = '';
   let pki: Pki;
@@ -61,29 +67,18 @@ describe('lease API on a TLS-only Redis (rediss://)', () => {
       maxLeases: 1,
       attributes: { suite: namespace },
     });
-    const current = await getProxy(objects, namespace, 'p1');
-    await objects.replaceNamespacedCustomObjectStatus({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: PROXY_PLURAL,
-      name: 'p1',
-      body: {
-        ...current,
-        status: {
-          phase: 'Ready',
-          latencyMillis: 10,
-          conditions: [
-            {
-              type: 'Healthy',
-              status: 'True',
-              lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
-              reason: 'Probe',
-              message: 'ok',
-            },
-          ],
+    await setProxyStatus(objects, await getProxy(objects, namespace, 'p1'), {
+      phase: 'Ready',
+      latencyMillis: 10,
+      conditions: [
+        {
+          type: 'Healthy',
+          status: 'True',
+          lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          reason: 'Probe',
+          message: 'ok',
         },
-      },
+      ],
     });
   }, 200_000);
 

@@ -15,9 +15,16 @@ import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
-import { GROUP, PROXY_PLURAL, VERSION, type ProxyStatus } from '../../resources/proxy-schema.js';
+import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
-import { createNamespace, createProxy, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import {
+  createNamespace,
+  createProxy,
+  getProxy,
+  kubeConfig,
+  proxyClient,
+  setProxyStatus,
+} from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 
@@ -60,7 +67,7 @@ async function call(replica: Replica, method: string, path: string, body?: unkno
 
 describe('two lease API processes on one Redis', () => {
   const kc = kubeConfig();
-  const objects = customObjects(kc);
+  const objects = proxyClient(kc);
   /** Every process started, for the cleanup. */
   const replicas: Replica[] = [];
   let a: Replica;
@@ -137,15 +144,7 @@ describe('two lease API processes on one Redis', () => {
         maxLeases: name === 'solo' ? 1 : MAX_LEASES,
         attributes: name === 'solo' ? { suite: namespace, group: 'solo' } : pool(),
       });
-      const current = await getProxy(objects, namespace, name);
-      await objects.replaceNamespacedCustomObjectStatus({
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: PROXY_PLURAL,
-        name,
-        body: { ...current, status: status(10 + i) },
-      });
+      await setProxyStatus(objects, await getProxy(objects, namespace, name), status(10 + i));
     }
     [a, b] = await Promise.all([startReplica('replica-a'), startReplica('replica-b')]);
   }, 400_000);

@@ -12,11 +12,11 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import type { Bridge } from '../../k8s-bridge/bridge.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
+import { createProxy, editProxySpec, isProvisioned, waitForProxy } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { metricValue } from '../helpers/observability.js';
 import { eventually } from '../helpers/temporal.js';
@@ -125,14 +125,7 @@ describe('the bridge restarts a Proxy workflow that stopped', () => {
     );
 
     // A later spec edit replaces the adopted instance (same name, new record, new port).
-    await cp.api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name: 'healed',
-      body: [{ op: 'replace', path: '/spec/port', value: 18402 }],
-    });
+    await editProxySpec(cp.api, cp.namespace, 'healed', (spec) => ({ ...spec, port: 18402 }));
     const replaced = await waitForProxy(
       cp.api,
       cp.namespace,

@@ -13,18 +13,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as outageLasts } from 'node:timers/promises';
 import { Writable } from 'node:stream';
-import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import type { Worker } from '@temporalio/worker';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import type { ProxyClient } from '../../kube/proxies.js';
+import { FINALIZER } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
-import { createProxy, isProvisioned } from '../helpers/kube.js';
+import { createProxy, isProvisioned, proxyClient } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import {
   eventually,
@@ -49,7 +50,7 @@ describe('an apiserver outage while 50 Proxies change', () => {
   let kube: LocalKubeApiServer;
   let kubePort: number;
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProxyClient;
   let registry: ProviderRegistry;
   let worker: Worker;
   let running: Promise<void>;
@@ -76,7 +77,7 @@ describe('an apiserver outage while 50 Proxies change', () => {
     kc = new KubeConfig();
     kc.loadFromFile(kube.kubeconfigPath);
     await installCrds(kc);
-    api = kc.makeApiClient(CustomObjectsApi);
+    api = proxyClient(kc);
     const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
     registry = buildProviders(
       parseProvidersConfig(
@@ -167,12 +168,7 @@ describe('an apiserver outage while 50 Proxies change', () => {
     const converged = await eventually(
       'all 50 Proxies provisioned',
       async () => {
-        const list = (await api.listNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: PROXY_PLURAL,
-        })) as { items: Proxy[] };
+        const list = await api.list(ns);
         const done = list.items.filter((p) => isProvisioned(p) && p.metadata.finalizers?.includes(FINALIZER));
         return done.length === PROXIES ? list.items : undefined;
       },

@@ -22,10 +22,12 @@ import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.
 import {
   createNamespace,
   createProxy,
-  customObjects,
+  deleteProviderHealth,
   deleteProxy,
   isProvisioned,
   kubeConfig,
+  providerHealthClient,
+  proxyClient,
   proxyCondition,
   waitForProxy,
   waitForProxyGone,
@@ -35,16 +37,12 @@ import type { ProxySpecInput } from '../../resources/proxy-schema.js';
 
 const NO_CREDENTIALS = 'no Google credentials found: Application Default Credentials are not set up';
 
-interface ProviderHealthView {
-  metadata: { name: string; labels?: Record<string, string> };
-  status?: { targets?: { name: string; ready: boolean; reason: string; message?: string }[] };
-}
-
 describe("the seed's providers config on a machine with no Google credentials", () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-gcp-nocreds-'));
   const home = join(dir, 'home');
   const installation = `nocreds-${randomBytes(3).toString('hex')}`;
-  const api = customObjects();
+  const api = proxyClient();
+  const healths = providerHealthClient();
   const children: CliProcess[] = [];
   let namespace: string;
   let worker: CliProcess;
@@ -104,14 +102,7 @@ describe("the seed's providers config on a machine with no Google credentials", 
 
   afterAll(async () => {
     for (const c of children) await c.stop(30_000).catch(() => undefined);
-    await api
-      .deleteClusterCustomObject({
-        group: 'crawl.example.com',
-        version: 'v1alpha1',
-        plural: 'providerhealths',
-        name: 'gcp-eu',
-      })
-      .catch(() => undefined);
+    await deleteProviderHealth(healths, 'gcp-eu').catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -150,14 +141,7 @@ describe("the seed's providers config on a machine with no Google credentials", 
       'the gcp-eu ProviderHealth with the credentials error',
       async () => {
         alive();
-        const obj = (await api
-          .getClusterCustomObject({
-            group: 'crawl.example.com',
-            version: 'v1alpha1',
-            plural: 'providerhealths',
-            name: 'gcp-eu',
-          })
-          .catch(() => undefined)) as ProviderHealthView | undefined;
+        const obj = await healths.get('gcp-eu').catch(() => undefined);
         const target = obj?.status?.targets?.find((t) => t.name === 'my-project');
         return target?.message?.includes(NO_CREDENTIALS) ? { obj: obj!, target } : undefined;
       },

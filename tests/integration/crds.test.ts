@@ -1,37 +1,33 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  PatchStrategy,
-  setHeaderOptions,
-  type CustomObjectsApi,
-  type KubeConfig,
-} from '@kubernetes/client-node';
-import {
-  DEFAULT_HEALTH_CHECK,
-  DEFAULT_MAX_LEASES,
-  DEFAULT_PORT,
-  GROUP,
-  PROXY_PLURAL,
-  VERSION,
-} from '../../resources/proxy-schema.js';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { ProviderHealthClient } from '../../kube/provider-healths.js';
+import { refOf, type ProxyClient } from '../../kube/proxies.js';
+import { DEFAULT_HEALTH_CHECK, DEFAULT_MAX_LEASES, DEFAULT_PORT } from '../../resources/proxy-schema.js';
 import type { ProxySpecInput } from '../../resources/proxy-schema.js';
 import {
   apiErrorMessage,
   createNamespace,
+  createProviderHealth,
   createProxy,
-  customObjects,
+  deleteProviderHealth,
   getProxy,
   kubeConfig,
   kubectl,
+  providerHealthClient,
+  proxyClient,
+  setProxyStatus,
 } from '../helpers/kube.js';
 
 describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProxyClient;
+  let healths: ProviderHealthClient;
   let ns: string;
 
   beforeAll(async () => {
     kc = kubeConfig();
-    api = customObjects(kc);
+    api = proxyClient(kc);
+    healths = providerHealthClient(kc);
     ns = await createNamespace(kc, 'crds');
   });
 
@@ -70,39 +66,24 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
   });
 
   it('rejects mode mutation', async () => {
-    await createProxy(api, ns, 'cel-mode', { mode: 'External', endpoint: { host: '203.0.113.9' } });
-    const error = await api
-      .patchNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PROXY_PLURAL,
-        name: 'cel-mode',
-        body: [{ op: 'replace', path: '/spec', value: { mode: 'Managed', provider: 'stub' } }],
-      })
-      .then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+    const created = await createProxy(api, ns, 'cel-mode', {
+      mode: 'External',
+      endpoint: { host: '203.0.113.9' },
+    });
+    const error = await api.patch(refOf(created), { spec: { mode: 'Managed', provider: 'stub' } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(apiErrorMessage(error)).toContain('mode is immutable');
   });
 
   it('rejects provider mutation and removal', async () => {
-    await createProxy(api, ns, 'cel-provider', { mode: 'Managed', provider: 'stub' });
-    const patch = (value: unknown) =>
-      api
-        .patchNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: ns,
-          plural: PROXY_PLURAL,
-          name: 'cel-provider',
-          body: [{ op: 'replace', path: '/spec', value }],
-        })
-        .then(
-          () => undefined,
-          (e: unknown) => e,
-        );
+    const created = await createProxy(api, ns, 'cel-provider', { mode: 'Managed', provider: 'stub' });
+    const patch = (spec: ProxySpecInput) =>
+      api.patch(refOf(created), { spec }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect(apiErrorMessage(await patch({ mode: 'Managed', provider: 'other' }))).toContain(
       'provider is immutable',
     );
@@ -140,40 +121,27 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
   });
 
   it('keeps a Ready condition and lastHealthReportTime in status; kubectl wait --for=condition=Ready returns on it', async () => {
-    await createProxy(api, ns, 'ready', { mode: 'External', endpoint: { host: '203.0.113.8' } });
+    const created = await createProxy(api, ns, 'ready', {
+      mode: 'External',
+      endpoint: { host: '203.0.113.8' },
+    });
     const at = '2026-12-01T00:00:00Z';
     const condition = (type: string, reason: string) => ({
       type,
-      status: 'True',
+      status: 'True' as const,
       reason,
       message: '',
       lastTransitionTime: at,
     });
-    await api.patchNamespacedCustomObjectStatus(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ns,
-        plural: PROXY_PLURAL,
-        name: 'ready',
-        body: [
-          {
-            op: 'add',
-            path: '/status',
-            value: {
-              phase: 'Ready',
-              lastHealthReportTime: at,
-              conditions: [
-                condition('Provisioned', 'External'),
-                condition('Healthy', 'ProbeSucceeded'),
-                condition('Ready', 'Ready'),
-              ],
-            },
-          },
-        ],
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-    );
+    await setProxyStatus(api, created, {
+      phase: 'Ready',
+      lastHealthReportTime: at,
+      conditions: [
+        condition('Provisioned', 'External'),
+        condition('Healthy', 'ProbeSucceeded'),
+        condition('Ready', 'Ready'),
+      ],
+    });
     const stored = await getProxy(api, ns, 'ready');
     expect(stored.status?.lastHealthReportTime).toBe(at);
     expect(stored.status?.conditions?.map((c) => c.type)).toEqual(['Provisioned', 'Healthy', 'Ready']);
@@ -186,36 +154,21 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
 
   it('kubectl get ph shows TYPE, READY, TARGETS, LAST CHECK, AGE for a cluster-scoped ProviderHealth', async () => {
     const name = `ph-${ns}`;
-    await api.createClusterCustomObject({
-      group: GROUP,
-      version: VERSION,
-      plural: 'providerhealths',
-      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ProviderHealth', metadata: { name } },
-    });
+    // The status write is pinned to a label: this test's own.
+    const pin = { key: 'suite', value: 'crds' };
+    const created = await createProviderHealth(healths, name, { [pin.key]: pin.value });
     const now = new Date().toISOString();
-    await api.patchClusterCustomObjectStatus({
-      group: GROUP,
-      version: VERSION,
-      plural: 'providerhealths',
-      name,
-      body: [
+    await healths.writeStatus(created, pin, {
+      type: 'local',
+      targetsReady: '1/1',
+      lastCheckTime: now,
+      conditions: [
         {
-          op: 'add',
-          path: '/status',
-          value: {
-            type: 'local',
-            targetsReady: '1/1',
-            lastCheckTime: now,
-            conditions: [
-              {
-                type: 'Ready',
-                status: 'True',
-                reason: 'AllTargetsReady',
-                message: '1/1',
-                lastTransitionTime: now,
-              },
-            ],
-          },
+          type: 'Ready',
+          status: 'True',
+          reason: 'AllTargetsReady',
+          message: '1/1',
+          lastTransitionTime: now,
         },
       ],
     });
@@ -230,6 +183,6 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
       'AGE',
     ]);
     expect(lines[1]).toMatch(new RegExp(`${name}\\s+local\\s+True\\s+1/1`));
-    await api.deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: 'providerhealths', name });
+    await deleteProviderHealth(healths, name);
   });
 });

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { API_VERSION } from '../../kube/coordinates.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { eventually } from '../helpers/temporal.js';
 
@@ -231,7 +232,7 @@ describe('dev passes its lease API flags on, as api does', () => {
     writeFileSync(
       manifest,
       [
-        'apiVersion: crawl.example.com/v1alpha1',
+        `apiVersion: ${API_VERSION}`,
         'kind: Proxy',
         'metadata: {name: dev-flags, namespace: default}',
         'spec:',

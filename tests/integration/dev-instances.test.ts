@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, describe, expect, inject, it } from 'vitest';
+import { API_VERSION } from '../../kube/coordinates.js';
 import { processRunning } from '../../cli/local-servers/instance.js';
 import { eventually } from '../helpers/temporal.js';
 
@@ -102,7 +103,7 @@ async function kubectl(dev: Dev, ...args: string[]): Promise<string> {
 
 async function applyProxy(dev: Dev, name: string, namespace = 'default'): Promise<void> {
   const manifest = {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: { name, namespace },
     spec: {

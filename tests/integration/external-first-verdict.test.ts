@@ -12,8 +12,6 @@
  * exists; once a bridge starts the workflows, the held verdicts land.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Proxy } from '../../resources/proxy-schema.js';
-import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
@@ -67,12 +65,7 @@ describe('External Proxies applied in a burst', () => {
     );
 
   const readyNames = async (): Promise<Set<string>> => {
-    const list = (await cp.api.listNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-    })) as { items: Proxy[] };
+    const list = await cp.api.list(cp.namespace);
     return new Set(
       list.items.filter((p) => proxyCondition(p, 'Ready')?.status === 'True').map((p) => p.metadata.name),
     );

@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client, ScheduleDescription, ScheduleHandle } from '@temporalio/client';
-import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/schedules.js';
@@ -21,11 +21,12 @@ import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-
 import { portInUse } from '../../cli/local-servers/ports.js';
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import type { ChecksRoundReport } from '../../workflows/provider-checks/types.js';
 import type { SweepReport } from '../../workflows/gc/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
+import { createNamespace, createProxy, kubeConfig, proxyClient } from '../helpers/kube.js';
 import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 import {
@@ -49,7 +50,7 @@ const idle = (handle: ScheduleHandle): Promise<ScheduleDescription> =>
 
 describe('orphan GC with the apiserver unreachable', () => {
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProxyClient;
   let relay: TcpRelay;
   let namespace: string;
   let stateRoot: string;
@@ -58,7 +59,7 @@ describe('orphan GC with the apiserver unreachable', () => {
 
   beforeAll(async () => {
     kc = kubeConfig();
-    api = customObjects(kc);
+    api = proxyClient(kc);
     namespace = await createNamespace(kc, 'gc-faults');
     const apiserver = new URL(kc.getCurrentCluster()!.server);
     relay = new TcpRelay({ host: apiserver.hostname, port: Number(apiserver.port) });

@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ScheduleOverlapPolicy } from '@temporalio/client';
-import type { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/schedules.js';
@@ -20,10 +20,17 @@ import { readRecord, writeRecord, RECORD_SCHEMA_VERSION } from '../../providers/
 import { instanceNameFromUid } from '../../providers/names.js';
 import { providerError } from '../../providers/errors.js';
 import { MARK_MANAGED, MARK_MANAGED_VALUE, type Instance, type Provider } from '../../providers/types.js';
-import { GROUP, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import type { SweepReport } from '../../workflows/gc/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
+import {
+  createNamespace,
+  createProxy,
+  deleteProxy,
+  kubeConfig,
+  proxyClient,
+  removeFinalizers,
+} from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
 import { LEVEL, mutableRegistry, nthResult, startScheduleWorker, type ScheduleWorker } from './gc-helpers.js';
 
@@ -32,7 +39,7 @@ const TWO_HOURS_AGO = () => new Date(Date.now() - 2 * 3_600_000).toISOString();
 
 describe('orphan GC schedule', () => {
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProxyClient;
   let namespace: string;
   let stateRoot: string;
   let local: LocalProvider;
@@ -81,7 +88,7 @@ describe('orphan GC schedule', () => {
 
   beforeAll(async () => {
     kc = kubeConfig();
-    api = customObjects(kc);
+    api = proxyClient(kc);
     namespace = await createNamespace(kc, 'gc');
     stateRoot = mkdtempSync(join(tmpdir(), 'ep-gc-'));
     local = createLocalProvider({
@@ -102,16 +109,7 @@ describe('orphan GC schedule', () => {
     await local?.close();
     if (api && namespace) {
       // Release the held Proxy so the namespace can go.
-      await api
-        .patchNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace,
-          plural: PROXY_PLURAL,
-          name: 'deleting',
-          body: [{ op: 'remove', path: '/metadata/finalizers' }],
-        })
-        .catch(() => undefined);
+      await removeFinalizers(api, namespace, 'deleting').catch(() => undefined);
     }
     rmSync(stateRoot, { recursive: true, force: true });
   });
@@ -165,13 +163,7 @@ describe('orphan GC schedule', () => {
       { mode: 'Managed', provider: 'gc-local' },
       { finalizers: [HOLD] },
     );
-    await api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: PROXY_PLURAL,
-      name: 'deleting',
-    });
+    await deleteProxy(api, namespace, 'deleting');
 
     const ids = {
       live: await createInstance(live.metadata.uid!),

@@ -39,7 +39,7 @@ import { describeProviderConformance } from '../conformance/provider-conformance
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { FakeCompute } from '../helpers/gcp-fake.js';
 import { FakeTokenSource } from '../helpers/gcp-token-source.js';
-import { createProxy, getProxy, waitForProxy } from '../helpers/kube.js';
+import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
@@ -1401,13 +1401,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
 
       // A delete operation that takes a while: the workflow polls every 200 ms.
       fake.timing.deleteMs = 1_500;
-      await cp.api.deleteNamespacedCustomObject({
-        group: 'crawl.example.com',
-        version: 'v1alpha1',
-        namespace: cp.namespace,
-        plural: 'proxies',
-        name: px.metadata.name,
-      });
+      await deleteProxy(cp.api, cp.namespace, px.metadata.name);
       await eventually(
         'the Proxy is gone',
         async () => {
@@ -1482,13 +1476,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
         const tokenCalls = () =>
           tokens.hits.filter((h) => h.endsWith('/service-accounts/default/token')).length;
         const before = tokenCalls();
-        await cp.api.deleteNamespacedCustomObject({
-          group: 'crawl.example.com',
-          version: 'v1alpha1',
-          namespace: cp.namespace,
-          plural: 'proxies',
-          name: 'gcp-token',
-        });
+        await deleteProxy(cp.api, cp.namespace, 'gcp-token');
         const handle = cp.client.workflow.getHandle(
           proxyWorkflowId({ namespace: cp.namespace, name: 'gcp-token', uid: created.metadata.uid! }),
         );

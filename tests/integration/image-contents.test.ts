@@ -18,7 +18,7 @@ import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.
 import {
   createNamespace,
   createProxy,
-  customObjects,
+  proxyClient,
   deleteProxy,
   isProvisioned,
   kubeConfig,
@@ -96,7 +96,7 @@ describe('the image contents: the built tree with production dependencies only',
     const taskQueue = uniqueTaskQueue('image');
     const temporalNamespace = await freshTemporalNamespace('image');
     const kc = kubeConfig();
-    const objects = customObjects(kc);
+    const objects = proxyClient(kc);
     const namespace = await createNamespace(kc, 'image');
     // The flags each command offers (a command refuses the flags of parts it does not run).
     const common = (command: string) => [

@@ -21,15 +21,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  KubeConfig,
-  PatchStrategy,
-  RbacAuthorizationV1Api,
-  setHeaderOptions,
-  type V1PolicyRule,
-} from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1PolicyRule } from '@kubernetes/client-node';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -37,12 +29,12 @@ import { deriveInstallation } from '../../cli/kube.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { scheduleIds } from '../../cli/schedules.js';
+import { GROUP, PROVIDER_HEALTH_PLURAL, PROXY_PLURAL } from '../../kube/coordinates.js';
+import type { ProviderHealthClient } from '../../kube/provider-healths.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import {
-  GROUP,
+  FINALIZER,
   LABEL_CLOUD_INIT,
-  PROVIDER_HEALTH_PLURAL,
-  PROXY_PLURAL,
-  VERSION,
   type ProviderHealth,
   type Proxy,
 } from '../../resources/proxy-schema.js';
@@ -52,10 +44,13 @@ import { privateLoopbackRange } from '../helpers/control-plane.js';
 import {
   createProxy,
   deleteProxy,
+  editProxySpec,
   getProxy,
   isProvisioned,
   kubeConfig as sharedKubeConfig,
   kubectl as sharedKubectl,
+  providerHealthClient,
+  proxyClient,
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
@@ -199,7 +194,8 @@ function forbidden(verb: string, resource: string): RegExp {
 describe('infra/k8s on an enforcing apiserver', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-k8s-'));
   let core: CoreV1Api;
-  let objects: CustomObjectsApi;
+  let objects: ProxyClient;
+  let healths: ProviderHealthClient;
   const suffix = randomBytes(3).toString('hex');
   const temporalNamespace = `k8s-rbac-${suffix}`;
   const taskQueue = `k8s-rbac-${suffix}`;
@@ -221,7 +217,8 @@ describe('infra/k8s on an enforcing apiserver', () => {
     const kc = kubeConfig();
     await installCrds(kc);
     core = kc.makeApiClient(CoreV1Api);
-    objects = kc.makeApiClient(CustomObjectsApi);
+    objects = proxyClient(kc);
+    healths = providerHealthClient(kc);
     connection = await Connection.connect({ address: inject('temporalAddress') });
     await run(inject('temporalCli'), [
       'operator',
@@ -328,10 +325,11 @@ describe('infra/k8s on an enforcing apiserver', () => {
     }
   }
 
-  const getHealth = (name: string) =>
-    objects
-      .getClusterCustomObject({ group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL, name })
-      .then((h) => h as ProviderHealth);
+  const getHealth = async (name: string): Promise<ProviderHealth> => {
+    const health = await healths.get(name);
+    if (!health) throw new Error(`ProviderHealth ${name} not found`);
+    return health;
+  };
   const healthReady = (h: ProviderHealth) => h.status?.conditions?.find((c) => c.type === 'Ready')?.status;
 
   /** Triggers a Schedule and waits for the run it started to finish; returns its result. */
@@ -480,20 +478,10 @@ describe('infra/k8s on an enforcing apiserver', () => {
     const first = await waitForProxy(objects, proxyNs, 'life', 'provisioned', isProvisioned, {
       timeoutMs: 90_000,
     });
-    expect(first.metadata.finalizers).toContain('crawl.example.com/finalizer');
+    expect(first.metadata.finalizers).toContain(FINALIZER);
 
     // Edit.
-    await objects.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: proxyNs,
-        plural: PROXY_PLURAL,
-        name: 'life',
-        body: { spec: { port: port() } },
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
+    await editProxySpec(objects, proxyNs, 'life', (spec) => ({ ...spec, port: port() }));
     await waitForProxy(
       objects,
       proxyNs,
@@ -563,7 +551,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
   cases.push({
     name: 'bridge: patch proxies (the finalizer)',
     role: { kind: 'ClusterRole', name: 'egress-proxies-bridge' },
-    resource: 'proxies',
+    resource: PROXY_PLURAL,
     verb: 'patch',
     async breakIt() {
       await createProxy(objects, proxyNs, proxyNamed('finalizer'), {
@@ -573,7 +561,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
       });
       await eventually(
         'bridge log: forbidden patch',
-        () => Promise.resolve(forbidden('patch', 'proxies').test(processes.bridge.output()) || undefined),
+        () => Promise.resolve(forbidden('patch', PROXY_PLURAL).test(processes.bridge.output()) || undefined),
         { timeoutMs: 30_000 },
       );
       expect((await getProxy(objects, proxyNs, proxyNamed('finalizer'))).metadata.finalizers ?? []).toEqual(
@@ -654,7 +642,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
   cases.push({
     name: 'worker: patch providerhealths/status (provider checks)',
     role: { kind: 'ClusterRole', name: 'egress-proxies-worker-cluster' },
-    resource: 'providerhealths/status',
+    resource: `${PROVIDER_HEALTH_PLURAL}/status`,
     verb: 'patch',
     async breakIt() {
       const handle = client.schedule.getHandle(scheduleIds(taskQueue).providerChecks);
@@ -665,7 +653,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
           const runs = (await handle.describe()).info.recentActions.map((a) => a.action.workflow.workflowId);
           for (const id of runs.slice(-2)) {
             if (
-              forbidden('patch', 'providerhealths/status').test(
+              forbidden('patch', `${PROVIDER_HEALTH_PLURAL}/status`).test(
                 await pendingFailures(client, id).catch(() => ''),
               )
             )
@@ -688,7 +676,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
   cases.push({
     name: 'worker: patch proxies/status (status writes)',
     role: { kind: 'ClusterRole', name: 'egress-proxies-worker' },
-    resource: 'proxies/status',
+    resource: `${PROXY_PLURAL}/status`,
     verb: 'patch',
     async breakIt() {
       await createProxy(objects, proxyNs, proxyNamed('status'), {
@@ -709,7 +697,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
                 (l) =>
                   l.includes('status write forbidden') &&
                   l.includes(`${proxyNs}/${proxyNamed('status')}`) &&
-                  forbidden('patch', 'proxies/status').test(l),
+                  forbidden('patch', `${PROXY_PLURAL}/status`).test(l),
               ) || undefined,
           ),
         { timeoutMs: 60_000, intervalMs: 250 },
@@ -725,7 +713,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
   cases.push({
     name: 'api: watch proxies',
     role: { kind: 'ClusterRole', name: 'egress-proxies-api' },
-    resource: 'proxies',
+    resource: PROXY_PLURAL,
     verb: 'watch',
     async breakIt() {
       // A second api process: its informer lists, then its watch is refused, so it never serves.
@@ -809,7 +797,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'auth',
         'can-i',
         'list',
-        'proxies.crawl.example.com',
+        `${PROXY_PLURAL}.${GROUP}`,
         '--all-namespaces',
         `--as=system:serviceaccount:${INSTALL_NS}:egress-proxies-${p}`,
       ]).catch((e: { stdout?: string }) => e.stdout ?? '');

@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { Counter, Registry } from 'prom-client';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createEventRecorder } from '../../kube/events.js';
-import { createNamespace, createProxy, customObjects, kubeConfig, kubectl } from '../helpers/kube.js';
+import { createNamespace, createProxy, kubeConfig, proxyClient, kubectl } from '../helpers/kube.js';
 
 describe('Proxy Events on the real apiserver', () => {
   let kc: KubeConfig;
@@ -18,7 +18,7 @@ describe('Proxy Events on the real apiserver', () => {
   beforeAll(async () => {
     kc = kubeConfig();
     ns = await createNamespace(kc, 'events');
-    const proxy = await createProxy(customObjects(kc), ns, 'flappy', {
+    const proxy = await createProxy(proxyClient(kc), ns, 'flappy', {
       mode: 'External',
       endpoint: { host: '203.0.113.7' },
     });

@@ -7,13 +7,13 @@
 import { ApiException, KubeConfig } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { createProxyClient, isProxyNotFound } from '../../kube/proxies.js';
-import { createNamespace, createProxy, customObjects, kubeConfig } from '../helpers/kube.js';
+import { createNamespace, createProxy, kubeConfig, proxyClient } from '../helpers/kube.js';
 
 describe('the direct Proxy reader', () => {
   it('answers undefined for a missing Proxy or another UID, and throws on a 404 that is not about the Proxy', async () => {
     const kc = kubeConfig();
     const namespace = await createNamespace(kc, 'reader');
-    const created = await createProxy(customObjects(kc), namespace, 'present', {
+    const created = await createProxy(proxyClient(kc), namespace, 'present', {
       mode: 'External',
       endpoint: { host: '127.0.0.1', port: 3128 },
     });

@@ -47,17 +47,19 @@ import {
 } from '../../providers/kubernetes/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
-import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import {
   createNamespace,
   createProxy,
-  getProxy,
+  deleteProxy,
+  editProxySpec,
   isProvisioned,
   kubeConfig,
   waitForProxy,
+  waitForProxyGone,
 } from '../helpers/kube.js';
 import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
@@ -840,14 +842,7 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
     expect(running.status?.observedGeneration).toBe(1);
 
     // Replace: a new port deletes the pod and creates a new one under the same name.
-    await cp.api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name: 'px-k8s',
-      body: [{ op: 'replace', path: '/spec/port', value: 18081 }],
-    });
+    await editProxySpec(cp.api, cp.namespace, 'px-k8s', (spec) => ({ ...spec, port: 18081 }));
     const second = await eventually('the replacement pod', async () => {
       const p = await core.readNamespacedPod({ namespace: podNamespace, name });
       return p.metadata?.uid !== first.metadata?.uid ? p : undefined;
@@ -867,21 +862,8 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
     expect(managed.filter((i) => i.uid === uid)).toHaveLength(1);
 
     // Delete: pod gone, finalizer removed (the object is gone), workflow completed.
-    await cp.api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name: 'px-k8s',
-    });
-    await eventually('Proxy gone', async () => {
-      try {
-        await getProxy(cp.api, cp.namespace, 'px-k8s');
-        return undefined;
-      } catch (err) {
-        return (err as { code?: number }).code === 404 ? true : undefined;
-      }
-    });
+    await deleteProxy(cp.api, cp.namespace, 'px-k8s');
+    await waitForProxyGone(cp.api, cp.namespace, 'px-k8s');
     expect(await podGone(core, podNamespace, name)).toBe(true);
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     const description = await eventually('workflow completed', async () => {

@@ -16,19 +16,22 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { EventsV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { EventsV1Api } from '@kubernetes/client-node';
 import { afterAll, describe, expect, inject, it } from 'vitest';
-import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { type CliProcess, leaseApiUrl, ROOT, startCli, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
-  customObjects,
+  deleteProxy,
+  editProxySpec,
   getProxy,
   kubeConfig,
   kubectl,
+  proxyClient,
   proxyCondition,
+  removeFinalizers,
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
@@ -63,7 +66,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     const taskQueue = uniqueTaskQueue('obs');
     const temporalNamespace = await freshTemporalNamespace('obs');
     const kc = kubeConfig();
-    const objects = customObjects(kc);
+    const objects = proxyClient(kc);
     const namespace = await createNamespace(kc, 'obs');
     const common = (command: 'worker' | 'bridge' | 'api') => [
       ...testServerArgs(temporalNamespace),
@@ -146,17 +149,10 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     expect(ready.status?.lastHealthReportTime).toEqual(expect.any(String));
 
     // Unhealthy: the probe now goes through the proxy to a closed port.
-    await objects.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: PROXY_PLURAL,
-        name: 'watched',
-        body: { spec: { healthCheck: { probeURL: 'http://127.0.0.1:9/nothing' } } },
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
+    await editProxySpec(objects, namespace, 'watched', (spec) => ({
+      ...spec,
+      healthCheck: { ...spec.healthCheck, probeURL: 'http://127.0.0.1:9/nothing' },
+    }));
     const down = await waitForProxy(
       objects,
       namespace,
@@ -167,13 +163,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     expect(proxyCondition(down, 'Ready')).toMatchObject({ status: 'False' });
 
     // Delete: our finalizer goes once the instance is gone; the hold keeps the object for describe.
-    await objects.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace,
-      plural: PROXY_PLURAL,
-      name: 'watched',
-    });
+    await deleteProxy(objects, namespace, 'watched');
     await waitForProxy(
       objects,
       namespace,
@@ -204,17 +194,7 @@ describe('observability of a Proxy’s life, from the real processes', () => {
     // (describe prints the spec, which holds the inline cloud-init the user wrote; the Events must not.)
     expect(described.slice(described.indexOf('Events:'))).not.toContain(SENTINEL);
 
-    await objects.patchNamespacedCustomObject(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: PROXY_PLURAL,
-        name: 'watched',
-        body: [{ op: 'remove', path: '/metadata/finalizers' }],
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-    );
+    await removeFinalizers(objects, namespace, 'watched');
     await waitForProxyGone(objects, namespace, 'watched');
 
     // /metrics of each process after the Proxy's life.

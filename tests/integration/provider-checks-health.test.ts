@@ -17,7 +17,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import { CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -29,16 +29,16 @@ import { ensureSchedules, scheduleIds, type SchedulesConfig } from '../../cli/sc
 import { localConfigSchema } from '../../providers/local/config.js';
 import { createLocalProvider, type LocalProvider } from '../../providers/local/provider.js';
 import type { Provider, TargetStatus } from '../../providers/types.js';
-import {
-  API_VERSION,
-  GROUP,
-  PROVIDER_HEALTH_PLURAL,
-  VERSION,
-  type ProviderHealth,
-} from '../../resources/proxy-schema.js';
+import type { ProviderHealthClient } from '../../kube/provider-healths.js';
+import type { ProviderHealth } from '../../resources/proxy-schema.js';
 import type { ChecksRoundReport } from '../../workflows/provider-checks/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { customObjects, kubeConfig } from '../helpers/kube.js';
+import {
+  createProviderHealth,
+  deleteProviderHealth,
+  kubeConfig,
+  providerHealthClient,
+} from '../helpers/kube.js';
 import { eventually } from '../helpers/temporal.js';
 import {
   LEVEL,
@@ -49,27 +49,9 @@ import {
   type ScheduleWorker,
 } from './gc-helpers.js';
 
-/** An empty ProviderHealth object, as another installation (or an older version) would leave one. */
-async function createProviderHealth(
-  api: CustomObjectsApi,
-  name: string,
-  labels?: Record<string, string>,
-): Promise<ProviderHealth> {
-  return (await api.createClusterCustomObject({
-    group: GROUP,
-    version: VERSION,
-    plural: PROVIDER_HEALTH_PLURAL,
-    body: {
-      apiVersion: API_VERSION,
-      kind: 'ProviderHealth',
-      metadata: { name, ...(labels ? { labels } : {}) },
-    },
-  })) as ProviderHealth;
-}
-
 describe('provider checks schedule and ProviderHealth objects', () => {
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProviderHealthClient;
   let stateRoot: string;
   let registry: MutableRegistry;
   let sw: ScheduleWorker;
@@ -83,7 +65,7 @@ describe('provider checks schedule and ProviderHealth objects', () => {
 
   beforeAll(async () => {
     kc = kubeConfig();
-    api = customObjects(kc);
+    api = providerHealthClient(kc);
     stateRoot = mkdtempSync(join(tmpdir(), 'ep-pc-'));
     for (const key of ['a', 'b', 'bad'] as const) {
       providers[key] = createLocalProvider({
@@ -111,19 +93,7 @@ describe('provider checks schedule and ProviderHealth objects', () => {
     providerChecks: { intervalMs, timeoutMs },
   });
 
-  const get = async (name: string): Promise<ProviderHealth | undefined> => {
-    try {
-      return (await api.getClusterCustomObject({
-        group: GROUP,
-        version: VERSION,
-        plural: PROVIDER_HEALTH_PLURAL,
-        name,
-      })) as ProviderHealth;
-    } catch (error) {
-      if ((error as { code?: number }).code === 404) return undefined;
-      throw error;
-    }
-  };
+  const get = (name: string): Promise<ProviderHealth | undefined> => api.get(name);
 
   let rounds = 0;
   const round = async (): Promise<ChecksRoundReport> => {
@@ -400,20 +370,13 @@ describe('provider checks schedule and ProviderHealth objects', () => {
     } finally {
       await ensureSchedules(sw.client, config(0, faultPrefix)).catch(() => undefined);
       await ok.close();
-      await api
-        .deleteClusterCustomObject({
-          group: GROUP,
-          version: VERSION,
-          plural: PROVIDER_HEALTH_PLURAL,
-          name: n.shared,
-        })
-        .catch(() => undefined);
+      await deleteProviderHealth(api, n.shared).catch(() => undefined);
     }
   });
 });
 
 describe('ProviderHealth writes when someone else acts in between', () => {
-  let api: CustomObjectsApi;
+  let api: ProviderHealthClient;
   let acts: ProviderCheckActivities;
   const suffix = randomBytes(3).toString('hex');
   // An installation of its own: its cleanup can touch nothing of the other tests'.
@@ -426,7 +389,7 @@ describe('ProviderHealth writes when someone else acts in between', () => {
 
   beforeAll(() => {
     const kc = kubeConfig();
-    api = customObjects(kc);
+    api = providerHealthClient(kc);
     acts = createProviderCheckActivities({
       registry: { get: () => undefined, names: () => [], close: () => Promise.resolve() },
       kubeConfig: kc,
@@ -440,33 +403,24 @@ describe('ProviderHealth writes when someone else acts in between', () => {
   });
   afterAll(async () => {
     for (const name of created) {
-      await api
-        .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL, name })
-        .catch(() => undefined);
+      await deleteProviderHealth(api, name).catch(() => undefined);
     }
   });
 
-  const ref = (name: string) => ({ group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL, name });
-  const get = async (name: string): Promise<ProviderHealth | undefined> => {
-    try {
-      return (await api.getClusterCustomObject(ref(name))) as ProviderHealth;
-    } catch (error) {
-      if ((error as { code?: number }).code === 404) return undefined;
-      throw error;
-    }
-  };
+  const get = (name: string): Promise<ProviderHealth | undefined> => api.get(name);
   const create = (name: string, labels?: Record<string, string>): Promise<ProviderHealth> => {
     created.push(name);
     return createProviderHealth(api, name, labels);
   };
-  const relabel = (name: string, installationValue: string) =>
-    api.patchClusterCustomObject(
-      {
-        ...ref(name),
-        body: { metadata: { labels: { 'crawl.example.com/installation': installationValue } } },
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
+  /** Sets the installation label of the object as it is now (its other labels kept). */
+  const relabel = async (name: string, installationValue: string) => {
+    const object = await get(name);
+    if (!object) throw new Error(`ProviderHealth ${name} not found`);
+    await api.setLabels(object, {
+      ...object.metadata.labels,
+      'crawl.example.com/installation': installationValue,
+    });
+  };
   const result = (provider: string) => ({
     provider,
     type: 'stub',
@@ -540,7 +494,7 @@ describe('ProviderHealth writes when someone else acts in between', () => {
     const first = await create(name, ours);
     let second: ProviderHealth | undefined;
     after('listClusterCustomObject', async () => {
-      await api.deleteClusterCustomObject(ref(name));
+      await deleteProviderHealth(api, name);
       await eventually(`${name} gone`, async () => ((await get(name)) === undefined ? true : undefined));
       second = await create(name, ours);
     });

@@ -6,10 +6,17 @@
  * exactly one replacement for one edit, one finalizer, and a clean delete.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FINALIZER, GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import { FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import type { Bridge } from '../../k8s-bridge/bridge.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import {
+  createProxy,
+  deleteProxy,
+  editProxySpec,
+  isProvisioned,
+  waitForProxy,
+  waitForProxyGone,
+} from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -95,14 +102,7 @@ describe('several bridges at once', () => {
     // Edit: a new port on each; exactly one replacement each, whoever signalled.
     await Promise.all(
       names.map((name, i) =>
-        cp.api.patchNamespacedCustomObject({
-          group: GROUP,
-          version: VERSION,
-          namespace: cp.namespace,
-          plural: PROXY_PLURAL,
-          name,
-          body: [{ op: 'replace', path: '/spec/port', value: port(i, 2) }],
-        }),
+        editProxySpec(cp.api, cp.namespace, name, (spec) => ({ ...spec, port: port(i, 2) })),
       ),
     );
     const replaced = await Promise.all(

@@ -10,10 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ANNOTATION_SKIP_CLEANUP,
   FINALIZER,
-  GROUP,
   LABEL_CLOUD_INIT,
-  PROXY_PLURAL,
-  VERSION,
   type Proxy,
 } from '../../resources/proxy-schema.js';
 import { desiredSpecOf } from '../../k8s-bridge/desired.js';
@@ -27,7 +24,11 @@ import {
   deleteProxy,
   getProxy,
   isProvisioned,
+  editProxySpec,
+  patchProxy,
   proxyCondition,
+  removeFinalizers,
+  setProxyStatus,
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
@@ -66,15 +67,6 @@ describe('Proxy workflow edges', () => {
     waitForProxy(cp.api, cp.namespace, name, what, test);
   const condition = proxyCondition;
   const provisioned = isProvisioned;
-  const patch = (name: string, body: unknown[]) =>
-    cp.api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name,
-      body,
-    });
   const remove = (name: string) => deleteProxy(cp.api, cp.namespace, name);
   const remove2 = (namespace: string, name: string) => deleteProxy(cp.api, namespace, name);
   const gone = (name: string) => waitForProxyGone(cp.api, cp.namespace, name);
@@ -90,9 +82,9 @@ describe('Proxy workflow edges', () => {
       port: 18180,
     });
     const p = await waitFor('skip', 'Running', provisioned);
-    await patch('skip', [
-      { op: 'add', path: '/metadata/annotations', value: { [ANNOTATION_SKIP_CLEANUP]: 'true' } },
-    ]);
+    await patchProxy(cp.api, cp.namespace, 'skip', () => ({
+      annotations: { [ANNOTATION_SKIP_CLEANUP]: 'true' },
+    }));
     await remove('skip');
     await gone('skip');
     await completed(proxyWorkflowId({ namespace: cp.namespace, name: 'skip', uid: created.metadata.uid! }));
@@ -129,7 +121,10 @@ describe('Proxy workflow edges', () => {
     );
     const first = await handle.query(stateQuery);
     expect(first.lastError).toMatchObject({ type: 'Permanent', generation: 1 });
-    await patch('broken', [{ op: 'add', path: '/spec/attributes', value: { edited: 'yes' } }]);
+    await editProxySpec(cp.api, cp.namespace, 'broken', (spec) => ({
+      ...spec,
+      attributes: { edited: 'yes' },
+    }));
     const retried = await eventually('retried at generation 2', async () => {
       const v = await handle.query(stateQuery);
       return v.lastError?.generation === 2 ? v : undefined;
@@ -245,7 +240,7 @@ describe('Proxy workflow edges', () => {
     const firstRun = (await handle.describe()).runId;
     await handle.terminate('test: an operator ends the run');
     // The bridge sees the new generation and starts a fresh run with it.
-    await patch('edited-between', [{ op: 'replace', path: '/spec/port', value: 18191 }]);
+    await editProxySpec(cp.api, cp.namespace, 'edited-between', (spec) => ({ ...spec, port: 18191 }));
     const after = await waitFor(
       'edited-between',
       'Running on the new port',
@@ -442,7 +437,7 @@ describe('Proxy workflow edges', () => {
 
     await cp.bridge.stop();
     // An operator strips the finalizer by hand, then both Proxies are deleted.
-    await patch('unwatched', [{ op: 'replace', path: '/metadata/finalizers', value: [] }]);
+    await removeFinalizers(cp.api, cp.namespace, 'unwatched');
     await remove('unwatched');
     await remove('unwatched-ext');
     await gone('unwatched');
@@ -509,17 +504,10 @@ describe('Proxy workflow edges', () => {
     await cp.client.workflow.getHandle(proxyWorkflowId(ref)).terminate('test: an operator ends the run');
     // As if the create had succeeded at the provider but the run ended
     // before recording it: the status names no instance.
-    await cp.api.patchNamespacedCustomObjectStatus(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: cp.namespace,
-        plural: PROXY_PLURAL,
-        name: 'orphan-run',
-        body: [{ op: 'remove', path: '/status/providerID' }],
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
-    );
+    const recorded = await getProxy(cp.api, cp.namespace, 'orphan-run');
+    const { providerID, ...withoutID } = recorded.status ?? {};
+    if (providerID === undefined) throw new Error('orphan-run: its status names no instance to remove');
+    await setProxyStatus(cp.api, recorded, withoutID);
     // The deletion event starts a new run that never saw the instance's ID.
     await remove('orphan-run');
     await gone('orphan-run');

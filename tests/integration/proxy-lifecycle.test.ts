@@ -4,10 +4,17 @@
  * forward proxies on the loopback.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { GROUP, PROXY_PLURAL, VERSION, FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
+import { FINALIZER, type Proxy } from '../../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, deleteProxy, getProxy, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import {
+  createProxy,
+  deleteProxy,
+  editProxySpec,
+  getProxy,
+  waitForProxy,
+  waitForProxyGone,
+} from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
@@ -70,14 +77,7 @@ describe('Proxy lifecycle with the local provider', () => {
 
     // Spec change: the instance is replaced under the same name, on the new port.
     const firstHash = running.status!.specHash;
-    await cp.api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: cp.namespace,
-      plural: PROXY_PLURAL,
-      name: 'px-main',
-      body: [{ op: 'replace', path: '/spec/port', value: 18081 }],
-    });
+    await editProxySpec(cp.api, cp.namespace, 'px-main', (spec) => ({ ...spec, port: 18081 }));
     const replaced = await waitFor(
       'px-main',
       'replacement Running on the new port',

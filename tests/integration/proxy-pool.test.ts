@@ -15,6 +15,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_VERSION, PROXY_POOL_PLURAL } from '../../kube/coordinates.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import type { ProxyClient } from '../../kube/proxies.js';
 import type { ProxyPoolClient } from '../../kube/proxy-pools.js';
@@ -109,7 +110,7 @@ describe('ProxyPool', () => {
       await kubectl([
         'get',
         '--raw',
-        `/apis/crawl.example.com/v1alpha1/namespaces/${cp.namespace}/proxypools/${name}/scale`,
+        `/apis/${API_VERSION}/namespaces/${cp.namespace}/${PROXY_POOL_PLURAL}/${name}/scale`,
       ]),
     ) as { spec: { replicas: number }; status: { replicas: number; selector: string } };
     expect(scale).toMatchObject({
@@ -123,7 +124,7 @@ describe('ProxyPool', () => {
         kind: 'HorizontalPodAutoscaler',
         metadata: { name: `${name}-hpa`, namespace: cp.namespace },
         spec: {
-          scaleTargetRef: { apiVersion: 'crawl.example.com/v1alpha1', kind: 'ProxyPool', name },
+          scaleTargetRef: { apiVersion: API_VERSION, kind: 'ProxyPool', name },
           minReplicas: 2,
           maxReplicas: 40,
           metrics: [

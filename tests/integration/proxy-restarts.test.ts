@@ -15,10 +15,10 @@ import { join } from 'node:path';
 import { connect } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, type Worker } from '@temporalio/worker';
-import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { GROUP, PROXY_PLURAL, VERSION, type Proxy } from '../../resources/proxy-schema.js';
+import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
@@ -26,9 +26,20 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { portInUse } from '../../cli/local-servers/ports.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
-import { createProxy, getProxy, isProvisioned, proxyCondition, waitForProxy } from '../helpers/kube.js';
+import {
+  createProxy,
+  deleteProxy,
+  editProxySpec,
+  getProxy,
+  isProvisioned,
+  proxyClient,
+  proxyCondition,
+  waitForProxy,
+  waitForProxyGone,
+} from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { eventually, workflowBundle } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
@@ -41,7 +52,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
   let kubePort: number;
   let temporalPort: number;
   let kc: KubeConfig;
-  let api: CustomObjectsApi;
+  let api: ProxyClient;
   let registry: ProviderRegistry;
   let connection: Connection;
   let client: Client;
@@ -80,7 +91,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
     kc = new KubeConfig();
     kc.loadFromFile(kube.kubeconfigPath);
     await installCrds(kc);
-    api = kc.makeApiClient(CustomObjectsApi);
+    api = proxyClient(kc);
     // Two neighbouring /24s, so the providers never hand out the same address.
     const localRange = privateLoopbackRange();
     const [, second, third] = localRange.split('.').map(Number) as [number, number, number];
@@ -149,14 +160,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
     await kube.stop();
     await portFree(kubePort);
     await startKube();
-    await api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PROXY_PLURAL,
-      name: 'survivor',
-      body: [{ op: 'replace', path: '/spec/port', value: 18381 }],
-    });
+    await editProxySpec(api, ns, 'survivor', (spec) => ({ ...spec, port: 18381 }));
     const replaced = await waitFor(
       'survivor',
       'replaced after the apiserver restart',
@@ -169,22 +173,8 @@ describe('restarts of the apiserver and the Temporal server', () => {
     await temporal.stop();
     await portFree(temporalPort);
     await startTemporal();
-    await api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PROXY_PLURAL,
-      name: 'survivor',
-    });
-    await eventually(
-      'Proxy deleted after the Temporal restart',
-      async () =>
-        getProxy(api, ns, 'survivor').then(
-          () => undefined,
-          (e: { code?: number }) => (e.code === 404 ? true : undefined),
-        ),
-      { timeoutMs: 90_000, intervalMs: 250 },
-    );
+    await deleteProxy(api, ns, 'survivor');
+    await waitForProxyGone(api, ns, 'survivor', { timeoutMs: 90_000, intervalMs: 250 });
     const instances = await registry.get('local')!.listByTag(AbortSignal.timeout(5_000));
     expect(instances.filter((i) => i.uid === created.metadata.uid)).toHaveLength(0);
     const status = await eventually('workflow completed', async () => {
@@ -256,24 +246,8 @@ describe('restarts of the apiserver and the Temporal server', () => {
   const restartKube = (whileDown: () => Promise<void>) => restart(kube, kubePort, startKube, whileDown);
   const restartTemporal = (whileDown: () => Promise<void>) =>
     restart(temporal, temporalPort, startTemporal, whileDown);
-  const remove = (name: string) =>
-    api.deleteNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PROXY_PLURAL,
-      name,
-    });
-  const gone = (name: string) =>
-    eventually(
-      `${name} gone`,
-      async () =>
-        getProxy(api, ns, name).then(
-          () => undefined,
-          (e: { code?: number }) => (e.code === 404 ? true : undefined),
-        ),
-      { timeoutMs: 90_000, intervalMs: 250 },
-    );
+  const remove = (name: string) => deleteProxy(api, ns, name);
+  const gone = (name: string) => waitForProxyGone(api, ns, name, { timeoutMs: 90_000, intervalMs: 250 });
   /** Delete: the finalizer is removed (object gone), no instance left, the workflow completed. */
   const deleteAndExpectCleanup = async (name: string, uid: string) => {
     await remove(name);
@@ -342,14 +316,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
     });
     const uid = created.metadata.uid!;
     const first = await waitFor('mid-replace', 'Running', provisioned);
-    await api.patchNamespacedCustomObject({
-      group: GROUP,
-      version: VERSION,
-      namespace: ns,
-      plural: PROXY_PLURAL,
-      name: 'mid-replace',
-      body: [{ op: 'replace', path: '/spec/port', value: 18385 }],
-    });
+    await editProxySpec(api, ns, 'mid-replace', (spec) => ({ ...spec, port: 18385 }));
     // The old instance is deleted and the new one created: it is inside its own start delay.
     const replacing = await waitFor(
       'mid-replace',

@@ -16,7 +16,7 @@ import { startCli, type CliProcess } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
-  customObjects,
+  proxyClient,
   deleteProxy,
   isProvisioned,
   kubeConfig,
@@ -96,7 +96,7 @@ describe('Temporal behind a TLS terminator that requires client certificates', (
     await api.waitFor(/lease API listening/, 120_000);
 
     const kc = kubeConfig();
-    const objects = customObjects(kc);
+    const objects = proxyClient(kc);
     await createProxy(objects, namespace, 'through-tls', { mode: 'Managed', provider: 'local', port: 18301 });
     const running = await waitForProxy(objects, namespace, 'through-tls', 'Running', isProvisioned);
     expect(running.status?.ip).toBeTruthy();

@@ -13,12 +13,14 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
+import { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { loadKubeConfig } from '../../cli/kube.js';
-import { GROUP, LABEL_CLOUD_INIT, PROXY_PLURAL, VERSION } from '../../resources/proxy-schema.js';
+import { API_VERSION } from '../../kube/coordinates.js';
+import { createProxyClient } from '../../kube/proxies.js';
+import { LABEL_CLOUD_INIT } from '../../resources/proxy-schema.js';
 import { type CliProcess, LEASE_API_LISTENING, startCli } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 import {
@@ -134,7 +136,7 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
     async () => {
       const kubectl = join(inject('kubeBinDir'), 'kubectl');
       execFileSync(kubectl, ['--kubeconfig', kube.kubeconfigPath, 'apply', '-f', '-'], {
-        input: `apiVersion: crawl.example.com/v1alpha1
+        input: `apiVersion: ${API_VERSION}
 kind: Proxy
 metadata: { name: traced-1, namespace: ${NS} }
 spec:
@@ -147,19 +149,13 @@ spec:
       // The trace is complete once its workflow run has ended (the RunWorkflow
       // span is exported when it ends): delete the Proxy, wait for its workflow
       // to finish, and look for the create's provider call under the bridge span.
-      const objects = loadKubeConfig(kube.kubeconfigPath).makeApiClient(CustomObjectsApi);
+      const objects = createProxyClient(loadKubeConfig(kube.kubeconfigPath));
       const logs = () => children.map((c) => c.output().slice(-4000)).join('\n----\n');
       await eventually(
         'the Proxy provisioned',
         async () => {
-          const p = (await objects.getNamespacedCustomObject({
-            group: GROUP,
-            version: VERSION,
-            namespace: NS,
-            plural: PROXY_PLURAL,
-            name: 'traced-1',
-          })) as { status?: { providerID?: string } };
-          return p.status?.providerID ? true : undefined;
+          const p = await objects.get(NS, 'traced-1');
+          return p?.status?.providerID ? true : undefined;
         },
         { timeoutMs: 180_000, intervalMs: 500 },
       ).catch((error: Error) => {

@@ -4,13 +4,14 @@ import { describe, expect, it } from 'vitest';
 import { createDrainNotifier } from '../../api/drain-notifier.js';
 import { MemoryLeaseStore } from '../../api/lease-store.js';
 import { createStaticProxyCatalog, proxyViewFromResource } from '../../api/proxy-catalog.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 
 const at = '2026-12-03T10:00:00Z';
 
 function proxy(name: string, ip: string, draining: boolean): Proxy {
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: { name, namespace: 'ns', uid: `uid-${name}` },
     spec: { mode: 'Managed', provider: 'local' } as Proxy['spec'],

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { API_VERSION } from '../../kube/coordinates.js';
 import { createStaticProxyCatalog, proxyViewFromResource } from '../../api/proxy-catalog.js';
 import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-schema.js';
 
@@ -11,7 +12,7 @@ function proxy(
   meta: Partial<Proxy['metadata']> = {},
 ): Proxy {
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: { name, namespace: 'crawl', ...meta },
     spec: spec as ProxySpec,

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { API_VERSION } from '../../kube/coordinates.js';
 import { DEFAULT_HEALTH_CHECK, type Proxy } from '../../resources/proxy-schema.js';
 import { createStaticProbeTargets, targetFromProxy, type ProbeTarget } from '../../prober/targets.js';
 
@@ -8,7 +9,7 @@ function proxy(
   over: { spec?: Partial<Proxy['spec']>; status?: Proxy['status']; deleting?: boolean } = {},
 ): Proxy {
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: {
       name: 'p1',

@@ -16,6 +16,7 @@ import { pino, type Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createProviderCheckActivities } from '../../activities/provider-check-activities.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 import type { ProviderRegistry } from '../../providers/config.js';
 import { providerError } from '../../providers/errors.js';
 import type { Provider, TargetStatus } from '../../providers/types.js';
@@ -263,7 +264,7 @@ describe('ProviderHealth writes', () => {
 
   it('adopts an object without an installation label, pinned to the version read, keeping its labels', async () => {
     const read = {
-      apiVersion: 'crawl.example.com/v1alpha1',
+      apiVersion: API_VERSION,
       kind: 'ProviderHealth',
       metadata: { name: 'p1', uid: 'uid-1', resourceVersion: '41', labels: { team: 'crawl' } },
     };
@@ -298,7 +299,7 @@ describe('ProviderHealth writes', () => {
 
   it("the status patch tests the object's UID and that it is still this installation's", async () => {
     vi.spyOn(CustomObjectsApi.prototype, 'getClusterCustomObject').mockResolvedValue({
-      apiVersion: 'crawl.example.com/v1alpha1',
+      apiVersion: API_VERSION,
       kind: 'ProviderHealth',
       metadata: {
         name: 'p1',
@@ -324,7 +325,7 @@ describe('ProviderHealth writes', () => {
 
   it('deletes a stale object only if it still has the UID listed; a recreated one is kept', async () => {
     const item = (name: string, uid: string) => ({
-      apiVersion: 'crawl.example.com/v1alpha1',
+      apiVersion: API_VERSION,
       kind: 'ProviderHealth',
       metadata: { name, uid },
     });
