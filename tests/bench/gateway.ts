@@ -35,6 +35,7 @@ import { Agent, request, type IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { API_VERSION } from '../../kube/coordinates.js';
 
 const SIZES = [64 * 1024, 1024 * 1024] as const;
 const MODES = ['connect', 'http'] as const;
@@ -110,7 +111,7 @@ async function runChild(role: string, values: Record<string, string | undefined>
     const { registerProcessMetrics } = await import('../../api/metrics.js');
     const catalog = createStaticProxyCatalog([
       {
-        apiVersion: 'crawl.example.com/v1alpha1',
+        apiVersion: API_VERSION,
         kind: 'Proxy',
         metadata: { name: 'upstream', namespace: 'bench', uid: '00000000-0000-4000-8000-000000000001' },
         spec: {

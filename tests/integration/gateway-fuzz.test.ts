@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ForwardProxy } from '../../providers/local/forward-proxy.js';
 import type { CliProcess } from '../helpers/cli.js';
-import { createNamespace, customObjects, kubeConfig } from '../helpers/kube.js';
+import { createNamespace, proxyClient, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import {
@@ -79,7 +79,7 @@ function exchange(
 
 describe('gateway under malformed and abandoned requests', () => {
   const kc = kubeConfig();
-  const objects = customObjects(kc);
+  const objects = proxyClient(kc);
   let namespace = '';
   let redis: RunningRedis;
   let inspect: Redis;

@@ -10,13 +10,13 @@ import { randomInt } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { promisify } from 'node:util';
-import type { CustomObjectsApi } from '@kubernetes/client-node';
 import { inject } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
-import { GROUP, PROXY_PLURAL, VERSION, type ProxyStatus } from '../../resources/proxy-schema.js';
+import type { ProxyStatus } from '../../resources/proxy-schema.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import { callerAddress } from '../../cli/local-servers/ip-echo.js';
 import { startCli, type CliProcess } from '../helpers/cli.js';
-import { createProxy, getProxy } from '../helpers/kube.js';
+import { createProxy, getProxy, setProxyStatus } from '../helpers/kube.js';
 
 const run = promisify(execFile);
 
@@ -52,7 +52,7 @@ export function proxyStatus(healthy: boolean, latencyMillis = 5): ProxyStatus {
 
 /** Creates an External Proxy at host:port and writes its status, as its workflow would. */
 export async function registerProxy(
-  objects: CustomObjectsApi,
+  objects: ProxyClient,
   namespace: string,
   name: string,
   endpoint: { host: string; port: number },
@@ -67,14 +67,7 @@ export async function registerProxy(
     healthCheck: { probeURL: 'http://127.0.0.1:9/' },
   });
   const current = await getProxy(objects, namespace, name);
-  await objects.replaceNamespacedCustomObjectStatus({
-    group: GROUP,
-    version: VERSION,
-    namespace,
-    plural: PROXY_PLURAL,
-    name,
-    body: { ...current, status: proxyStatus(opts.healthy ?? true, opts.latencyMillis ?? 5) },
-  });
+  await setProxyStatus(objects, current, proxyStatus(opts.healthy ?? true, opts.latencyMillis ?? 5));
 }
 
 export interface LoopbackTarget {

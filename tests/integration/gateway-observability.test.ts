@@ -24,6 +24,7 @@ import {
   startLoopbackTarget,
   type LoopbackTarget,
 } from './gateway-helpers.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 
 const TOKEN = 'observability-token';
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
@@ -42,7 +43,7 @@ describe('gateway metrics, spans and access log', () => {
     target = await startLoopbackTarget();
     fleet = await startForwardProxies(1);
     const proxy = {
-      apiVersion: 'crawl.example.com/v1alpha1',
+      apiVersion: API_VERSION,
       kind: 'Proxy',
       metadata: { name: 'p0', namespace: 'obs', uid: 'uid-p0' },
       spec: {

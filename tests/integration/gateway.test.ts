@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
-import { createNamespace, customObjects, getProxy, kubeConfig } from '../helpers/kube.js';
+import { createNamespace, proxyClient, getProxy, kubeConfig } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../helpers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import {
@@ -70,7 +70,7 @@ function openTunnel(gatewayUrl: string, user: string, targetPort: number): Promi
 
 describe('egress-proxies gateway', () => {
   const kc = kubeConfig();
-  const objects = customObjects(kc);
+  const objects = proxyClient(kc);
   let namespace = '';
   let redis: RunningRedis;
   let inspect: Redis;
