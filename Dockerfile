@@ -22,6 +22,7 @@ COPY cli cli
 COPY gateway gateway
 COPY k8s-bridge k8s-bridge
 COPY kube kube
+COPY prober prober
 COPY providers providers
 COPY resources resources
 COPY tracing tracing
