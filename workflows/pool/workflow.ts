@@ -30,6 +30,12 @@ const pool = proxyActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.members);
 const statusWriter = proxyLocalActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.statusWrite);
 
 const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
+/**
+ * Members made or deleted per step: one activity makes them one after the
+ * other within its one-minute timeout, and the next step follows at once
+ * (the members' events wake it), so a pool of thousands grows in steps.
+ */
+const MAX_MEMBERS_PER_STEP = 50;
 
 export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void> {
   const timing = { ...DEFAULT_POOL_TIMING, ...input.timing };
@@ -77,14 +83,17 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
         log.info('pool deleted and every member gone', { pool: state.ref });
         return;
       }
-      if (left.length > 0) {
+      const batch = left.slice(0, MAX_MEMBERS_PER_STEP);
+      if (batch.length > 0) {
         await pool.deletePoolMembers({
           pool: state.ref,
-          members: left.map((m) => ({ name: m.name, uid: m.uid })),
+          members: batch.map((m) => ({ name: m.name, uid: m.uid })),
           reason: 'PoolDeleted',
         });
-        state.removed += left.length;
+        state.removed += batch.length;
       }
+      // More to delete: the next batch at once; else wait for them to go.
+      if (left.length > batch.length) continue;
       await wait(timing.progressPollMs);
       continue;
     }
@@ -122,7 +131,9 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
       state.restored += plan.restore.length;
     }
     if (plan.create > 0) {
-      const names = Array.from({ length: plan.create }, () => memberName(state.ref.name, Math.random));
+      const names = Array.from({ length: Math.min(plan.create, MAX_MEMBERS_PER_STEP) }, () =>
+        memberName(state.ref.name, Math.random),
+      );
       const made = await pool.createPoolMembers({
         pool: state.ref,
         templateHash: state.desired.templateHash,
@@ -133,10 +144,10 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     if (plan.remove.length > 0) {
       await pool.deletePoolMembers({
         pool: state.ref,
-        members: plan.remove.map(({ name, uid }) => ({ name, uid })),
+        members: plan.remove.slice(0, MAX_MEMBERS_PER_STEP).map(({ name, uid }) => ({ name, uid })),
         reason: plan.remove.some((r) => r.why === 'rollout') ? 'RollingOut' : 'ScalingDown',
       });
-      state.removed += plan.remove.length;
+      state.removed += Math.min(plan.remove.length, MAX_MEMBERS_PER_STEP);
     }
     const acted = plan.create > 0 || plan.remove.length > 0 || plan.restore.length > 0;
     // After acting, look again at once when the members' events come in
