@@ -8,10 +8,11 @@ import {
   templateHashOf,
 } from '../../kube/proxy-pools.js';
 import type { Proxy, ProxyPool } from '../../resources/proxy-schema.js';
+import { API_VERSION } from '../../kube/coordinates.js';
 
 function pool(over: Partial<ProxyPool['spec']> = {}): ProxyPool {
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'ProxyPool',
     metadata: { name: 'web', namespace: 'crawl', uid: 'pool-uid' },
     spec: {
@@ -28,7 +29,7 @@ function pool(over: Partial<ProxyPool['spec']> = {}): ProxyPool {
 
 function asProxy(made: ReturnType<typeof memberProxy>, uid = 'm-uid'): Proxy {
   return {
-    apiVersion: 'crawl.example.com/v1alpha1',
+    apiVersion: API_VERSION,
     kind: 'Proxy',
     metadata: { ...made.metadata, uid, creationTimestamp: '2026-12-03T10:00:00Z' },
     spec: made.spec as Proxy['spec'],
