@@ -43,6 +43,7 @@ import {
   type GatewayOutcome,
   type UpstreamErrorReason,
 } from './metrics.js';
+import { HOP_BY_HOP } from '../providers/local/forward-proxy.js';
 
 export type GatewaySettings = Pick<
   GatewayOptions,
@@ -97,18 +98,6 @@ class UpstreamAttemptError extends Error {
     super(message);
   }
 }
-
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
 
 /** `host:port` of a CONNECT request (authority form); IPv6 in brackets. */
 const AUTHORITY = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/;

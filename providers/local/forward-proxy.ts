@@ -50,7 +50,8 @@ export interface ForwardProxy {
   close(): Promise<void>;
 }
 
-const HOP_BY_HOP = new Set([
+/** Headers that belong to one connection (RFC 9110 §7.6.1), never forwarded; the gateway strips the same. */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
   'keep-alive',
   'proxy-authenticate',
