@@ -1,11 +1,12 @@
 /** What crawlers do, for the pool and drain tests: lease through the API, and CONNECT through a proxy. */
 import { request } from 'node:http';
 import type { Proxy } from '../../resources/proxy-schema.js';
-import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
+import type { ProxyClient } from '../../kube/proxies.js';
 import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
 import { startControlPlane, type ControlPlane } from './control-plane.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from './cli.js';
 import { startProbeTarget, type ProbeTarget } from './prober-fixtures.js';
+import { eventually } from './temporal.js';
 
 export interface LeasedProxy {
   id: string;
@@ -94,13 +95,15 @@ export interface PoolHarness {
   pools: ProxyPoolClient;
   /** The Proxies carrying the pool's label (members, and any on their way out). */
   members(pool: string): Promise<Proxy[]>;
+  /** Deletes the pool and waits until no member and no instance of one is left. */
+  deletePoolAndWait(pool: string, timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
 export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
   const cp = await startControlPlane({ prefix });
   const target = await startProbeTarget();
-  const proxies = createProxyClient(cp.kc);
+  const proxies = cp.api;
   const pools = createProxyPoolClient(cp.kc);
   // Only this file's namespace: its prober must not probe and signal other tests' Proxies.
   const api = startCli([
@@ -112,6 +115,8 @@ export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
     cp.namespace,
   ]);
   const apiUrl = await leaseApiUrl(api, 150_000);
+  const members = async (pool: string): Promise<Proxy[]> =>
+    (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items;
   return {
     cp,
     target,
@@ -119,7 +124,20 @@ export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
     apiUrl,
     proxies,
     pools,
-    members: async (pool) => (await proxies.list(cp.namespace, { labelSelector: poolSelector(pool) })).items,
+    members,
+    async deletePoolAndWait(pool, timeoutMs) {
+      const uids = (await members(pool)).map((m) => m.metadata.uid!);
+      await pools.delete(cp.namespace, pool);
+      await eventually(
+        `pool ${pool}: every member and instance gone`,
+        async () => {
+          if ((await members(pool)).length > 0) return undefined;
+          for (const uid of uids) if ((await cp.instancesOf(uid)).length > 0) return undefined;
+          return true;
+        },
+        { timeoutMs, intervalMs: 500 },
+      );
+    },
     async close() {
       await api.stop(30_000).catch(() => undefined);
       await cp.close();

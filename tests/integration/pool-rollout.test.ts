@@ -190,17 +190,7 @@ describe('a ProxyPool under crawler load', () => {
 
     // Deleting the pool under load: every member and instance goes, leases still end well.
     phase = 'delete';
-    const uids = (await members(name)).map((m) => m.metadata.uid!);
-    await pools.delete(cp.namespace, name);
-    await eventually(
-      'every member and instance gone',
-      async () => {
-        if ((await members(name)).length > 0) return undefined;
-        for (const uid of uids) if ((await cp.instancesOf(uid)).length > 0) return undefined;
-        return true;
-      },
-      { timeoutMs: 240_000, intervalMs: 500 },
-    );
+    await h.deletePoolAndWait(name, 240_000);
 
     running = false;
     await Promise.all(clients);

@@ -185,18 +185,8 @@ describe('ProxyPool', () => {
     await poolReady(name, 5);
 
     // Deleting the pool deletes every member, and every instance with it.
-    const uids = (await members(name)).map((m) => m.metadata.uid!);
     const poolUid = (await pools.get(cp.namespace, name))!.metadata.uid!;
-    await pools.delete(cp.namespace, name);
-    await eventually(
-      'every member and instance gone',
-      async () => {
-        if ((await members(name)).length > 0) return undefined;
-        for (const uid of uids) if ((await cp.instancesOf(uid)).length > 0) return undefined;
-        return true;
-      },
-      { timeoutMs: 120_000, intervalMs: 500 },
-    );
+    await h.deletePoolAndWait(name, 120_000);
     // Its workflow ends with its members gone; its history joins the replay guard.
     const handle = cp.client.workflow.getHandle(
       poolWorkflowId({ namespace: cp.namespace, name, uid: poolUid }),
