@@ -19,6 +19,7 @@ import {
 } from '../resources/proxy-schema.js';
 import { apiErrorLine, httpCode } from '../kube/errors.js';
 import type { EventRecorder } from '../kube/events.js';
+import { createProviderHealthClient } from '../kube/provider-healths.js';
 import { createProxyClient } from '../kube/proxies.js';
 import {
   canonicalJson,
@@ -36,6 +37,12 @@ export interface PoolActivitiesDeps {
   kubeConfig: KubeConfig;
   logger: Logger;
   events?: EventRecorder;
+  /**
+   * Whether this worker's calls to a provider are paused (its circuit is
+   * open), with the last failure: a pool on that provider pauses rotation
+   * and scale-up.
+   */
+  providerPaused?: (provider: string) => string | undefined;
 }
 
 const proxiesText = (n: number): string => `${n} ${n === 1 ? 'proxy' : 'proxies'}`;
@@ -87,6 +94,18 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
     await deps.events?.record({ ...ref, kind: 'ProxyPool' }, { type, reason, action, note });
   };
 
+  const healths = createProviderHealthClient(deps.kubeConfig);
+  /** Ready unless this worker's circuit is open or the ProviderHealth's Ready condition is False. */
+  const providerState = async (name: string): Promise<{ name: string; ready: boolean; message: string }> => {
+    const paused = deps.providerPaused?.(name);
+    if (paused !== undefined) return { name, ready: false, message: `calls paused: ${paused}` };
+    const health = await healths.get(name);
+    const ready = health?.status?.conditions?.find((c) => c.type === 'Ready');
+    if (ready?.status === 'False')
+      return { name, ready: false, message: `${ready.reason}: ${ready.message}` };
+    return { name, ready: true, message: ready ? ready.reason : 'not checked yet' };
+  };
+
   const ownedMembers = async (ref: PoolRef): Promise<Proxy[]> => {
     const list = await proxies.list(ref.namespace, { labelSelector: poolSelector(ref.name) });
     // The label finds them; the controller reference says they are this pool's (never another's).
@@ -98,7 +117,14 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
       const pool = await pools.read(ref);
       const hash = pool ? templateHashOf(pool) : '';
       const members = (await ownedMembers(ref)).map((p) => memberOf(p, pool, hash));
-      return { poolExists: pool !== undefined, templateHash: hash, members };
+      const watched = pool && (pool.spec.autoscaling || pool.spec.rotation);
+      const provider = watched ? await providerState(pool.spec.template.spec.provider ?? '') : undefined;
+      return {
+        poolExists: pool !== undefined,
+        templateHash: hash,
+        members,
+        ...(provider ? { provider } : {}),
+      };
     },
 
     async createPoolMembers({ pool: ref, templateHash, names }) {
@@ -139,9 +165,29 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
 
     async deletePoolMembers({ pool: ref, members, reason }) {
       let deleted = 0;
+      const gone: typeof members = [];
       for (const m of members) {
-        if ((await proxies.delete({ namespace: ref.namespace, name: m.name, uid: m.uid })) === 'deleted')
+        if ((await proxies.delete({ namespace: ref.namespace, name: m.name, uid: m.uid })) === 'deleted') {
           deleted++;
+          gone.push(m);
+        }
+      }
+      if (reason === 'Rotated') {
+        // One Event per member: `kubectl describe pxpool` says which proxy went and why.
+        for (const m of gone) {
+          const why =
+            m.rotation === 'Banned'
+              ? 'its ban reports reached spec.rotation.afterBans'
+              : 'it reached spec.rotation.maxAgeSeconds';
+          await event(
+            ref,
+            'Normal',
+            'Rotated',
+            'Delete',
+            `rotating ${m.name} out (${m.rotation ?? 'MaxAge'}): ${why}; it drains its leases, a new proxy takes its place`,
+          );
+        }
+        return { deleted };
       }
       if (deleted > 0) {
         const what =

@@ -3,7 +3,7 @@
  * `import type`, so no activity code can enter the sandbox.
  */
 import type { ProxyPoolStatus, ProxyStatus } from '../resources/proxy-schema.js';
-import type { PoolObservation, PoolRef } from '../workflows/pool/types.js';
+import type { PoolObservation, PoolRef, RotationReason } from '../workflows/pool/types.js';
 import type { InstanceState, Placement } from '../providers/types.js';
 import type { CloudInitRef, ProxyRef, RecordedStatus, WorkerTiming } from '../workflows/proxy/types.js';
 
@@ -102,8 +102,9 @@ export interface PoolActivities {
   /** Deletes these members (each drains first when its spec asks); gone ones are skipped. */
   deletePoolMembers(input: {
     pool: PoolRef;
-    members: Array<{ name: string; uid: string }>;
-    reason: 'ScalingDown' | 'RollingOut' | 'PoolDeleted';
+    /** `rotation`: why a member is rotated out (reason `Rotated`), said in the Event. */
+    members: Array<{ name: string; uid: string; rotation?: RotationReason }>;
+    reason: 'ScalingDown' | 'RollingOut' | 'PoolDeleted' | 'Rotated';
   }): Promise<{ deleted: number }>;
   /** Puts members edited by hand back to the template (spec, labels, annotations). */
   restorePoolMembers(input: {

@@ -16,6 +16,7 @@ import { registerApiMetrics, registerProcessMetrics } from './metrics.js';
 import type { ProxyCatalog } from './proxy-catalog.js';
 import { buildOpenApiDocument } from './schemas.js';
 import type { TraceHook } from '../tracing/http.js';
+import type { PoolDemand } from './pool-demand.js';
 import { createLeaseRoutes } from './routes/leases.js';
 import { createMetaRoutes } from './routes/meta.js';
 import { authAndCleanPaths, failure, requestLog } from './routes/middleware.js';
@@ -45,6 +46,8 @@ export interface CreateApiOptions {
    * off the port crawlers reach, as the seed kept them.
    */
   serveMetrics?: boolean;
+  /** Told of refused lease requests and `banned` reports, for ProxyPool autoscaling and rotation. */
+  demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
 }
 
 export function createApi(options: CreateApiOptions): Hono {
@@ -78,7 +81,14 @@ export function createApi(options: CreateApiOptions): Hono {
   app.route('/v1/proxies', createProxyRoutes({ catalog, leaseStore }));
   app.route(
     '/v1/leases',
-    createLeaseRoutes({ catalog, leaseStore, metrics, defaultTtlSeconds: defaultTtl, maxTtlSeconds: maxTtl }),
+    createLeaseRoutes({
+      catalog,
+      leaseStore,
+      metrics,
+      defaultTtlSeconds: defaultTtl,
+      maxTtlSeconds: maxTtl,
+      ...(options.demand ? { demand: options.demand } : {}),
+    }),
   );
 
   // Known paths with another method: 405 with Allow, as Go's mux answers.

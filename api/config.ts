@@ -25,6 +25,8 @@ export const leaseStoreSchema = z.discriminatedUnion('kind', [
 ]);
 export type LeaseStoreConfig = z.infer<typeof leaseStoreSchema>;
 
+export const DEFAULT_POOL_DEMAND_INTERVAL_MS = 5_000;
+
 export const apiOptionsSchema = z
   .object({
     /** Listen host; '' means every interface. */
@@ -36,6 +38,8 @@ export const apiOptionsSchema = z
     maxLeaseTtlSeconds: z.int().positive(),
     defaultLeaseTtlSeconds: z.int().positive(),
     leaseStore: leaseStoreSchema,
+    /** How often a ProxyPool may be sent a demand report (autoscaling, rotation on bans). */
+    poolDemandIntervalMs: z.int().positive().default(DEFAULT_POOL_DEMAND_INTERVAL_MS),
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -60,6 +64,8 @@ export interface ApiFlags {
   leaseStorePasswordFile?: string | undefined;
   /** `--lease-store-ca-file`: PEM CA bundle for `rediss://`. */
   leaseStoreCaFile?: string | undefined;
+  /** `--pool-demand-interval`, a Go-style duration (default `5s`). */
+  poolDemandInterval?: string | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -113,6 +119,10 @@ export function readApiConfig(
     maxLeaseTtlSeconds,
     defaultLeaseTtlSeconds: DEFAULT_LEASE_TTL_SECONDS,
     leaseStore: leaseStoreConfig(flags),
+    poolDemandIntervalMs:
+      flags.poolDemandInterval === undefined
+        ? DEFAULT_POOL_DEMAND_INTERVAL_MS
+        : positiveDuration(flags.poolDemandInterval, '--pool-demand-interval'),
   });
   if (!parsed.success) {
     throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));

@@ -98,6 +98,13 @@ export type AcquireOutcome<C extends Candidate = Candidate> =
  */
 export type ReportOutcome = 'cooldown' | 'acknowledged' | 'unknown_lease';
 
+/** A report's outcome, and for a cooldown the proxy (store key) and target it was recorded for. */
+export interface ReportReceipt {
+  outcome: ReportOutcome;
+  proxy?: string;
+  target?: string;
+}
+
 /** The key a store keeps a proxy's state under: its UID, or its id when it has none (fixtures). */
 export function storeKey(c: { id: string; uid?: string }): string {
   return c.uid || c.id;
@@ -126,6 +133,8 @@ export interface LeaseStore {
   renew(id: string, ttlMs: number): Promise<Lease | null>;
   /** `target` '' falls back to the lease's own target, then to the global pool. */
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome>;
+  /** `report`, also saying which proxy and target a cooldown was recorded for (a pool's ban tally). */
+  reportWithReceipt(id: string, result: ReportResult, target: string): Promise<ReportReceipt>;
   /** Unexpired, unreleased leases per proxy store key (`storeKey`); proxies with none are absent. */
   activeCounts(): Promise<ReadonlyMap<string, number>>;
   /** Releases what the store holds open (connections, timers). */
@@ -201,6 +210,13 @@ export class MemoryLeaseStore implements LeaseStore {
 
   report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {
     return Promise.resolve(this.reportNow(id, result, target));
+  }
+
+  reportWithReceipt(id: string, result: ReportResult, target: string): Promise<ReportReceipt> {
+    const outcome = this.reportNow(id, result, target);
+    const record = this.leases.get(id);
+    if (outcome !== 'cooldown' || !record) return Promise.resolve({ outcome });
+    return Promise.resolve({ outcome, proxy: record.proxy, target: target !== '' ? target : record.target });
   }
 
   activeCounts(): Promise<ReadonlyMap<string, number>> {

@@ -47,6 +47,7 @@ import {
   type Lease,
   type LeaseStore,
   type ReportOutcome,
+  type ReportReceipt,
   type ReportResult,
 } from './lease-store.js';
 
@@ -224,7 +225,7 @@ if target == '' then target = rec[2] end
 local field = rec[1] .. '\\t' .. target
 redis.call('HSET', P .. 'cool', field, now + cooldown)
 redis.call('ZADD', P .. 'coolends', now + cooldown, field)
-return {ep, 'cooldown'}
+return {ep, 'cooldown', rec[1], target}
 `;
 
 const COUNTS = `${PRELUDE}
@@ -481,10 +482,16 @@ export class RedisLeaseStore implements LeaseStore {
   }
 
   async report(id: string, result: ReportResult, target: string): Promise<ReportOutcome> {
+    return (await this.reportWithReceipt(id, result, target)).outcome;
+  }
+
+  async reportWithReceipt(id: string, result: ReportResult, target: string): Promise<ReportReceipt> {
     const reply = await this.run(() =>
       this.redis.leaseReport(...this.head(), id, result, target, String(this.cooldownMs)),
     );
-    return reply[1] as ReportOutcome;
+    const outcome = reply[1] as ReportOutcome;
+    if (outcome !== 'cooldown' || typeof reply[2] !== 'string') return { outcome };
+    return { outcome, proxy: reply[2], target: typeof reply[3] === 'string' ? reply[3] : '' };
   }
 
   async activeCounts(): Promise<ReadonlyMap<string, number>> {

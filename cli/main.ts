@@ -164,9 +164,16 @@ function bridgeOptions(cmd: Command): Command {
 /** The lease API and the health prober. */
 function apiOptions(cmd: Command): Command {
   return leaseOptions(
-    cmd.addOption(
-      new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'),
-    ),
+    cmd
+      .addOption(
+        new Option('--discovery-addr <addr>', 'lease API listen address, host:port or :port (default :8090)'),
+      )
+      .addOption(
+        new Option(
+          '--pool-demand-interval <duration>',
+          'how often ProxyPools that autoscale or rotate on bans may be sent a demand report (default 5s)',
+        ),
+      ),
   );
 }
 

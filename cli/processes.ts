@@ -3,6 +3,7 @@
  * config and returning a stop function. `worker`, `bridge` and `api` run one
  * each; `dev` runs all three in one process.
  */
+import { hostname } from 'node:os';
 import { Client, type Connection } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -29,6 +30,11 @@ import {
   proxyKey,
 } from '../prober/index.js';
 import { createDrainNotifier } from '../api/drain-notifier.js';
+import { createPoolDemand } from '../api/pool-demand.js';
+import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
+import { watchScopes } from '../kube/namespaced-informer.js';
+import { poolWorkflowId } from '../workflows/pool/ids.js';
+import { poolDemandSignal } from '../workflows/pool/messages.js';
 import { leasesDrainedSignal } from '../workflows/proxy/messages.js';
 import { signalProxy } from '../workflows/proxy/client.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
@@ -355,8 +361,33 @@ export async function startApi(
       metricsServer = await serveMetrics(registry, host, port);
       started.push({ what: 'metrics server', stop: () => metricsServer!.close() });
     }
+    // The pools that want demand reports (autoscaling, rotation on bans).
+    const pools = createProxyPoolInformer({
+      kubeConfig: kc,
+      logger,
+      scopes: watchScopes(config.watchNamespaces),
+    });
+    await pools.start();
+    started.push({ what: 'ProxyPool informer', stop: () => pools.stop() });
+    // The Temporal client comes after the server is up; reports start only then.
+    const temporal: { client?: Client } = {};
+    const demand = createPoolDemand({
+      catalog,
+      pools,
+      leaseStore,
+      sharedStore: apiOptions.leaseStore.kind === 'redis',
+      reporter: `${hostname()}/${process.pid}`,
+      logger,
+      registry,
+      tickMs: apiOptions.poolDemandIntervalMs,
+      signal: async (pool, report) => {
+        if (!temporal.client) throw new Error('no Temporal connection yet');
+        await temporal.client.workflow.getHandle(poolWorkflowId(pool)).signal(poolDemandSignal, report);
+      },
+    });
     const app = createApi({
       serveMetrics: !config.metricsAddr && !opts.metricsServedElsewhere,
+      demand,
       catalog,
       leaseStore,
       token: apiOptions.token,
@@ -388,6 +419,9 @@ export async function startApi(
     });
     drainNotifier.start();
     started.push({ what: 'drain notifier', stop: () => drainNotifier.stop() });
+    temporal.client = temporalClient;
+    demand.start();
+    started.push({ what: 'pool demand reports', stop: () => demand.stop() });
     const signaller = createTemporalHealthSignaller(temporalClient, {
       logger,
       // A report for a Proxy that is still there waits for its workflow to start.
@@ -421,6 +455,8 @@ export async function startApi(
         await server.close();
         await metricsServer?.close();
         await drainNotifier.stop();
+        await demand.stop();
+        await pools.stop();
         await stopLeaseStore();
         await prober.stop();
         await signaller.stop();

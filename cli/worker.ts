@@ -211,7 +211,15 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       sweepOn: deps.driftSweepOn ?? false,
     }),
     ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
-    ...createPoolActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
+    ...createPoolActivities({
+      kubeConfig: deps.kubeConfig,
+      logger: deps.logger,
+      events,
+      providerPaused: (provider) => {
+        const view = circuits.view(provider);
+        return view.open ? `${view.consecutiveFailures} calls failed in a row` : undefined;
+      },
+    }),
     ...createGcActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,

@@ -11,17 +11,15 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Counter } from 'prom-client';
-import { LABEL_POOL_TEMPLATE_HASH, type Proxy, type ProxyPool } from '../resources/proxy-schema.js';
-import { createResilientInformer, type ResilientInformer } from '../kube/informer.js';
-import { unionInformers } from '../kube/namespaced-informer.js';
 import {
-  controllingPool,
-  createProxyPoolClient,
-  poolRefOf,
-  proxyPoolWatchPath,
-  templateHashOf,
-  type PoolRef,
-} from '../kube/proxy-pools.js';
+  DEFAULT_MAX_LEASES,
+  LABEL_POOL_TEMPLATE_HASH,
+  type Proxy,
+  type ProxyPool,
+} from '../resources/proxy-schema.js';
+import type { ResilientInformer } from '../kube/informer.js';
+import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
+import { controllingPool, poolRefOf, templateHashOf, type PoolRef } from '../kube/proxy-pools.js';
 import { poolWorkflowId } from '../workflows/pool/ids.js';
 import { poolChangedSignal } from '../workflows/pool/messages.js';
 import { POOL_WORKFLOW_TYPE, type PoolWorkflow } from '../workflows/pool/client.js';
@@ -74,7 +72,7 @@ export function membersVersion(members: readonly Proxy[]): string {
 }
 
 export function poolDesiredOf(pool: ProxyPool, members: readonly Proxy[]): PoolDesired {
-  const strategy = pool.spec.strategy;
+  const { strategy, autoscaling, rotation } = pool.spec;
   return {
     generation: pool.metadata.generation ?? 1,
     replicas: pool.spec.replicas,
@@ -84,6 +82,34 @@ export function poolDesiredOf(pool: ProxyPool, members: readonly Proxy[]): PoolD
       maxUnavailable: strategy.maxUnavailable,
       drainTimeoutSeconds: strategy.drainTimeoutSeconds,
     },
+    ...(autoscaling
+      ? {
+          autoscaling: {
+            minReplicas: autoscaling.minReplicas,
+            maxReplicas: autoscaling.maxReplicas,
+            targetUtilization: autoscaling.targetUtilization,
+            scaleUpStabilizationMs: autoscaling.scaleUpStabilizationSeconds * 1000,
+            scaleDownStabilizationMs: autoscaling.scaleDownStabilizationSeconds * 1000,
+          },
+        }
+      : {}),
+    ...(rotation && (rotation.maxAgeSeconds !== undefined || rotation.afterBans)
+      ? {
+          rotation: {
+            ...(rotation.maxAgeSeconds !== undefined ? { maxAgeMs: rotation.maxAgeSeconds * 1000 } : {}),
+            ...(rotation.afterBans
+              ? {
+                  afterBans: {
+                    reports: rotation.afterBans.reports,
+                    distinctTargets: rotation.afterBans.distinctTargets,
+                    windowMs: rotation.afterBans.windowSeconds * 1000,
+                  },
+                }
+              : {}),
+          },
+        }
+      : {}),
+    maxLeasesPerMember: pool.spec.template.spec.maxLeases ?? DEFAULT_MAX_LEASES,
     deletionRequested: Boolean(pool.metadata.deletionTimestamp),
     membersVersion: membersVersion(members),
   };
@@ -91,17 +117,11 @@ export function poolDesiredOf(pool: ProxyPool, members: readonly Proxy[]): PoolD
 
 export function createPoolBridge(opts: PoolBridgeOptions): PoolBridge {
   const log = opts.logger.child({ component: 'pool-bridge' });
-  const client = createProxyPoolClient(opts.kubeConfig);
-  const pools: ResilientInformer<ProxyPool> = unionInformers(
-    opts.scopes.map((namespace) =>
-      createResilientInformer<ProxyPool>({
-        kubeConfig: opts.kubeConfig,
-        path: proxyPoolWatchPath(namespace),
-        list: () => client.list(namespace),
-        logger: log,
-      }),
-    ),
-  );
+  const pools: ResilientInformer<ProxyPool> = createProxyPoolInformer({
+    kubeConfig: opts.kubeConfig,
+    logger: log,
+    scopes: opts.scopes,
+  });
   const lastSent = new Map<string, string>();
   const lastDesired = new Map<string, { ref: PoolRef; desired: PoolDesired }>();
   const key = (namespace: string, name: string) => `${namespace}/${name}`;

@@ -165,10 +165,13 @@ export function proxyPoolCrd(): Json {
             },
           },
           additionalPrinterColumns: [
-            { name: 'Desired', type: 'integer', jsonPath: '.spec.replicas' },
+            // The size kept: spec.replicas, or the autoscaler's choice.
+            { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
             { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
             { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
             { name: 'Available', type: 'integer', jsonPath: '.status.availableReplicas' },
+            { name: 'Leases', type: 'integer', jsonPath: '.status.autoscaling.activeLeases', priority: 1 },
+            { name: 'Rotated', type: 'integer', jsonPath: '.status.rotation.rotatedTotal', priority: 1 },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
           ],
           schema: {

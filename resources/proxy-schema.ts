@@ -299,6 +299,64 @@ export const proxyPoolSpecSchema = {
         },
       ],
     },
+    rotation: {
+      type: 'object',
+      description:
+        'Replace members (drain, surge, as in a rollout) when they age or collect ban reports: a new instance, a new address where the provider gives one.',
+      properties: {
+        maxAgeSeconds: {
+          type: 'integer',
+          minimum: 10,
+          maximum: 31536000,
+          description:
+            'Replace each member once it is this old, less up to 10% jitter (deterministic per member) so members do not all fall due together.',
+        },
+        afterBans: {
+          type: 'object',
+          description:
+            'Replace a member that collects `reports` banned reports from at least `distinctTargets` targets within `windowSeconds`.',
+          properties: {
+            reports: { type: 'integer', minimum: 1, maximum: 1000, default: 3 },
+            distinctTargets: { type: 'integer', minimum: 1, maximum: 1000, default: 2 },
+            windowSeconds: { type: 'integer', minimum: 10, maximum: 86400, default: 600 },
+          },
+          additionalProperties: false,
+          'x-kubernetes-validations': [
+            {
+              rule: 'self.distinctTargets <= self.reports',
+              message: 'afterBans.distinctTargets cannot exceed afterBans.reports',
+            },
+          ],
+        },
+      },
+      additionalProperties: false,
+    },
+    autoscaling: {
+      type: 'object',
+      description:
+        'Size the pool on lease demand (leases held and requests refused) instead of spec.replicas. One or the other per pool: an HPA or KEDA driving the scale subresource, or this.',
+      required: ['maxReplicas'],
+      properties: {
+        minReplicas: { type: 'integer', minimum: 1, maximum: 10000, default: 1 },
+        maxReplicas: { type: 'integer', minimum: 1, maximum: 10000 },
+        targetUtilization: {
+          type: 'number',
+          minimum: 0.05,
+          maximum: 1,
+          default: 0.7,
+          description: 'Wanted activeLeases / (ready members x maxLeases), between 0 and 1.',
+        },
+        scaleUpStabilizationSeconds: { type: 'integer', minimum: 0, maximum: 3600, default: 30 },
+        scaleDownStabilizationSeconds: { type: 'integer', minimum: 0, maximum: 3600, default: 300 },
+      },
+      additionalProperties: false,
+      'x-kubernetes-validations': [
+        {
+          rule: 'self.minReplicas <= self.maxReplicas',
+          message: 'autoscaling.minReplicas cannot exceed autoscaling.maxReplicas',
+        },
+      ],
+    },
   },
   additionalProperties: false,
 } as const;
@@ -314,6 +372,35 @@ export const proxyPoolStatusSchema = {
     selector: { type: 'string' },
     templateHash: { type: 'string' },
     observedGeneration: { type: 'integer', format: 'int64' },
+    desiredReplicas: {
+      type: 'integer',
+      format: 'int32',
+      description: 'The size the pool keeps: spec.replicas, or the autoscaler’s choice.',
+    },
+    autoscaling: {
+      type: 'object',
+      properties: {
+        activeLeases: { type: 'integer', format: 'int32' },
+        leaseCapacity: { type: 'integer', format: 'int32' },
+        utilizationPercent: { type: 'integer', format: 'int32' },
+        recentDenials: { type: 'integer', format: 'int32' },
+        recommendation: { type: 'integer', format: 'int32' },
+        lastScaleTime: { type: 'string', format: 'date-time' },
+        lastReportTime: { type: 'string', format: 'date-time' },
+      },
+      additionalProperties: false,
+    },
+    rotation: {
+      type: 'object',
+      properties: {
+        rotatedTotal: { type: 'integer', format: 'int64' },
+        lastRotated: { type: 'string' },
+        lastRotationReason: { type: 'string' },
+        lastRotationTime: { type: 'string', format: 'date-time' },
+        nextRotationTime: { type: 'string', format: 'date-time' },
+      },
+      additionalProperties: false,
+    },
     conditions: {
       type: 'array',
       items: conditionSchema,

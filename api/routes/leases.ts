@@ -8,6 +8,7 @@ import { Hono } from 'hono';
 import { decodeLeaseRequest, decodeReportRequest, goQuote } from '../go-compat.js';
 import { REPORT_RESULTS, type LeaseStore, type ReportResult } from '../lease-store.js';
 import type { ApiMetrics } from '../metrics.js';
+import type { PoolDemand } from '../pool-demand.js';
 import type { ProxyCatalog, ProxyView } from '../proxy-catalog.js';
 import type { leaseSchema, noMatchSchema } from '../schemas.js';
 import { limitBody, readBody } from './middleware.js';
@@ -20,6 +21,8 @@ export interface LeaseRoutesOptions {
   metrics: ApiMetrics;
   defaultTtlSeconds: number;
   maxTtlSeconds: number;
+  /** Told of refused requests and `banned` cooldowns (pool autoscaling and rotation). */
+  demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
 }
 
 export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
@@ -64,6 +67,7 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
     const outcome = await leaseStore.acquire({ candidates, target, ttlMs: ttlSeconds * 1000 });
     if (!outcome.granted) {
       metrics.leaseRequest('no_match');
+      opts.demand?.noteDenied(selector, pool);
       const { stats } = outcome;
       return send<typeof noMatchSchema>(c, 409, {
         error: 'no_match',
@@ -102,8 +106,10 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
         `result must be one of ok, rate_limited, banned; got ${goQuote(result)}`,
       );
     }
-    const outcome = await leaseStore.report(c.req.param('id'), result, target);
-    if (outcome === 'unknown_lease') return fail(c, 404, 'unknown_lease', 'no such lease');
+    const receipt = await leaseStore.reportWithReceipt(c.req.param('id'), result, target);
+    if (receipt.outcome === 'unknown_lease') return fail(c, 404, 'unknown_lease', 'no such lease');
+    if (result === 'banned' && receipt.proxy !== undefined)
+      opts.demand?.noteBanned(receipt.proxy, receipt.target ?? target);
     return c.body(null, 204);
   });
 

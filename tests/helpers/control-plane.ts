@@ -17,6 +17,7 @@ import type { Instance, Provider } from '../../providers/types.js';
 import { createBridge, type Bridge, type BridgeOptions } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
 import type { ProxyClient } from '../../kube/proxies.js';
+import type { PoolTiming } from '../../workflows/pool/types.js';
 import type { ProxyTiming } from '../../workflows/proxy/types.js';
 import { createNamespace, kubeConfig, proxyClient } from './kube.js';
 import { temporalClient, uniqueTaskQueue, workerConnection, workflowBundle } from './temporal.js';
@@ -85,6 +86,8 @@ export async function startControlPlane(opts: {
   driftSweepOn?: boolean;
   maxHistoryEvents?: number;
   installation?: string;
+  /** The pool workflows' timing (the bridge passes it to each pool it starts). */
+  poolTiming?: Partial<PoolTiming>;
   /**
    * Start the in-process worker now (default). False: the test runs the
    * task queue's worker itself (e.g. in a child process it can kill), and may
@@ -154,6 +157,7 @@ export async function startControlPlane(opts: {
     logger,
     namespace,
     ...(opts.maxHistoryEvents ? { maxHistoryEvents: opts.maxHistoryEvents } : {}),
+    ...(opts.poolTiming ? { poolTiming: opts.poolTiming } : {}),
   };
   const bridge = createBridge(bridgeOptions);
   await bridge.start();

@@ -100,8 +100,17 @@ export interface PoolHarness {
   close(): Promise<void>;
 }
 
-export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
-  const cp = await startControlPlane({ prefix });
+export async function startPoolHarness(
+  prefix: string,
+  options: Omit<Parameters<typeof startControlPlane>[0], 'prefix'> & {
+    /** More flags for the `api` process (e.g. `--pool-demand-interval`). */
+    apiArgs?: string[];
+    /** The provider the pools' members are made on (default `local`). */
+    provider?: string;
+  } = {},
+): Promise<PoolHarness> {
+  const { apiArgs = [], provider = 'local', ...planeOptions } = options;
+  const cp = await startControlPlane({ prefix, ...planeOptions });
   const target = await startProbeTarget();
   const proxies = cp.api;
   const pools = createProxyPoolClient(cp.kc);
@@ -113,6 +122,7 @@ export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
     ...testServerArgs(),
     '--watch-namespaces',
     cp.namespace,
+    ...apiArgs,
   ]);
   const apiUrl = await leaseApiUrl(api, 150_000);
   const members = async (pool: string): Promise<Proxy[]> =>
@@ -132,7 +142,7 @@ export async function startPoolHarness(prefix: string): Promise<PoolHarness> {
         `pool ${pool}: every member and instance gone`,
         async () => {
           if ((await members(pool)).length > 0) return undefined;
-          for (const uid of uids) if ((await cp.instancesOf(uid)).length > 0) return undefined;
+          for (const uid of uids) if ((await cp.instancesOf(uid, provider)).length > 0) return undefined;
           return true;
         },
         { timeoutMs, intervalMs: 500 },

@@ -165,3 +165,49 @@ describe('memberName', () => {
     expect(memberName('x'.repeat(253), seq).length).toBeLessThanOrEqual(253);
   });
 });
+
+describe('planPool with rotation and autoscaling', () => {
+  it('replaces a member marked for rotation as a rollout does: a new one first, then the marked one', () => {
+    const members = [member(), member(), member()];
+    const marked = { [members[1]!.uid]: 'MaxAge' as const };
+    const first = planPool(desired({ replicas: 3 }), seen(members), 'pool', { marked });
+    expect(first.create).toBe(1);
+    expect(first.remove).toEqual([]);
+    expect(first.rotating).toBe(1);
+    expect(first.status.updatedReplicas).toBe(3);
+    const fresh = member();
+    const second = planPool(desired({ replicas: 3 }), seen([...members, fresh]), 'pool', { marked });
+    expect(second.create).toBe(0);
+    expect(second.remove).toEqual([{ name: members[1]!.name, uid: members[1]!.uid, why: 'max-age' }]);
+  });
+
+  it('never goes above replicas + maxSurge live members nor below replicas - maxUnavailable available; banned first', () => {
+    const members = [member(), member(), member(), member()];
+    const marked = Object.fromEntries(members.map((m, i) => [m.uid, i === 3 ? 'Banned' : 'MaxAge'] as const));
+    const plan = planPool(
+      desired({ replicas: 4, strategy: { maxSurge: 1, maxUnavailable: 1, drainTimeoutSeconds: 60 } }),
+      seen(members),
+      'pool',
+      { marked },
+    );
+    // One goes (4 - 1 available stay), so two may come (3 live + 2 = replicas + maxSurge).
+    expect(plan.remove).toEqual([{ name: members[3]!.name, uid: members[3]!.uid, why: 'banned' }]);
+    expect(plan.create).toBe(2);
+  });
+
+  it('keeps the size it is given and scales down the idlest members first, never below the floor', () => {
+    const members = [member(), member(), member(), member(), member()];
+    const leases = { [members[0]!.uid]: 3, [members[1]!.uid]: 1, [members[3]!.uid]: 2 };
+    const plan = planPool(desired({ replicas: 5 }), seen(members), 'pool', {
+      replicas: 2,
+      leasesByMember: leases,
+    });
+    expect(plan.remove.map((r) => r.name)).toEqual([members[2]!.name, members[4]!.name, members[1]!.name]);
+    expect(plan.status.desiredReplicas).toBe(2);
+    const floored = planPool(desired({ replicas: 5 }), seen(members), 'pool', {
+      replicas: 2,
+      minAvailableFloor: 4,
+    });
+    expect(floored.remove).toHaveLength(1);
+  });
+});

@@ -14,35 +14,66 @@
  * - a scale-down removes the surplus, not-Ready first, then the oldest.
  */
 import type { Condition, ProxyPoolStatus } from '../../resources/proxy-schema.js';
-import type { PoolDesired, PoolMember, PoolObservation, PoolPlan, PoolState } from './types.js';
+import type {
+  PoolDesired,
+  PoolMember,
+  PoolObservation,
+  PoolPlan,
+  PoolState,
+  RotationReason,
+} from './types.js';
 import { withTransitionTimes, type ConditionSpec } from '../conditions.js';
 
 const POOL_LABEL = 'crawl.example.com/pool';
 
-/** Order of removal: not-Ready first, then the oldest (then by name, so the plan is deterministic). */
-export function removalOrder(a: PoolMember, b: PoolMember): number {
-  if (a.ready !== b.ready) return a.ready ? 1 : -1;
-  if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? -1 : 1;
-  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+/** Order of removal: not-Ready first, then the fewest leases, then the oldest (then by name: deterministic). */
+export function removalOrder(leases: Readonly<Record<string, number>> = {}) {
+  return (a: PoolMember, b: PoolMember): number => {
+    if (a.ready !== b.ready) return a.ready ? 1 : -1;
+    const la = leases[a.uid] ?? 0;
+    const lb = leases[b.uid] ?? 0;
+    if (la !== lb) return la - lb;
+    if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? -1 : 1;
+    return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+  };
 }
 
 export function available(m: PoolMember): boolean {
   return m.ready && !m.deleting && !m.draining;
 }
 
-export function planPool(desired: PoolDesired, seen: PoolObservation, poolName: string): PoolPlan {
-  const replicas = desired.replicas;
+export interface PlanOptions {
+  /** The size to keep (spec.replicas, or the autoscaler's choice); desired.replicas by default. */
+  replicas?: number;
+  /** Members marked for rotation, by UID: replaced as a rollout replaces old ones. */
+  marked?: Readonly<Record<string, RotationReason>>;
+  /** Leases per member UID (scale-down takes the idlest first). */
+  leasesByMember?: Readonly<Record<string, number>>;
+  /** Never fewer available members than this (autoscaling's minReplicas). */
+  minAvailableFloor?: number;
+}
+
+export function planPool(
+  desired: PoolDesired,
+  seen: PoolObservation,
+  poolName: string,
+  options: PlanOptions = {},
+): PoolPlan {
+  const replicas = options.replicas ?? desired.replicas;
+  const marked = options.marked ?? {};
+  const order = removalOrder(options.leasesByMember);
   const { maxSurge, maxUnavailable } = desired.strategy;
   const hash = desired.templateHash;
   const live = seen.members.filter((m) => !m.deleting);
-  const current = live.filter((m) => m.templateHash === hash);
-  const old = live.filter((m) => m.templateHash !== hash);
-  const minAvailable = Math.max(0, replicas - maxUnavailable);
+  const replaced = (m: PoolMember) => m.templateHash !== hash || marked[m.uid] !== undefined;
+  const current = live.filter((m) => !replaced(m));
+  const old = live.filter(replaced);
+  const minAvailable = Math.max(0, replicas - maxUnavailable, options.minAvailableFloor ?? 0);
   let availableCount = live.filter(available).length;
 
   const remove: PoolPlan['remove'] = [];
   let liveAfter = live.length;
-  const take = (m: PoolMember, why: 'scale-down' | 'rollout'): boolean => {
+  const take = (m: PoolMember, why: PoolPlan['remove'][number]['why']): boolean => {
     // Taking an available member must leave enough available ones.
     if (available(m)) {
       if (availableCount - 1 < minAvailable) return false;
@@ -53,18 +84,29 @@ export function planPool(desired: PoolDesired, seen: PoolObservation, poolName: 
     return true;
   };
 
-  // Old members go as the rollout allows; not-Ready ones first (they serve nobody).
-  for (const m of [...old].sort(removalOrder)) take(m, 'rollout');
+  // Old and marked members go as the rollout allows; not-Ready ones first
+  // (they serve nobody), then banned ones, then the rest by the usual order.
+  const banned = (m: PoolMember) => (marked[m.uid] === 'Banned' ? 0 : 1);
+  for (const m of [...old].sort((a, b) => banned(a) - banned(b) || order(a, b))) {
+    const reason = marked[m.uid];
+    take(
+      m,
+      m.templateHash !== hash || reason === undefined
+        ? 'rollout'
+        : reason === 'Banned'
+          ? 'banned'
+          : 'max-age',
+    );
+  }
   // Current members beyond replicas (a scale-down, or a surge that overshot).
   const currentSurplus = current.length - replicas;
   if (currentSurplus > 0) {
     let taken = 0;
-    for (const m of [...current].sort(removalOrder)) {
+    for (const m of [...current].sort(order)) {
       if (taken >= currentSurplus) break;
       if (take(m, 'scale-down')) taken++;
     }
   }
-
   // New members: up to replicas of the current template, within the surge.
   const stillCurrent = current.length - remove.filter((r) => r.why === 'scale-down').length;
   const wanted = Math.max(0, replicas - stillCurrent);
@@ -86,17 +128,23 @@ export function planPool(desired: PoolDesired, seen: PoolObservation, poolName: 
   const status: ProxyPoolStatus = {
     replicas: live.length,
     readyReplicas: live.filter((m) => m.ready).length,
-    updatedReplicas: current.length,
+    updatedReplicas: live.filter((m) => m.templateHash === hash).length,
     availableReplicas: live.filter(available).length,
     drainingReplicas: draining,
     selector: `${POOL_LABEL}=${poolName}`,
     templateHash: hash,
     observedGeneration: desired.generation,
+    desiredReplicas: replicas,
   };
-  return { create, remove, restore, progressing, status };
+  const rotating = old.filter((m) => m.templateHash === hash).length;
+  return { create, remove, restore, progressing, rotating, status };
 }
 
-/** Available and Progressing, with Kubernetes semantics (lastTransitionTime moves only on a change of status). */
+/**
+ * Available and Progressing, with Kubernetes semantics (lastTransitionTime
+ * moves only on a change of status); ProviderReady too when the pool
+ * rotates or autoscales, since a provider outage pauses both.
+ */
 export function poolConditions(
   state: PoolState,
   plan: PoolPlan,
@@ -105,7 +153,8 @@ export function poolConditions(
 ): Condition[] {
   const { desired } = state;
   const s = plan.status;
-  const minAvailable = Math.max(0, desired.replicas - desired.strategy.maxUnavailable);
+  const replicas = s.desiredReplicas ?? desired.replicas;
+  const minAvailable = Math.max(0, replicas - desired.strategy.maxUnavailable);
   const availableOk = (s.availableReplicas ?? 0) >= minAvailable;
   const old = (s.replicas ?? 0) - (s.updatedReplicas ?? 0);
   const specs: ConditionSpec[] = [
@@ -113,10 +162,28 @@ export function poolConditions(
       type: 'Available',
       status: availableOk ? 'True' : 'False',
       reason: availableOk ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable',
-      message: `${s.availableReplicas ?? 0} of ${desired.replicas} available (at least ${minAvailable} wanted)`,
+      message: `${s.availableReplicas ?? 0} of ${replicas} available (at least ${minAvailable} wanted)`,
     },
     progressingCondition(plan, old, seen),
   ];
+  if ((desired.autoscaling || desired.rotation) && seen.provider) {
+    const { name, ready, message } = seen.provider;
+    specs.push(
+      ready
+        ? {
+            type: 'ProviderReady',
+            status: 'True',
+            reason: 'ProviderReady',
+            message: `provider ${name} is ready`,
+          }
+        : {
+            type: 'ProviderReady',
+            status: 'False',
+            reason: 'ProviderNotReady',
+            message: `rotation and scale-up paused: provider ${name} is not ready: ${message}`.slice(0, 1024),
+          },
+    );
+  }
   return withTransitionTimes(specs, state.conditions, desired.generation, now);
 }
 
@@ -131,6 +198,12 @@ function progressingCondition(plan: PoolPlan, old: number, seen: PoolObservation
   if (!plan.progressing)
     return c('False', 'Complete', `${s.updatedReplicas} proxies from template ${s.templateHash}`);
   if (old > 0) return c('True', 'RollingOut', `${s.updatedReplicas} updated, ${old} from an older template`);
+  if (plan.rotating > 0)
+    return c(
+      'True',
+      'Rotating',
+      `${plan.rotating} ${plan.rotating === 1 ? 'proxy' : 'proxies'} being replaced (age or bans)`,
+    );
   const draining = seen.members.filter((m) => m.deleting).length;
   if (plan.remove.length > 0 || (draining > 0 && plan.create === 0))
     return c('True', 'ScalingDown', `${draining + plan.remove.length} proxies draining or going`);

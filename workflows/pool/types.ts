@@ -17,12 +17,32 @@ export interface PoolStrategy {
   drainTimeoutSeconds: number;
 }
 
+/** `spec.autoscaling`, in milliseconds. */
+export interface PoolAutoscaling {
+  minReplicas: number;
+  maxReplicas: number;
+  /** Wanted activeLeases / (members x maxLeases), in (0, 1]. */
+  targetUtilization: number;
+  scaleUpStabilizationMs: number;
+  scaleDownStabilizationMs: number;
+}
+
+/** `spec.rotation`, in milliseconds. */
+export interface PoolRotation {
+  maxAgeMs?: number;
+  afterBans?: { reports: number; distinctTargets: number; windowMs: number };
+}
+
 /** What the bridge saw of the pool and its members. Idempotent by (generation, membersVersion). */
 export interface PoolDesired {
   generation: number;
   replicas: number;
   templateHash: string;
   strategy: PoolStrategy;
+  autoscaling?: PoolAutoscaling;
+  rotation?: PoolRotation;
+  /** The template's maxLeases: one member's share of lease capacity (absent in runs started before autoscaling). */
+  maxLeasesPerMember?: number;
   deletionRequested: boolean;
   /**
    * A digest of what the bridge saw of the pool's members (each one's
@@ -56,17 +76,47 @@ export interface PoolObservation {
   /** The template hash of the pool as read now ('' when it is gone). */
   templateHash: string;
   members: PoolMember[];
+  /**
+   * The template's provider as this worker sees it: its ProviderHealth's
+   * Ready condition and this worker's circuit. Not ready pauses rotation
+   * and scale-up (replacing them would only churn).
+   */
+  provider?: { name: string; ready: boolean; message: string };
 }
+
+/**
+ * What one lease API replica tells a pool about its demand (signal
+ * `poolDemand`): sent when the figure would change the pool's size, when
+ * requests are refused, when crawlers report bans, and as a heartbeat.
+ */
+export interface PoolDemandReport {
+  /** The api replica (its host name and process id). */
+  reporter: string;
+  /** The replica's lease store is shared (Redis): every reporter sees every lease. */
+  sharedStore: boolean;
+  /** Leases held on the pool's members. */
+  activeLeases: number;
+  /** Leases held per member UID (members with none absent): scale-down takes the idlest. */
+  leasesByMember: Record<string, number>;
+  /** Lease requests refused (409) that this pool would have served, since this reporter's last report. */
+  denials: number;
+  /** `banned` reports on members since the last report (at most 100 a report). */
+  bans: Array<{ uid: string; target: string; atMs: number }>;
+}
+
+export type RotationReason = 'MaxAge' | 'Banned';
 
 export interface PoolPlan {
   /** How many new members to make from the current template. */
   create: number;
   /** Members to delete (each drains first), in the order chosen. */
-  remove: Array<{ name: string; uid: string; why: 'scale-down' | 'rollout' }>;
+  remove: Array<{ name: string; uid: string; why: 'scale-down' | 'rollout' | 'max-age' | 'banned' }>;
   /** Members edited by hand to put back to the template. */
   restore: Array<{ name: string; uid: string }>;
   /** What is still under way (a rollout, a scale, a drain): the pool looks again soon. */
   progressing: boolean;
+  /** Members of the current template marked for rotation, not yet gone. */
+  rotating: number;
   status: ProxyPoolStatus;
 }
 
@@ -81,6 +131,35 @@ export interface PoolState {
   removed: number;
   restored: number;
   lastPlan?: { create: number; remove: number; restore: number; progressing: boolean };
+  /** Looks (list, plan, act) taken by this run and the ones it continues. */
+  looks?: number;
+  /** When the last look was taken (workflow time, epoch ms). */
+  lastLookMs?: number;
+  /** The autoscaler's state (absent while the pool has no spec.autoscaling). */
+  autoscale?: AutoscaleState;
+  /** Rotation's state: ban tallies, members marked for replacement, the last rotation. */
+  rotation?: RotationState;
+}
+
+export interface AutoscaleState {
+  /** The size the pool keeps now. */
+  replicas: number;
+  /** Latest report per reporter. */
+  reports: Record<string, { atMs: number; sharedStore: boolean; activeLeases: number; denials: number }>;
+  /** Leases per member UID, from the latest report. */
+  leasesByMember: Record<string, number>;
+  /** Recommendations with the time they were made, oldest first, kept for the stabilization windows. */
+  recommendations: Array<[atMs: number, replicas: number]>;
+  lastScaleMs?: number;
+}
+
+export interface RotationState {
+  /** Ban reports per member UID: [target, atMs], within the window. */
+  bans: Record<string, Array<[target: string, atMs: number]>>;
+  /** Members marked for replacement, and why. */
+  marked: Record<string, RotationReason>;
+  rotatedTotal: number;
+  last?: { name: string; reason: RotationReason; atMs: number };
 }
 
 export interface PoolWorkflowInput {
@@ -111,4 +190,8 @@ export interface PoolStateView {
   removed: number;
   restored: number;
   lastPlan?: PoolState['lastPlan'];
+  looks: number;
+  lastLookMs?: number;
+  autoscale?: AutoscaleState;
+  rotation?: RotationState;
 }

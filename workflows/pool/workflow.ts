@@ -15,16 +15,27 @@ import {
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { PoolActivities } from '../../activities/types.js';
+import { DEFAULT_MAX_LEASES } from '../../resources/proxy-schema.js';
 import { POOL_ACTIVITY_OPTIONS } from './activity-options.js';
-import { poolChangedSignal, poolStateQuery } from './messages.js';
+import { applyDemandReport, aggregateDemand, decideReplicas, initialAutoscale } from './autoscale.js';
+import { poolChangedSignal, poolDemandSignal, poolStateQuery } from './messages.js';
+import { bannedOut, initialRotation, markBanned, markDue, recordBans } from './rotation.js';
 import { applyPoolDesired, memberName, planPool, poolConditions } from './state.js';
-import { DEFAULT_POOL_TIMING, type PoolState, type PoolWorkflowInput } from './types.js';
+import {
+  DEFAULT_POOL_TIMING,
+  type PoolDemandReport,
+  type PoolMember,
+  type PoolState,
+  type PoolWorkflowInput,
+  type RotationReason,
+} from './types.js';
 
 const pool = proxyActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.members);
 const statusWriter = proxyLocalActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.statusWrite);
@@ -36,6 +47,8 @@ const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
  * (the members' events wake it), so a pool of thousands grows in steps.
  */
 const MAX_MEMBERS_PER_STEP = 50;
+/** Patch marker: a step deletes before it creates. */
+const REMOVE_BEFORE_CREATE = 'pool-remove-before-create';
 
 export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void> {
   const timing = { ...DEFAULT_POOL_TIMING, ...input.timing };
@@ -49,8 +62,15 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     restored: 0,
   };
   let woken = false;
+  // Whether the provider was ready at the last look (the demand handler may not scale up when not).
+  let providerReady = true;
   setHandler(poolChangedSignal, (desired) => {
     if (applyPoolDesired(state, desired)) woken = true;
+  });
+  setHandler(poolDemandSignal, (report: PoolDemandReport) => {
+    // Wakes the loop only when the report changes what the pool does: a
+    // steady demand costs the signal and nothing more.
+    if (takeDemand(state, report, Date.now(), providerReady)) woken = true;
   });
   setHandler(poolStateQuery, () => ({
     desired: state.desired,
@@ -59,6 +79,10 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     removed: state.removed,
     restored: state.restored,
     ...(state.lastPlan ? { lastPlan: state.lastPlan } : {}),
+    looks: state.looks ?? 0,
+    ...(state.lastLookMs !== undefined ? { lastLookMs: state.lastLookMs } : {}),
+    ...(state.autoscale ? { autoscale: state.autoscale } : {}),
+    ...(state.rotation ? { rotation: state.rotation } : {}),
   }));
 
   const wait = async (ms: number): Promise<void> => {
@@ -102,9 +126,29 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     if (seen.templateHash && seen.templateHash !== state.desired.templateHash) {
       state.desired = { ...state.desired, templateHash: seen.templateHash };
     }
-    const plan = planPool(state.desired, seen, state.ref.name);
-    state.conditions = poolConditions(state, plan, seen, new Date());
-    const status = { ...plan.status, conditions: state.conditions };
+    const nowMs = Date.now();
+    state.looks = (state.looks ?? 0) + 1;
+    state.lastLookMs = nowMs;
+    providerReady = seen.provider?.ready ?? true;
+    const timers: number[] = [];
+    const replicas = keepSize(state, nowMs, providerReady, timers);
+    const { marked, nextDueAtMs } = markRotations(state, seen.members, nowMs, providerReady);
+    if (nextDueAtMs !== undefined) timers.push(nextDueAtMs);
+    // Paused by the provider: look again soon to see it back (nothing else would wake the pool).
+    if (!providerReady && (state.desired.rotation || state.desired.autoscaling))
+      timers.push(nowMs + timing.progressPollMs);
+    const plan = planPool(state.desired, seen, state.ref.name, {
+      replicas,
+      marked,
+      ...(state.autoscale ? { leasesByMember: state.autoscale.leasesByMember } : {}),
+      ...(state.desired.autoscaling ? { minAvailableFloor: state.desired.autoscaling.minReplicas } : {}),
+    });
+    state.conditions = poolConditions(state, plan, seen, new Date(nowMs));
+    const status = {
+      ...plan.status,
+      ...extraStatus(state, nowMs, nextDueAtMs),
+      conditions: state.conditions,
+    };
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
@@ -130,7 +174,34 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
       });
       state.restored += plan.restore.length;
     }
-    if (plan.create > 0) {
+    const removeMembers = async (): Promise<void> => {
+      if (plan.remove.length === 0) return;
+      const batch = plan.remove.slice(0, MAX_MEMBERS_PER_STEP);
+      const rotated = batch.filter((r) => r.why === 'max-age' || r.why === 'banned');
+      const others = batch.filter((r) => r.why !== 'max-age' && r.why !== 'banned');
+      if (others.length > 0) {
+        await pool.deletePoolMembers({
+          pool: state.ref,
+          members: others.map(({ name, uid }) => ({ name, uid })),
+          reason: others.some((r) => r.why === 'rollout') ? 'RollingOut' : 'ScalingDown',
+        });
+      }
+      if (rotated.length > 0) {
+        const reasonOf = (why: string): RotationReason => (why === 'banned' ? 'Banned' : 'MaxAge');
+        await pool.deletePoolMembers({
+          pool: state.ref,
+          members: rotated.map(({ name, uid, why }) => ({ name, uid, rotation: reasonOf(why) })),
+          reason: 'Rotated',
+        });
+        const rotation = (state.rotation ??= initialRotation());
+        rotation.rotatedTotal += rotated.length;
+        const last = rotated[rotated.length - 1]!;
+        rotation.last = { name: last.name, reason: reasonOf(last.why), atMs: Date.now() };
+      }
+      state.removed += batch.length;
+    };
+    const createMembers = async (): Promise<void> => {
+      if (plan.create === 0) return;
       const names = Array.from({ length: Math.min(plan.create, MAX_MEMBERS_PER_STEP) }, () =>
         memberName(state.ref.name, Math.random),
       );
@@ -140,18 +211,136 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
         names,
       });
       state.created += made.created;
-    }
-    if (plan.remove.length > 0) {
-      await pool.deletePoolMembers({
-        pool: state.ref,
-        members: plan.remove.slice(0, MAX_MEMBERS_PER_STEP).map(({ name, uid }) => ({ name, uid })),
-        reason: plan.remove.some((r) => r.why === 'rollout') ? 'RollingOut' : 'ScalingDown',
-      });
-      state.removed += Math.min(plan.remove.length, MAX_MEMBERS_PER_STEP);
+    };
+    // Removals first: a member on its way out no longer counts, so making the
+    // new ones after keeps live members within replicas + maxSurge (runs
+    // started before this order keep theirs).
+    if (patched(REMOVE_BEFORE_CREATE)) {
+      await removeMembers();
+      await createMembers();
+    } else {
+      await createMembers();
+      await removeMembers();
     }
     const acted = plan.create > 0 || plan.remove.length > 0 || plan.restore.length > 0;
     // After acting, look again at once when the members' events come in
     // (the bridge signals); the timer is the fallback.
-    await wait(acted || plan.progressing ? timing.progressPollMs : timing.resyncMs);
+    // Also look again when a member falls due or a recommendation leaves its window.
+    const base = acted || plan.progressing ? timing.progressPollMs : timing.resyncMs;
+    const soonest = Math.min(base, ...timers.map((at) => Math.max(1_000, at - Date.now())));
+    await wait(soonest);
   }
+}
+
+/** Takes a demand report in; true when the pool should look again (its size or a member's fate changed). */
+function takeDemand(
+  state: PoolState,
+  report: PoolDemandReport,
+  nowMs: number,
+  providerReady: boolean,
+): boolean {
+  const { autoscaling, rotation } = state.desired;
+  const maxLeasesPerMember = state.desired.maxLeasesPerMember ?? DEFAULT_MAX_LEASES;
+  let changed = false;
+  if (autoscaling) {
+    const scale = (state.autoscale ??= initialAutoscale(autoscaling, state.desired.replicas));
+    applyDemandReport(scale, report, nowMs, maxLeasesPerMember, autoscaling);
+    const decision = decideReplicas(scale, nowMs, autoscaling, { scaleUpAllowed: providerReady });
+    if (decision.replicas !== scale.replicas) changed = true;
+  }
+  if (rotation?.afterBans && report.bans.length > 0) {
+    const rotationState = (state.rotation ??= initialRotation());
+    recordBans(rotationState, report.bans, nowMs, rotation.afterBans.windowMs);
+    const burnt = bannedOut(rotationState, rotation.afterBans);
+    if (burnt.length > 0) {
+      markBanned(rotationState, burnt);
+      log.info('members marked for rotation after ban reports', { pool: state.ref, members: burnt });
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+/** The size to keep now: spec.replicas, or the autoscaler's decision (timers: when to decide again). */
+function keepSize(state: PoolState, nowMs: number, providerReady: boolean, timers: number[]): number {
+  const spec = state.desired.autoscaling;
+  if (!spec) {
+    delete state.autoscale;
+    return state.desired.replicas;
+  }
+  const scale = (state.autoscale ??= initialAutoscale(spec, state.desired.replicas));
+  const decision = decideReplicas(scale, nowMs, spec, { scaleUpAllowed: providerReady });
+  if (decision.replicas !== scale.replicas) {
+    log.info('autoscaling', { pool: state.ref, from: scale.replicas, to: decision.replicas });
+    scale.replicas = decision.replicas;
+    scale.lastScaleMs = nowMs;
+  }
+  if (decision.recheckAtMs !== undefined) timers.push(decision.recheckAtMs);
+  return scale.replicas;
+}
+
+/** Members to replace for age or bans; none while the provider is not ready (rotation pauses). */
+function markRotations(
+  state: PoolState,
+  members: readonly PoolMember[],
+  nowMs: number,
+  providerReady: boolean,
+): { marked: Readonly<Record<string, RotationReason>>; nextDueAtMs?: number } {
+  const spec = state.desired.rotation;
+  if (!spec) {
+    if (state.rotation) state.rotation.marked = {};
+    return { marked: {} };
+  }
+  const rotation = (state.rotation ??= initialRotation());
+  if (!providerReady) return { marked: {} };
+  const { nextDueAtMs } = markDue(rotation, members, spec, nowMs);
+  return nextDueAtMs === undefined ? { marked: rotation.marked } : { marked: rotation.marked, nextDueAtMs };
+}
+
+const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+/** The autoscaling and rotation parts of the status. */
+function extraStatus(
+  state: PoolState,
+  nowMs: number,
+  nextDueAtMs: number | undefined,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const scale = state.autoscale;
+  if (state.desired.autoscaling && scale) {
+    const demand = aggregateDemand(scale, nowMs);
+    const capacity = scale.replicas * (state.desired.maxLeasesPerMember ?? DEFAULT_MAX_LEASES);
+    const latest = Math.max(0, ...Object.values(scale.reports).map((r) => r.atMs));
+    out.autoscaling = {
+      ...(demand
+        ? {
+            activeLeases: demand.activeLeases,
+            recentDenials: demand.denials,
+            leaseCapacity: capacity,
+            utilizationPercent: capacity > 0 ? Math.round((100 * demand.activeLeases) / capacity) : 0,
+          }
+        : {}),
+      ...(scale.recommendations.length > 0
+        ? { recommendation: scale.recommendations[scale.recommendations.length - 1]![1] }
+        : {}),
+      ...(scale.lastScaleMs !== undefined ? { lastScaleTime: iso(scale.lastScaleMs) } : {}),
+      ...(latest > 0 ? { lastReportTime: iso(latest) } : {}),
+    };
+  }
+  const rotation = state.rotation;
+  if (state.desired.rotation && rotation) {
+    const nextDue = nextDueAtMs;
+    out.rotation = {
+      rotatedTotal: rotation.rotatedTotal,
+      ...(rotation.last
+        ? {
+            lastRotated: rotation.last.name,
+            lastRotationReason: rotation.last.reason,
+            lastRotationTime: iso(rotation.last.atMs),
+          }
+        : {}),
+      ...(nextDue !== undefined ? { nextRotationTime: iso(nextDue) } : {}),
+    };
+  }
+  return out;
 }

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import {
+  ageDueAtMs,
+  bannedOut,
+  initialRotation,
+  markBanned,
+  markDue,
+  recordBans,
+  ROTATION_JITTER,
+} from '../../workflows/pool/rotation.js';
+import type { PoolMember } from '../../workflows/pool/types.js';
+
+const T0 = Date.parse('2026-12-03T10:00:00Z');
+
+function member(uid: string, createdMs: number, over: Partial<PoolMember> = {}): PoolMember {
+  return {
+    name: `m-${uid}`,
+    uid,
+    templateHash: 'h',
+    ready: true,
+    deleting: false,
+    draining: false,
+    createdAt: new Date(createdMs).toISOString(),
+    matchesTemplate: true,
+    ...over,
+  };
+}
+
+describe('rotation by age', () => {
+  it('falls due within maxAge less at most 10% jitter, stable per member and spread across members', () => {
+    const dues = Array.from({ length: 50 }, (_, i) => ageDueAtMs(member(`uid-${i}`, T0), 300_000)!);
+    for (const due of dues) {
+      expect(due).toBeLessThanOrEqual(T0 + 300_000);
+      expect(due).toBeGreaterThanOrEqual(T0 + 300_000 * (1 - ROTATION_JITTER));
+    }
+    expect(new Set(dues).size).toBeGreaterThan(40);
+    expect(ageDueAtMs(member('uid-7', T0), 300_000)).toBe(dues[7]);
+    expect(ageDueAtMs({ uid: 'x', createdAt: '' }, 300_000)).toBeUndefined();
+  });
+
+  it('marks the members due, says when the next one is, and forgets marks of members gone', () => {
+    const state = initialRotation();
+    const old = member('a', T0);
+    const young = member('b', T0 + 200_000);
+    const { nextDueAtMs } = markDue(state, [old, young], { maxAgeMs: 300_000 }, T0 + 301_000);
+    expect(state.marked).toEqual({ a: 'MaxAge' });
+    expect(nextDueAtMs).toBe(ageDueAtMs(young, 300_000));
+    markDue(state, [young, { ...old, deleting: true }], { maxAgeMs: 300_000 }, T0 + 302_000);
+    expect(state.marked).toEqual({});
+  });
+});
+
+describe('rotation on bans', () => {
+  const rule = { reports: 3, distinctTargets: 3, windowMs: 60_000 };
+
+  it('marks a member once K reports from D distinct targets fall within the window; below it, nothing', () => {
+    const state = initialRotation();
+    recordBans(
+      state,
+      [
+        { uid: 'a', target: 'one.example', atMs: T0 },
+        { uid: 'a', target: 'two.example', atMs: T0 + 1 },
+        { uid: 'b', target: 'one.example', atMs: T0 },
+        { uid: 'b', target: 'one.example', atMs: T0 + 1 },
+        { uid: 'b', target: 'one.example', atMs: T0 + 2 },
+      ],
+      T0 + 10,
+      rule.windowMs,
+    );
+    // b has three reports but one target; a has two targets but two reports.
+    expect(bannedOut(state, rule)).toEqual([]);
+    recordBans(state, [{ uid: 'a', target: 'three.example', atMs: T0 + 20 }], T0 + 20, rule.windowMs);
+    expect(bannedOut(state, rule)).toEqual(['a']);
+    markBanned(state, ['a']);
+    expect(state.marked).toEqual({ a: 'Banned' });
+    expect(bannedOut(state, rule)).toEqual([]);
+  });
+
+  it('forgets reports older than the window', () => {
+    const state = initialRotation();
+    recordBans(
+      state,
+      [
+        { uid: 'a', target: 'one', atMs: T0 },
+        { uid: 'a', target: 'two', atMs: T0 + 1 },
+      ],
+      T0 + 1,
+      rule.windowMs,
+    );
+    recordBans(state, [{ uid: 'a', target: 'three', atMs: T0 + 70_000 }], T0 + 70_000, rule.windowMs);
+    expect(state.bans.a).toEqual([['three', T0 + 70_000]]);
+    expect(bannedOut(state, rule)).toEqual([]);
+  });
+});
