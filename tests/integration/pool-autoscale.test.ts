@@ -14,7 +14,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { directionChanges, formatRamp, runLeaseRamp } from '../helpers/lease-load.js';
 import { startPoolHarness, type PoolHarness } from '../helpers/pools.js';
-import { eventually } from '../helpers/temporal.js';
+import { poolWorkflowId } from '../../workflows/pool/ids.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 
 const UP_WINDOW_S = 5;
 const DOWN_WINDOW_S = 10;
@@ -107,18 +108,24 @@ describe('ProxyPool autoscaling on lease demand', () => {
     expect(peak).toBeGreaterThanOrEqual(38);
     expect(peak).toBeLessThanOrEqual(40);
     // Refusals stop within two scale-up windows of the peak (with room for a loaded machine), and none
-    // come back while it holds; the held leases then cover the demand (less clients between sessions).
+    // come back while it holds; the held leases then cover the demand.
     console.log(`last refusal ${((result.lastDenialAt ?? 20) - 20).toFixed(1)} s after the demand peaked`);
     expect(result.lastDenialAt ?? 0).toBeLessThan(20 + 2 * UP_WINDOW_S + 10);
     const atPeak = result.samples.filter((s) => s.t >= 40 && s.t < 50);
     expect(atPeak.filter((s) => s.denials > 0)).toEqual([]);
-    expect(Math.min(...atPeak.map((s) => s.held))).toBeGreaterThanOrEqual(135);
+    // Sessions end together now and then (a dip while clients lease again), so the median is what tells.
+    const held = atPeak.map((s) => s.held).sort((a, b) => a - b);
+    expect(held[Math.floor(held.length / 2)]).toBeGreaterThanOrEqual(140);
     // Never flaps: direction changes at least a scale-down window apart.
     const changes = directionChanges(desiredSeen);
     for (let i = 1; i < changes.length; i++) {
       expect(changes[i]! - changes[i - 1]!).toBeGreaterThanOrEqual(DOWN_WINDOW_S - 1);
     }
     expect(changes.length).toBeLessThanOrEqual(2);
+    const uid = (await pools.get(cp.namespace, name))!.metadata.uid!;
     await h.deletePoolAndWait(name, 90_000);
+    const handle = cp.client.workflow.getHandle(poolWorkflowId({ namespace: cp.namespace, name, uid }));
+    await handle.result();
+    maybeRecord('pool-autoscale-ramp', await handle.fetchHistory());
   });
 });

@@ -23,7 +23,7 @@ import { poolWorkflowId } from '../../workflows/pool/ids.js';
 import { poolStateQuery } from '../../workflows/pool/messages.js';
 import { kubectl, proxyCondition, providerHealthClient } from '../helpers/kube.js';
 import { startPoolHarness, type PoolHarness } from '../helpers/pools.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 
 const suffix = randomBytes(3).toString('hex');
 const PROVIDER = `rot-${suffix}`;
@@ -87,6 +87,14 @@ describe('ProxyPool rotation', () => {
       },
       { timeoutMs: 60_000, intervalMs: 250 },
     );
+  /** Deletes the pool, waits for its workflow to end, and offers its history to the replay guard. */
+  const deleteAndRecord = async (name: string, history: string) => {
+    const uid = (await pool(name))!.metadata.uid!;
+    await h.deletePoolAndWait(name, 60_000);
+    const handle = h.cp.client.workflow.getHandle(poolWorkflowId({ namespace: h.cp.namespace, name, uid }));
+    await handle.result();
+    maybeRecord(history, await handle.fetchHistory());
+  };
   const rotatedEvents = async (name: string): Promise<string> =>
     kubectl([
       '-n',
@@ -161,7 +169,7 @@ describe('ProxyPool rotation', () => {
     });
     expect(notes).toContain('(Banned)');
     expect(notes).not.toContain(sparedName);
-    await h.deletePoolAndWait(name, 60_000);
+    await deleteAndRecord(name, 'pool-rotate-banned');
   });
 
   it('replaces every member past maxAgeSeconds, within maxSurge and never below replicas available', async () => {
@@ -294,6 +302,6 @@ describe('ProxyPool rotation', () => {
       { timeoutMs: 90_000, intervalMs: 250 },
     );
     expect(resumed?.rotation?.lastRotationReason).toBe('MaxAge');
-    await h.deletePoolAndWait(name, 60_000);
+    await deleteAndRecord(name, 'pool-rotation-paused-resumed');
   });
 });
