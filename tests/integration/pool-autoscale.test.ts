@@ -107,10 +107,11 @@ describe('ProxyPool autoscaling on lease demand', () => {
     // 150 leases at 5 per member and 80 %: 38 members.
     expect(peak).toBeGreaterThanOrEqual(38);
     expect(peak).toBeLessThanOrEqual(40);
-    // Refusals stop within two scale-up windows of the peak (with room for a loaded machine), and none
-    // come back while it holds; the held leases then cover the demand.
+    // Refusals stop soon after the peak (two scale-up windows, plus the time new members take to
+    // become Ready on a loaded machine: the bench measures it at the real windows), and none come
+    // back while the peak holds; the held leases then cover the demand.
     console.log(`last refusal ${((result.lastDenialAt ?? 20) - 20).toFixed(1)} s after the demand peaked`);
-    expect(result.lastDenialAt ?? 0).toBeLessThan(20 + 2 * UP_WINDOW_S + 10);
+    expect(result.lastDenialAt ?? 0).toBeLessThan(20 + 2 * UP_WINDOW_S + 15);
     const atPeak = result.samples.filter((s) => s.t >= 40 && s.t < 50);
     expect(atPeak.filter((s) => s.denials > 0)).toEqual([]);
     // Sessions end together now and then (a dip while clients lease again), so the median is what tells.

@@ -4,8 +4,9 @@
  * utilization plus the requests refused, smoothed by HPA-style
  * stabilization windows so the pool never flaps.
  *
- * - A recommendation is `ceil((held + refused) / (maxLeases x target))`,
- *   clamped to [min, max] and to at most doubling (or +4) per step.
+ * - A recommendation is `ceil(held / (maxLeases x target))`, or, while
+ *   requests are refused, the fastest growth allowed; clamped to [min, max]
+ *   and to at most doubling (or +4) per step.
  * - Scaling up takes the lowest recommendation of the scale-up window, and
  *   scaling down the highest of the scale-down window: a size is changed
  *   only when every recommendation of its window agrees, so at most one
@@ -36,10 +37,12 @@ export function recommendReplicas(
   // A member that takes no leases gives no capacity: the demand cannot size the pool.
   if (maxLeasesPerMember <= 0) return clamp(current);
   const perMember = maxLeasesPerMember * spec.targetUtilization;
-  let wanted = Math.ceil((demand.activeLeases + demand.denials) / perMember - 1e-9);
-  // Refused requests mean the pool is short now, whatever the arithmetic says.
-  if (demand.denials > 0) wanted = Math.max(wanted, current + 1);
   const fastest = Math.max(current * 2, current + 4);
+  let wanted = Math.ceil((demand.activeLeases + demand.denials) / perMember - 1e-9);
+  // Refused requests mean the pool is short now, and how short is unknown
+  // (a refused crawler retries at its own pace, so refusals per report
+  // undercount it): grow as fast as allowed while they last.
+  if (demand.denials > 0) wanted = fastest;
   return clamp(Math.min(wanted, fastest));
 }
 
