@@ -10,7 +10,9 @@
  * (default 5 s), and only when it would matter: a ban or a refusal since the
  * last report, the refusals having stopped, a recommendation that differs
  * from the last one sent, or a heartbeat every `heartbeatMs` (default
- * 10 min). Steady demand therefore costs six signals a pool-hour.
+ * 10 min). The leases held are reported as their peak over the last minute,
+ * so session churn at a steady demand changes nothing: steady demand costs
+ * six signals a pool-hour.
  *
  * Refusals and held leases are also metrics (`egress_pool_lease_denials_total`
  * here, `egress_pool_leases_active` in metrics.ts), for an HPA or KEDA
@@ -40,6 +42,14 @@ export interface PoolDemandOptions {
   registry?: Registry;
   tickMs?: number;
   heartbeatMs?: number;
+  /**
+   * Leases held are reported as their highest count over this window
+   * (default 60 s): crawler sessions end and start all the time, and the
+   * raw count would flicker across a size boundary and send a report each
+   * tick. Growth shows at once; a drop shows a window late (the pool's
+   * scale-down window is longer anyway).
+   */
+  peakWindowMs?: number;
   now?: () => number;
 }
 
@@ -61,6 +71,9 @@ interface PoolPending {
   bans: PoolDemandReport['bans'];
 }
 
+/** Held-lease samples per pool: the report carries their maximum over `peakWindowMs`. */
+type Samples = Array<[atMs: number, activeLeases: number]>;
+
 interface PoolSent {
   atMs: number;
   denials: number;
@@ -81,6 +94,8 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
   const log = opts.logger.child({ component: 'pool-demand' });
   const tickMs = opts.tickMs ?? 5_000;
   const heartbeatMs = opts.heartbeatMs ?? 10 * 60_000;
+  const peakWindowMs = opts.peakWindowMs ?? 60_000;
+  const held = new Map<string, Samples>();
   const now = opts.now ?? Date.now;
   const pending = new Map<string, PoolPending>();
   const lastSent = new Map<string, PoolSent>();
@@ -116,6 +131,7 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
     const wanted = new Set(pools.map((p) => poolKey(p.metadata.namespace ?? 'default', p.metadata.name)));
     for (const key of [...lastSent.keys()]) if (!wanted.has(key)) lastSent.delete(key);
     for (const key of [...pending.keys()]) if (!wanted.has(key)) pending.delete(key);
+    for (const key of [...held.keys()]) if (!wanted.has(key)) held.delete(key);
     if (pools.length === 0) return;
     const members = new Map<string, ProxyView[]>();
     for (const view of opts.catalog.list()) {
@@ -134,12 +150,17 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
         const key = poolKey(namespace, pool.metadata.name);
         const mine = members.get(key) ?? [];
         const leasesByMember: Record<string, number> = {};
-        let activeLeases = 0;
+        let heldNow = 0;
         for (const view of mine) {
           const n = counts.get(storeKey(view)) ?? 0;
           if (n > 0 && view.uid) leasesByMember[view.uid] = n;
-          activeLeases += n;
+          heldNow += n;
         }
+        let samples = held.get(key);
+        if (!samples) held.set(key, (samples = []));
+        samples.push([t, heldNow]);
+        while (samples.length > 1 && t - samples[0]![0] > peakWindowMs) samples.shift();
+        const activeLeases = Math.max(...samples.map(([, n]) => n));
         const waiting = pending.get(key) ?? { denials: 0, bans: [] };
         const before = lastSent.get(key);
         const autoscaling = pool.spec.autoscaling;

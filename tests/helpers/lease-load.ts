@@ -8,7 +8,7 @@
  * Every CONNECT through a proxy whose lease is held must succeed: a failure
  * is a lease that pointed at a proxy that was removed (`broken`).
  */
-import { connectThrough, leaseApi } from './pools.js';
+import { connectThrough, leaseApi } from './crawler.js';
 
 export interface RampSample {
   /** Seconds since the ramp started. */

@@ -1,5 +1,4 @@
-/** What crawlers do, for the pool and drain tests: lease through the API, and CONNECT through a proxy. */
-import { request } from 'node:http';
+/** The pool and drain tests' harness; what crawlers do is in crawler.ts. */
 import type { Proxy } from '../../resources/proxy-schema.js';
 import type { ProxyClient } from '../../kube/proxies.js';
 import { createProxyPoolClient, poolSelector, type ProxyPoolClient } from '../../kube/proxy-pools.js';
@@ -8,78 +7,7 @@ import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from './cli.js
 import { startProbeTarget, type ProbeTarget } from './prober-fixtures.js';
 import { eventually } from './temporal.js';
 
-export interface LeasedProxy {
-  id: string;
-  ip: string;
-  port: number;
-  pool?: string;
-  draining?: boolean;
-  healthy: boolean;
-  activeLeases: number;
-}
-
-export interface LeaseAnswer {
-  status: number;
-  body: { leaseID: string; proxy: LeasedProxy };
-}
-
-export function leaseApi(baseUrl: string) {
-  return {
-    async acquire(body: {
-      pool?: string;
-      selector?: Record<string, string>;
-      ttlSeconds?: number;
-      target?: string;
-    }): Promise<LeaseAnswer> {
-      const res = await fetch(`${baseUrl}/v1/leases`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return { status: res.status, body: (await res.json()) as LeaseAnswer['body'] };
-    },
-    async release(leaseID: string): Promise<number> {
-      const res = await fetch(`${baseUrl}/v1/leases/${leaseID}`, { method: 'DELETE' });
-      await res.arrayBuffer();
-      return res.status;
-    },
-  };
-}
-
-/**
- * The status line's code of a CONNECT through the proxy at ip:port to
- * 127.0.0.1:targetPort, or 0 when the proxy cannot be reached at all (the
- * address is gone) or does not answer within `timeoutMs`.
- */
-export function connectThrough(
-  ip: string,
-  port: number,
-  targetPort: number,
-  timeoutMs = 5_000,
-): Promise<number> {
-  return new Promise((resolve) => {
-    const req = request({
-      host: ip,
-      port,
-      method: 'CONNECT',
-      path: `127.0.0.1:${targetPort}`,
-      timeout: timeoutMs,
-      agent: false,
-    });
-    const done = (code: number) => {
-      req.destroy();
-      resolve(code);
-    };
-    req.on('connect', (res, socket) => {
-      socket.destroy();
-      done(res.statusCode ?? 0);
-    });
-    req.on('response', (res) => done(res.statusCode ?? 0));
-    req.on('timeout', () => done(0));
-    req.on('error', () => done(0));
-    req.end();
-  });
-}
+export { connectThrough, leaseApi, type LeaseAnswer, type LeasedProxy } from './crawler.js';
 
 /**
  * What the pool tests run on: this file's control plane (worker and bridge,
