@@ -46,6 +46,8 @@ export interface RampOptions {
   maxClients: number;
   /** How long a client holds one lease before releasing and leasing again. */
   sessionMs?: number;
+  /** How long a refused client waits before asking again (default 1 s). */
+  retryMs?: number;
   sampleEveryMs?: number;
   /** Reads the pool's ready and desired counts for a sample. */
   observe: () => Promise<{ ready: number; desired: number }>;
@@ -78,7 +80,7 @@ export async function runLeaseRamp(opts: RampOptions): Promise<RampResult> {
         denials++;
         intervalDenials++;
         lastDenialAt = elapsed();
-        await sleep(250);
+        await sleep(opts.retryMs ?? 1_000);
         continue;
       }
       granted++;
