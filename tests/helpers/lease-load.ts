@@ -3,7 +3,7 @@
  * clients that lease from a pool through the real lease API, use the proxy
  * (a CONNECT through it) at the start and end of each session, release,
  * and lease again; `demand(t)` says how many clients are active at t. A
- * refused lease (409) is retried after a short pause, as crawlers do.
+ * refused lease (409) is retried after a pause (1 s), as crawlers back off.
  *
  * Every CONNECT through a proxy whose lease is held must succeed: a failure
  * is a lease that pointed at a proxy that was removed (`broken`).
