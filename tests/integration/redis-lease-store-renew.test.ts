@@ -61,3 +61,36 @@ describe('Redis lease store: renew', () => {
     expect((await store.activeCounts()).size).toBe(0);
   });
 });
+
+describe('Redis lease store: report receipts', () => {
+  let redis: RunningRedis;
+  let store: RedisLeaseStore;
+  const solo: Candidate[] = [{ id: 'ns/solo', uid: 'uid-solo', maxLeases: 2, latencyMillis: 1 }];
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    store = new RedisLeaseStore({ url: redis.url, logger: pino({ level: 'silent' }) });
+    await store.connect();
+  });
+  afterAll(async () => {
+    await store?.close();
+    await redis?.stop();
+  });
+
+  it('says which proxy and target a cooldown was recorded for (the pools’ ban tally), and nothing else', async () => {
+    const lease = (await store.acquire({ candidates: solo, target: 'own.example', ttlMs: MINUTE })).granted!;
+    expect(await store.reportWithReceipt(lease.id, 'banned', 'site.example')).toEqual({
+      outcome: 'cooldown',
+      proxy: 'uid-solo',
+      target: 'site.example',
+    });
+    // An empty target falls back to the lease's own.
+    expect(await store.reportWithReceipt(lease.id, 'banned', '')).toEqual({
+      outcome: 'cooldown',
+      proxy: 'uid-solo',
+      target: 'own.example',
+    });
+    expect(await store.reportWithReceipt(lease.id, 'ok', '')).toEqual({ outcome: 'acknowledged' });
+    expect(await store.reportWithReceipt('NEVERISSUED', 'banned', 'x')).toEqual({ outcome: 'unknown_lease' });
+  });
+});

@@ -367,3 +367,22 @@ describe('lease ids', () => {
     for (const id of [...ids].slice(0, 100)) expect(id).toMatch(/^[A-Z2-7]{26}$/);
   });
 });
+
+describe('report receipts', () => {
+  it('say which proxy and target a cooldown was recorded for, and nothing for ok or unknown leases', async () => {
+    const { store } = setup();
+    const l = grant(store, req([cand('a')], 'own.example'));
+    expect(await store.reportWithReceipt(l.id, 'banned', 'site.example')).toEqual({
+      outcome: 'cooldown',
+      proxy: 'a',
+      target: 'site.example',
+    });
+    expect(await store.reportWithReceipt(l.id, 'rate_limited', '')).toEqual({
+      outcome: 'cooldown',
+      proxy: 'a',
+      target: 'own.example',
+    });
+    expect(await store.reportWithReceipt(l.id, 'ok', '')).toEqual({ outcome: 'acknowledged' });
+    expect(await store.reportWithReceipt('NEVERISSUED', 'banned', 'x')).toEqual({ outcome: 'unknown_lease' });
+  });
+});
