@@ -24,6 +24,7 @@
  * identifiers (the credential's kind, a service account's email, the key
  * file's path, an OAuth error code, an HTTP status, a system error code).
  */
+import type { Agent } from 'node:https';
 import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { ErrorClass } from '../types.js';
 
@@ -219,6 +220,12 @@ export class ComputeAuth {
     readonly inner: AuthClient,
     /** Names the credential in messages; from describeCredential. */
     readonly credential: string,
+    /**
+     * The agent Compute requests go through instead of the one google-gax
+     * passes (its keep-alive agent on the public roots): set when the
+     * endpoint is trusted by its own CA (`gcp.endpointCaFile`).
+     */
+    private readonly agent?: Agent,
   ) {}
 
   get universeDomain(): string {
@@ -241,7 +248,13 @@ export class ComputeAuth {
     const auth = await this.getRequestHeaders(url);
     const headers = new Headers(init.headers);
     auth.forEach((value, key) => headers.set(key, value));
-    return this.inner.transporter.request({ ...init, url, headers });
+    // gax's REST stub hands its agent in `init.agent`; ours, when set, carries the endpoint's CA.
+    return this.inner.transporter.request({
+      ...init,
+      url,
+      headers,
+      ...(this.agent === undefined ? {} : { agent: this.agent }),
+    });
   }
 }
 

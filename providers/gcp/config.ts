@@ -9,6 +9,7 @@
  *     networkTag: proxy-operator   # network tag on every VM: what the firewall rule targets
  *     diskSizeGb: 10               # boot disk size
  *     endpoint: http://127.0.0.1:4000   # tests only: a Compute REST endpoint instead of compute.googleapis.com
+ *     endpointCaFile: /etc/ca.pem       # with an https endpoint: the CA its certificate chains to
  *
  * and the insert-body settings a real project needs (issue 26):
  *
@@ -138,8 +139,22 @@ export const gcpConfigSchema = z
         );
       }, 'must be a scheme, host and port only (no path, query or credentials)')
       .optional(),
+    /**
+     * PEM file of the CA(s) an https `endpoint`'s certificate chains to,
+     * trusted instead of the public roots for Compute requests (a private
+     * endpoint behind an inspecting proxy; the tests' TLS fake).
+     * Verification stays on: there is no switch to turn it off.
+     */
+    endpointCaFile: z.string().min(1, 'must be a file path').max(1024).optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.endpointCaFile !== undefined && !cfg.endpoint?.startsWith('https://')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['endpointCaFile'],
+        message: 'needs an https:// endpoint (it is the CA that endpoint is trusted by)',
+      });
+    }
     // A termination action without Spot would be silently ignored by GCE's STANDARD model: refuse it.
     if (cfg.instanceTerminationAction !== undefined && cfg.provisioningModel !== 'SPOT') {
       ctx.addIssue({

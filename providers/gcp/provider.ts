@@ -38,6 +38,8 @@
 // Types only at import: the client library (with its protobuf descriptors,
 // ~190 MiB of heap) loads on the first call, so processes that configure no
 // gcp provider (the bridge, the api, a local-only worker) never pay for it.
+import { readFile } from 'node:fs/promises';
+import { Agent as HttpsAgent } from 'node:https';
 import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
 import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { Logger } from 'pino';
@@ -129,6 +131,9 @@ interface Clients {
   operations: ZoneOperationsClient;
 }
 
+/** GCE's limit on one metadata value (user-data): 256 KiB. */
+const METADATA_VALUE_MAX_BYTES = 256 * 1024;
+
 /** How many delete operations a provider remembers (one per VM being deleted; the oldest goes first). */
 const TRACKED_DELETES_MAX = 10_000;
 
@@ -161,6 +166,8 @@ class GcpProviderImpl implements GcpProvider {
   /** The one build of the clients in flight (concurrent first calls share it; cleared when it ends). */
   private building: Promise<Clients> | undefined;
   private loading: Promise<ComputeModule> | undefined;
+  /** The https agent trusting gcp.endpointCaFile, when set (closed with the clients). */
+  private agent: HttpsAgent | undefined;
   /** ADC, resolved on the first call and again on each call until it succeeds. */
   private adc: GoogleAuth | undefined;
   private readonly callTimeoutMs: number;
@@ -280,7 +287,11 @@ class GcpProviderImpl implements GcpProvider {
   private async build(): Promise<Clients> {
     this.loading ??= import('@google-cloud/compute');
     const compute = await this.loading;
-    const auth = await this.credentials(compute);
+    const resolved = await this.credentials(compute);
+    const agent = await this.endpointAgent(resolved.credential);
+    this.agent?.destroy();
+    this.agent = agent;
+    const auth = agent === undefined ? resolved : new ComputeAuth(resolved.inner, resolved.credential, agent);
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
       const url = new URL(this.config.endpoint);
@@ -315,6 +326,35 @@ class GcpProviderImpl implements GcpProvider {
       'gcp provider ready',
     );
     return clients;
+  }
+
+  /**
+   * An https agent trusting `gcp.endpointCaFile` (read on each build, so a
+   * rotated file is picked up with the next clients), or undefined for the
+   * public roots. Certificate verification is never turned off.
+   */
+  private async endpointAgent(credential: string): Promise<HttpsAgent | undefined> {
+    const file = this.config.endpointCaFile;
+    if (file === undefined) return undefined;
+    let ca: string;
+    try {
+      ca = await readFile(file, 'utf8');
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      throw new CredentialsError(
+        'Transient',
+        'Unreachable',
+        `gcp.endpointCaFile ${file.slice(0, 200)} cannot be read${typeof code === 'string' ? ` (${code.slice(0, 32)})` : ''}`,
+      );
+    }
+    if (!ca.includes('-----BEGIN CERTIFICATE-----')) {
+      throw new CredentialsError(
+        'Permanent',
+        'Unreachable',
+        `gcp.endpointCaFile ${file.slice(0, 200)} holds no PEM certificate (for ${credential})`,
+      );
+    }
+    return new HttpsAgent({ ca, keepAlive: true });
   }
 
   /** The injected auth client (tests), or Application Default Credentials; failures are CredentialsError. */
@@ -552,6 +592,13 @@ class GcpProviderImpl implements GcpProvider {
     if (subnetRegion !== undefined && !zone.startsWith(`${subnetRegion}-`)) {
       throw bad(`placement.zone "${zone}" is not in region "${subnetRegion}" of gcp.subnetwork`);
     }
+    // GCE refuses a metadata value over 256 KiB (400): said here, naming the field, before any call.
+    const cloudInitBytes = Buffer.byteLength(req.cloudInit ?? '', 'utf8');
+    if (cloudInitBytes > METADATA_VALUE_MAX_BYTES) {
+      throw bad(
+        `cloudInit is ${cloudInitBytes} bytes; GCE metadata takes at most ${METADATA_VALUE_MAX_BYTES} bytes (256 KiB) for user-data`,
+      );
+    }
     if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
       throw bad('uid is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)');
     }
@@ -565,23 +612,7 @@ class GcpProviderImpl implements GcpProvider {
 
   /** 409 on insert: a VM of this name exists. It is ours only if its UID label says so. */
   private async adopt(req: CreateRequest, zone: string, id: string, signal: AbortSignal): Promise<string> {
-    const { instances } = await this.api();
-    let existing: ComputeInstance;
-    try {
-      [existing] = await this.call(signal, 'create', 'instances.get', () =>
-        instances.get({ project: this.config.project, zone, instance: req.name }, this.callOptions),
-      );
-    } catch (err) {
-      if (isInstanceNotFound(err, this.config.project, zone, req.name)) {
-        throw this.ops.fail(
-          'Transient',
-          'create',
-          req.name,
-          'the existing VM disappeared during create; retry',
-        );
-      }
-      throw err;
-    }
+    const existing = await this.existingVm(req.name, zone, signal);
     const owner = existing.labels?.[LABEL_UID] ?? '';
     if (owner !== req.uid) {
       throw this.ops.fail(
@@ -593,6 +624,54 @@ class GcpProviderImpl implements GcpProvider {
     }
     this.log.debug({ instance: req.name, zone }, 'create: adopted the existing VM');
     return id;
+  }
+
+  /**
+   * The VM an insert's 409 says exists. GCE takes the name at once but
+   * shows a new VM to get only a moment later (two concurrent creates of
+   * one Proxy meet exactly this): a 404 with an insert of that name still
+   * running waits on that operation (bounded by insertWaitMs) and reads
+   * again. A 404 with no insert running is a VM that went away meanwhile.
+   */
+  private async existingVm(name: string, zone: string, signal: AbortSignal): Promise<ComputeInstance> {
+    const { instances, operations } = await this.api();
+    const project = this.config.project;
+    const deadline = Date.now() + this.insertWaitMs;
+    for (;;) {
+      try {
+        const [existing] = await this.call(signal, 'create', 'instances.get', () =>
+          instances.get({ project, zone, instance: name }, this.callOptions),
+        );
+        return existing;
+      } catch (err) {
+        if (!isInstanceNotFound(err, project, zone, name)) throw err;
+        this.logApiError('create', name, err);
+      }
+      const left = deadline - Date.now();
+      const inserting =
+        left > 0
+          ? (await this.unfinishedOperations('create', project, zone, name, signal)).find(
+              (o) => o.operationType === 'insert',
+            )
+          : undefined;
+      if (inserting?.name == null) {
+        throw this.ops.fail('Transient', 'create', name, 'the existing VM disappeared during create; retry');
+      }
+      const waitMs = Math.min(left, this.operationWaitMs);
+      this.log.debug(
+        { instance: name, operation: inserting.name },
+        'create: the name is taken by an insert still running; waiting on it',
+      );
+      await this.call(
+        signal,
+        'create',
+        'zoneOperations.wait',
+        () => operations.wait({ project, zone, operation: inserting.name ?? '' }, this.callOptions),
+        waitMs + 1_000,
+      ).catch((err: unknown) => {
+        if (!(err instanceof CallEnded && err.by === 'timeout')) throw err;
+      });
+    }
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
@@ -834,6 +913,8 @@ class GcpProviderImpl implements GcpProvider {
   async close(): Promise<void> {
     const clients = this.clients;
     this.clients = undefined;
+    this.agent?.destroy();
+    this.agent = undefined;
     if (clients === undefined) return;
     await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
   }

@@ -33,7 +33,7 @@ import {
   type GcpProviderOptions,
 } from '../../providers/gcp/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
-import type { CreateRequest } from '../../providers/types.js';
+import type { CreateRequest, Instance } from '../../providers/types.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
@@ -81,12 +81,24 @@ function providerFor(
   const { config, ...rest } = extra;
   return createGcpProvider({
     name: 'gcp-test',
-    config: gcpConfigSchema.parse({ project: fake.project, endpoint: fake.endpoint, ...config }),
+    config: gcpConfigSchema.parse({ project: fake.project, ...fake.connection, ...config }),
     logger,
     authClient: fakeAuth(fake),
     insertWaitMs: 5_000,
     ...rest,
   });
+}
+
+/** get until the VM is Running: it boots through STAGING and has its IP only at RUNNING. */
+async function runningOf(provider: GcpProvider, id: string): Promise<Instance> {
+  return eventually(
+    `${id} Running`,
+    async () => {
+      const got = await provider.get(id, live());
+      return got.state === 'Running' ? got : undefined;
+    },
+    { timeoutMs: 10_000, intervalMs: 25 },
+  );
 }
 
 async function rejectionOf(p: Promise<unknown>): Promise<ProviderError> {
@@ -216,8 +228,7 @@ describe('gcp provider against the fake Compute API', () => {
     await fake?.stop();
   });
   afterEach(() => {
-    fake.timing.insertMs = 0;
-    fake.timing.deleteMs = 0;
+    fake.resetTiming();
     fake.unreachableZones.clear();
   });
 
@@ -280,8 +291,8 @@ describe('gcp provider against the fake Compute API', () => {
       ],
     });
     expect(insert.rawBody).toContain(sentinel);
-    // create watched its operation: one wait (the fake's insert is done at once, so maybe none).
-    const got = await provider.get(id, live());
+    // create watched its operation; the VM boots (STAGING) and gets its IP at RUNNING.
+    const got = await runningOf(provider, id);
     expect(got).toMatchObject({ id, state: 'Running', uid: req.uid, installation: 'inst-a' });
     expect(got.ip).toMatch(/^127\.0\.1\.\d+$/);
   });
@@ -575,11 +586,11 @@ describe('gcp provider against the fake Compute API', () => {
 
   it('check answers Unreachable when nothing listens, and a wrong token is Unauthorized', async () => {
     const gone = await FakeCompute.start('test-project');
-    const endpoint = gone.endpoint;
+    const connection = gone.connection;
     await gone.stop();
     const nowhere = createGcpProvider({
       name: 'nowhere',
-      config: gcpConfigSchema.parse({ project: 'test-project', endpoint }),
+      config: gcpConfigSchema.parse({ project: 'test-project', ...connection }),
       logger: captured.logger,
       authClient: fakeAuth(fake),
     });
@@ -591,7 +602,7 @@ describe('gcp provider against the fake Compute API', () => {
     stranger.setCredentials({ access_token: 'not-the-token', expiry_date: Date.now() + 3_600_000 });
     const wrong = createGcpProvider({
       name: 'wrong',
-      config: gcpConfigSchema.parse({ project: 'test-project', endpoint: fake.endpoint }),
+      config: gcpConfigSchema.parse({ project: 'test-project', ...fake.connection }),
       logger: captured.logger,
       authClient: stranger,
     });
@@ -705,7 +716,8 @@ describe('gcp provider: errors classified by their source', () => {
     }
     // Nothing reached Compute: no DELETE, no operations listing; the VM is still there.
     expect(fake.requests.length).toBe(before);
-    expect(fake.instance(ZONE, req.name)?.status).toBe('RUNNING');
+    // Booting or running, never stopping: no delete reached it.
+    expect(fake.instance(ZONE, req.name)?.status).toMatch(/^(STAGING|RUNNING)$/);
     // The provider health check says the same, as a credentials problem.
     const [t] = await provider.check(live());
     expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
@@ -996,7 +1008,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
         subnetwork,
         accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
       });
-      expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+      expect(await runningOf(provider, id)).toMatchObject({ state: 'Running' });
     } finally {
       await provider.close();
     }
@@ -1070,7 +1082,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
           onHostMaintenance: 'TERMINATE',
         });
         // The fake refuses a Spot VM that may restart or migrate, as GCE does: this one ran.
-        expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+        expect(await runningOf(provider, id)).toMatchObject({ state: 'Running' });
       } finally {
         await provider.close();
       }
@@ -1083,7 +1095,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
       const { body, id, provider } = await insertWith({ internalOnly: true });
       try {
         expect(nicOf(body)).toEqual({ network: 'global/networks/default' });
-        const got = await provider.get(id, live());
+        const got = await runningOf(provider, id);
         const { name } = parseProviderId(id)!;
         expect(got.state).toBe('Running');
         expect(got.ip).toBe(fake.instance(ZONE, name)!.networkIP);
@@ -1148,6 +1160,7 @@ describe('gcp: the project is part of the providerID', () => {
     const a = inProject('project-alpha');
     const req = request();
     const id = await a.create(req, live());
+    await runningOf(a, id);
     await a.close();
     expect(id).toBe(`projects/project-alpha/zones/${ZONE}/instances/${req.name}`);
     fake.timing.deleteMs = 60_000;
@@ -1173,7 +1186,7 @@ describe('gcp: the project is part of the providerID', () => {
         fake.requests.filter((r) => r.path.includes('/projects/project-bravo/') && r.method !== 'GET'),
       ).toEqual([]);
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       await b.close();
     }
   });
@@ -1184,7 +1197,7 @@ describe('gcp: the project is part of the providerID', () => {
       const req = request();
       await a.create(req, live());
       const old = `zones/${ZONE}/instances/${req.name}`;
-      expect(await a.get(old, live())).toMatchObject({ state: 'Running', uid: req.uid });
+      expect(await runningOf(a, old)).toMatchObject({ state: 'Running', uid: req.uid });
       await a.delete(old, live());
       fake.finishOperations();
       expect((await rejectionOf(a.get(old, live()))).errorClass).toBe('NotFound');
@@ -1212,6 +1225,207 @@ describe('gcp: the project is part of the providerID', () => {
 });
 
 // -- the delete poll's cost (issue 26, item 7) ------------------------------
+
+// -- the fake behaves like GCE: TLS, time, validation, GCE's own changes ------
+
+describe('gcp against a fake that behaves like GCE', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  beforeAll(async () => {
+    fake = await FakeCompute.start('gce-project');
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger);
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    fake.resetTiming();
+    fake.unreachableZones.clear();
+  });
+  const nameOf = (id: string) => parseProviderId(id)!.name;
+
+  it('TLS: verified against gcp.endpointCaFile; without it the certificate is refused and nothing is served', async () => {
+    const before = fake.requests.length;
+    const untrusting = providerFor(fake, captured.logger, {
+      config: { endpointCaFile: undefined },
+    });
+    try {
+      const [t] = await untrusting.check(live());
+      expect(t).toMatchObject({ ready: false, reason: 'Unreachable' });
+      const err = await rejectionOf(untrusting.listByTag(live()));
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toMatch(
+        /Compute API unreachable \((?:SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT_LOCALLY)\)/,
+      );
+      expect(fake.requests.length).toBe(before);
+    } finally {
+      await untrusting.close();
+    }
+    const missingCa = providerFor(fake, captured.logger, {
+      config: { endpointCaFile: join(tmpdir(), `no-such-ca-${randomUUID()}.pem`) },
+    });
+    try {
+      const err = await rejectionOf(missingCa.listByTag(live()));
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toMatch(/gcp\.endpointCaFile \S+no-such-ca-\S+ cannot be read \(ENOENT\)/);
+    } finally {
+      await missingCa.close();
+    }
+    // With the CA: served.
+    expect((await provider.check(live()))[0]).toMatchObject({ ready: true });
+  });
+
+  it('a new VM: get 404s for a moment (Transient, its insert runs), boots through STAGING, and has its IP only at RUNNING', async () => {
+    Object.assign(fake.timing, { insertMs: 400, visibleAfterMs: 150, runningLagMs: 100 });
+    // create returns at once (it does not watch the insert), as after a worker restart.
+    const quick = providerFor(fake, captured.logger, { insertWaitMs: 0 });
+    try {
+      const id = await quick.create(request(), live());
+      const first = await rejectionOf(quick.get(id, live()));
+      expect(first.errorClass).toBe('Transient');
+      expect(first.message).toMatch(/insert operation operation-\S+ is still running/);
+      const seen: string[] = [];
+      const running = await eventually(
+        'Running',
+        async () => {
+          const got = await quick.get(id, live()).catch(() => undefined);
+          if (got === undefined) return undefined;
+          const vm = fake.instance(ZONE, nameOf(id))!;
+          seen.push(vm.status);
+          // No IP before RUNNING, and never Running without one.
+          if (vm.status !== 'RUNNING') expect(got).toMatchObject({ state: 'Provisioning', ip: undefined });
+          return got.state === 'Running' ? got : undefined;
+        },
+        { timeoutMs: 10_000, intervalMs: 20 },
+      );
+      expect(seen).toContain('STAGING');
+      expect(running.ip).toBe(fake.instance(ZONE, nameOf(id))!.natIP);
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("GCE's own changes read as the control plane needs: preempted, host error, stop/start (new IP), repair", async () => {
+    const spot = (action: 'DELETE' | 'STOP') =>
+      providerFor(fake, captured.logger, {
+        config: { provisioningModel: 'SPOT', instanceTerminationAction: action },
+      });
+    const [spotDelete, spotStop] = [spot('DELETE'), spot('STOP')];
+    try {
+      // A preempted Spot VM (DELETE): Stopped while GCE deletes it, then NotFound.
+      const a = await spotDelete.create(request(), live());
+      await runningOf(spotDelete, a);
+      fake.preempt(ZONE, nameOf(a));
+      expect((await spotDelete.get(a, live())).state).toBe('Stopped');
+      await eventually('the preempted VM gone', async () => {
+        const err = await rejectionOf(spotDelete.get(a, live()));
+        return err.errorClass === 'NotFound' ? true : undefined;
+      });
+      // STOP: TERMINATED, kept.
+      const b = await spotStop.create(request(), live());
+      await runningOf(spotStop, b);
+      fake.preempt(ZONE, nameOf(b));
+      await eventually('the preempted VM terminated', async () =>
+        (await spotStop.get(b, live())).state === 'Terminated' ? true : undefined,
+      );
+      // A standard VM cannot be preempted.
+      const c = await provider.create(request(), live());
+      const ipBefore = (await runningOf(provider, c)).ip;
+      expect(() => fake.preempt(ZONE, nameOf(c))).toThrow(/not a Spot VM/);
+      // Stopped and started by GCE: Stopped, then Running with a new ephemeral IP.
+      fake.stopStart(ZONE, nameOf(c));
+      expect((await provider.get(c, live())).state).toBe('Stopped');
+      const restarted = await runningOf(provider, c);
+      expect(restarted.ip).toBeTruthy();
+      expect(restarted.ip).not.toBe(ipBefore);
+      // Repaired: Provisioning meanwhile, then Running with the same IP.
+      fake.repair(ZONE, nameOf(c), 150);
+      expect((await provider.get(c, live())).state).toBe('Provisioning');
+      expect((await runningOf(provider, c)).ip).toBe(restarted.ip);
+      // A host error GCE does not restart from: Terminated.
+      fake.hostError(ZONE, nameOf(c));
+      expect((await provider.get(c, live())).state).toBe('Terminated');
+    } finally {
+      await spotDelete.close();
+      await spotStop.close();
+    }
+  });
+
+  it('insert is validated at once: an unknown machine type or a malformed image is Permanent naming the field; oversized cloud-init never leaves', async () => {
+    const before = fake.insertBodies().length;
+    const opsBefore = fake.operations.length;
+    const badType = await rejectionOf(
+      provider.create(request({ placement: { ...PLACEMENT, machineType: 'e2-enormous' } }), live()),
+    );
+    expect(badType.errorClass).toBe('Permanent');
+    expect(badType.message).toContain('Compute API answered 400 invalid; check placement.machineType');
+    const badImage = await rejectionOf(
+      provider.create(request({ placement: { ...PLACEMENT, image: 'ubuntu-2404' } }), live()),
+    );
+    expect(badImage.errorClass).toBe('Permanent');
+    expect(badImage.message).toContain('check placement.image');
+    // Both reached the API and were refused there: no operation, no VM.
+    expect(fake.insertBodies().length).toBe(before + 2);
+    expect(fake.operations.length).toBe(opsBefore);
+    const big = await rejectionOf(
+      provider.create(request({ cloudInit: 'x'.repeat(256 * 1024 + 1) }), live()),
+    );
+    expect(big.errorClass).toBe('Permanent');
+    expect(big.message).toContain('cloudInit is 262145 bytes; GCE metadata takes at most 262144 bytes');
+    expect(fake.insertBodies().length).toBe(before + 2);
+  });
+
+  it('rate limits per project: past N calls in a second, Transient naming the rate limit; the next second serves again', async () => {
+    const id = await provider.create(request(), live());
+    fake.rateLimitPerSecond = 3;
+    const results = await Promise.allSettled([1, 2, 3, 4, 5].map(() => provider.get(id, live())));
+    const refused = results.filter((r) => r.status === 'rejected').map((r) => r.reason as ProviderError);
+    expect(refused.length).toBeGreaterThanOrEqual(2);
+    for (const err of refused) {
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toContain(
+        'Compute API answered 403 rateLimitExceeded (rate limited; retried with backoff)',
+      );
+    }
+    await eventually(
+      'served again',
+      async () => ((await provider.get(id, live())).id === id ? true : undefined),
+      {
+        intervalMs: 400,
+      },
+    );
+  });
+
+  it('aggregated list: empty pages with a next token and an unreachable zone still list every reachable VM', async () => {
+    const pager = providerFor(fake, captured.logger, { listPageSize: 2 });
+    try {
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push(await pager.create(request(), live()));
+      const elsewhere = await pager.create(
+        request({ placement: { ...PLACEMENT, zone: 'us-central1-a' } }),
+        live(),
+      );
+      fake.emptyPages = 2;
+      fake.unreachableZones.add('asia-east1-a');
+      fake.zones.add('asia-east1-a');
+      const before = fake.requests.length;
+      const listed = (await pager.listByTag(live())).map((i) => i.id);
+      expect(listed).toEqual(expect.arrayContaining([...ids, elsewhere]));
+      const pages = fake.requests.slice(before).filter((r) => r.path.endsWith('/aggregated/instances'));
+      // Two empty pages first, then the real ones.
+      expect(pages.length).toBeGreaterThanOrEqual(2 + Math.ceil(listed.length / 2));
+      expect(
+        captured.lines.some((l) => l.includes('zones left out (unreachable)') && l.includes('asia-east1-a')),
+      ).toBe(true);
+    } finally {
+      fake.zones.delete('asia-east1-a');
+      await pager.close();
+    }
+  });
+});
 
 describe('gcp: a delete poll follows its own operation', () => {
   let fake: FakeCompute;
@@ -1249,7 +1463,7 @@ describe('gcp: a delete poll follows its own operation', () => {
       fake.finishOperations();
       expect((await rejectionOf(provider.get(id, live()))).errorClass).toBe('NotFound');
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       await provider.close();
     }
   });
@@ -1276,7 +1490,7 @@ describe('gcp: a delete poll follows its own operation', () => {
       ]);
       expect(fake.requestsTo('DELETE', `/instances/${name}`)).toHaveLength(2);
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       fake.finishOperations();
       await first.close();
       await second.close();
@@ -1355,7 +1569,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
       provider = createGcpProvider({
         name: entry.name,
         // The seed's entry as loaded, plus the one override a test needs.
-        config: { ...entry.config, endpoint: fake.endpoint },
+        config: { ...entry.config, ...fake.connection },
         logger: cp.logger,
         authClient: fakeAuth(fake),
         insertWaitMs: 5_000,
@@ -1417,7 +1631,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
       expect(deletes.filter((r) => r.status === 200)).toHaveLength(1);
       expect(deletes.filter((r) => r.status !== 200 && r.status !== 404)).toEqual([]);
       expect(fake.requestsTo('GET', '/zones/europe-west1-b/operations').length).toBeGreaterThan(1);
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
     });
 
     it('an insert that fails for want of capacity shows QuotaExceeded with its code, then recovers', async () => {
