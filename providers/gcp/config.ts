@@ -14,6 +14,7 @@
  * and the insert-body settings a real project needs (issue 26):
  *
  *     subnetwork: regions/europe-west1/subnetworks/proxies   # or projects/<host>/regions/...; or a full URL
+ *     zones: [europe-west1-b, europe-west1-c, europe-west1-d]   # fallbacks within a Proxy's region
  *     diskType: pd-balanced        # boot disk type (GCE's default when unset)
  *     provisioningModel: SPOT      # STANDARD (default) or SPOT
  *     instanceTerminationAction: DELETE   # SPOT only: DELETE (default) or STOP
@@ -94,6 +95,17 @@ export const gcpConfigSchema = z
         SUBNETWORK,
         'must be a subnetwork: regions/<region>/subnetworks/<name>, projects/<host>/regions/<region>/subnetworks/<name> (Shared VPC) or its https://www.googleapis.com/compute/v1/ URL',
       )
+      .optional(),
+    /**
+     * Zones a create falls back to, in order, when the Proxy's
+     * `placement.zone` has no capacity or quota (ZONE_RESOURCE_POOL_EXHAUSTED,
+     * QUOTA_EXCEEDED...): only those in the same region as that zone.
+     */
+    zones: z
+      .array(z.string().regex(GCE_NAME, 'must be a GCE zone name such as europe-west1-b'))
+      .min(1, 'must list at least one zone (or leave zones out)')
+      .max(20, 'must list at most 20 zones')
+      .refine((v) => new Set(v).size === v.length, 'must not repeat a zone')
       .optional(),
     /** A disk type name (pd-balanced, pd-ssd, hyperdisk-balanced...); sent as the zonal path. */
     diskType: z

@@ -131,6 +131,13 @@ interface Clients {
   operations: ZoneOperationsClient;
 }
 
+/** A ProviderError's own message, without the provider, operation and instance it is prefixed with, nor the class. */
+function innerMessage(err: ProviderError): string {
+  const prefix = `${err.provider}: ${err.operation}${err.instance === '' ? '' : ` ${err.instance}`}: `;
+  const text = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
+  return text.replace(/ \([A-Za-z]+\)$/, '');
+}
+
 /** GCE's limit on one metadata value (user-data): 256 KiB. */
 const METADATA_VALUE_MAX_BYTES = 256 * 1024;
 
@@ -463,54 +470,133 @@ class GcpProviderImpl implements GcpProvider {
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
-      const zone = this.validate(req, instance);
-      const id = formatProviderId(this.config.project, zone, req.name);
-      // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
-      this.deletes.delete(vmKey(this.config.project, zone, req.name));
-      const { instances } = await this.api();
-      const body = buildInsertBody(req, this.config, zone);
-      let operation: Operation;
-      try {
-        const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
-          instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
-        );
-        operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
-      } catch (err) {
-        // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
-        if (httpStatus(err) !== 409) throw this.wrap('create', instance, err, 'insert');
-        this.logApiError('create', id, err);
-        return this.adopt(req, zone, id, signal);
+      const zones = this.candidateZones(this.validate(req, instance));
+      // One watch budget for the whole create, whichever zones it tries.
+      const deadline = Date.now() + this.insertWaitMs;
+      if (zones.length > 1) {
+        // A retried create must not make a second VM of this name in an
+        // earlier zone that has capacity again: look for it first (one call).
+        const placed = await this.placedZone(req.name, zones, signal);
+        if (placed !== undefined) return this.insertIn(req, placed, deadline, signal);
       }
-      this.log.info(
-        {
-          instance: req.name,
-          zone,
-          uid: req.uid,
-          machineType: req.placement.machineType,
-          image: req.placement.image,
-          project: this.config.project,
-          network: this.config.subnetwork === undefined ? this.config.network : undefined,
-          subnetwork: this.config.subnetwork,
-          networkTag: this.config.networkTag,
-          diskSizeGb: this.config.diskSizeGb,
-          diskType: this.config.diskType,
-          provisioningModel: this.config.provisioningModel,
-          internalOnly: this.config.internalOnly,
-          serviceAccount: this.config.serviceAccount?.email,
-          port: req.port,
-          operation: operation.name,
-          // Never the text: it may hold secrets.
-          cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
-        },
-        'insert submitted',
+      const stockedOut: string[] = [];
+      let last: ProviderError | undefined;
+      for (const zone of zones) {
+        try {
+          return await this.insertIn(req, zone, deadline, signal);
+        } catch (err) {
+          // No capacity or quota in this zone: the next one of the region, if any.
+          if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
+          stockedOut.push(zone);
+          last = err;
+          if (zones.length > 1) {
+            this.log.warn(
+              { instance: req.name, zone, next: zones[stockedOut.length] },
+              'create: no capacity or quota in the zone',
+            );
+          }
+        }
+      }
+      // (zones is never empty, so last is set here.)
+      if (last === undefined) throw this.ops.fail('Transient', 'create', req.name, 'no zone to try');
+      if (zones.length === 1) throw last;
+      throw this.ops.fail(
+        'QuotaExceeded',
+        'create',
+        req.name,
+        `no capacity or quota in any zone tried (${stockedOut.join(', ')}); last: ${innerMessage(last)}`,
       );
-      if (operation.name) await this.watchInsert(zone, operation, id, signal);
-      return id;
     });
   }
 
   /**
-   * Watches the insert operation for at most insertWaitMs: an insert the API
+   * The zones a create may use, in order: the Proxy's `placement.zone`,
+   * then the `gcp.zones` in the same region (the Proxy's region is a
+   * promise: never another one).
+   */
+  private candidateZones(zone: string): string[] {
+    const region = zone.slice(0, zone.lastIndexOf('-'));
+    const others = (this.config.zones ?? []).filter((z) => z !== zone && z.startsWith(`${region}-`));
+    return [zone, ...others];
+  }
+
+  /** The candidate zone already holding a VM of this name (a retried create), from one filtered aggregated list. */
+  private async placedZone(name: string, zones: string[], signal: AbortSignal): Promise<string | undefined> {
+    const { instances } = await this.api();
+    let found: string | undefined;
+    await this.call(signal, 'create', 'instances.aggregatedList', async () => {
+      const pages = instances.aggregatedListAsync(
+        {
+          project: this.config.project,
+          filter: `name = ${name}`,
+          returnPartialSuccess: true,
+          maxResults: 500,
+        },
+        { ...this.callOptions, autoPaginate: false },
+      );
+      for await (const [scope, scoped] of pages) {
+        for (const inst of scoped.instances ?? []) {
+          const zone = lastSegment(inst.zone) || lastSegment(scope);
+          if (inst.name === name && zones.includes(zone)) found ??= zone;
+        }
+      }
+    });
+    return found;
+  }
+
+  /** One insert in one zone: submitted, adopted on 409, its operation watched until `deadline`. */
+  private async insertIn(
+    req: CreateRequest,
+    zone: string,
+    deadline: number,
+    signal: AbortSignal,
+  ): Promise<string> {
+    const id = formatProviderId(this.config.project, zone, req.name);
+    // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
+    this.deletes.delete(vmKey(this.config.project, zone, req.name));
+    const { instances } = await this.api();
+    const body = buildInsertBody(req, this.config, zone);
+    let operation: Operation;
+    try {
+      const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
+        instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
+      );
+      operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
+    } catch (err) {
+      // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
+      if (httpStatus(err) !== 409) throw this.wrap('create', req.name, err, 'insert');
+      this.logApiError('create', id, err);
+      return this.adopt(req, zone, id, signal);
+    }
+    this.log.info(
+      {
+        instance: req.name,
+        zone,
+        uid: req.uid,
+        machineType: req.placement.machineType,
+        image: req.placement.image,
+        project: this.config.project,
+        network: this.config.subnetwork === undefined ? this.config.network : undefined,
+        subnetwork: this.config.subnetwork,
+        networkTag: this.config.networkTag,
+        diskSizeGb: this.config.diskSizeGb,
+        diskType: this.config.diskType,
+        provisioningModel: this.config.provisioningModel,
+        internalOnly: this.config.internalOnly,
+        serviceAccount: this.config.serviceAccount?.email,
+        port: req.port,
+        operation: operation.name,
+        // Never the text: it may hold secrets.
+        cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+      },
+      'insert submitted',
+    );
+    if (operation.name) await this.watchInsert(zone, operation, id, deadline, signal);
+    return id;
+  }
+
+  /**
+   * Watches the insert operation until `deadline` (insertWaitMs after create began): an insert the API
    * accepted can still fail (no quota or capacity in the zone, an image
    * that does not exist). Seen here, the failure is create's answer, with
    * its class and codes, so it reaches the Proxy's status (Failed with the
@@ -518,9 +604,14 @@ class GcpProviderImpl implements GcpProvider {
    * reading as NotFound on the next get. An operation still running at the
    * bound is left to get, which reports the VM as it provisions.
    */
-  private async watchInsert(zone: string, first: Operation, id: string, signal: AbortSignal): Promise<void> {
+  private async watchInsert(
+    zone: string,
+    first: Operation,
+    id: string,
+    deadline: number,
+    signal: AbortSignal,
+  ): Promise<void> {
     const { operations } = await this.api();
-    const deadline = Date.now() + this.insertWaitMs;
     let op = first;
     while (op.status !== 'DONE') {
       const left = deadline - Date.now();

@@ -1427,6 +1427,87 @@ describe('gcp against a fake that behaves like GCE', () => {
   });
 });
 
+// -- zones: a stocked-out zone falls back within the region --------------------
+
+describe('gcp zones: a stocked-out zone falls back to the next one of the region', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  const stops: (() => void)[] = [];
+  beforeAll(async () => {
+    fake = await FakeCompute.start('zones-project');
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger, {
+      // us-central1-a is in another region: never tried for a europe-west1 Proxy.
+      config: { zones: ['us-central1-a', 'europe-west1-c', 'europe-west1-d'] },
+    });
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    for (const stop of stops.splice(0)) stop();
+  });
+  const stockOut = (...zones: string[]) =>
+    stops.push(
+      fake.failInsertOperations((_b, z) => zones.includes(z), ['ZONE_RESOURCE_POOL_EXHAUSTED'], 503),
+    );
+  const insertZones = (name: string, from: number) =>
+    fake.requests
+      .slice(from)
+      .filter((r) => r.method === 'POST' && (r.body as { name?: string } | undefined)?.name === name)
+      .map((r) => r.path.split('/')[6]);
+
+  it('placement.zone stocked out: the VM is made in the next zone of the region, which the providerID names', async () => {
+    stockOut(ZONE);
+    const req = request();
+    const before = fake.requests.length;
+    const id = await provider.create(req, live());
+    expect(id).toBe(`projects/zones-project/zones/europe-west1-c/instances/${req.name}`);
+    expect(insertZones(req.name, before)).toEqual([ZONE, 'europe-west1-c']);
+    expect((await runningOf(provider, id)).ip).toBeTruthy();
+    expect(fake.instance(ZONE, req.name)).toBeUndefined();
+    // A retried create (the first attempt's answer lost) finds it there: no second VM in the first zone.
+    for (const stop of stops.splice(0)) stop();
+    const again = fake.requests.length;
+    expect(await provider.create(req, live())).toBe(id);
+    expect(insertZones(req.name, again)).toEqual(['europe-west1-c']);
+    expect([...fake.instances.values()].filter((i) => i.name === req.name)).toHaveLength(1);
+  });
+
+  it('every zone of the region stocked out: QuotaExceeded naming each zone tried, none outside the region', async () => {
+    stockOut(ZONE, 'europe-west1-c', 'europe-west1-d');
+    const req = request();
+    const before = fake.requests.length;
+    const err = await rejectionOf(provider.create(req, live()));
+    expect(err.errorClass).toBe('QuotaExceeded');
+    expect(err.message).toContain(
+      'no capacity or quota in any zone tried (europe-west1-b, europe-west1-c, europe-west1-d); last: insert operation',
+    );
+    expect(err.message).toContain('ZONE_RESOURCE_POOL_EXHAUSTED');
+    expect(insertZones(req.name, before)).toEqual([ZONE, 'europe-west1-c', 'europe-west1-d']);
+  });
+
+  it('a Permanent refusal in the first zone is the answer: no fallback', async () => {
+    fake.missing.add('projects/x/global/images/gone');
+    const req = request({ placement: { ...PLACEMENT, image: 'projects/x/global/images/gone' } });
+    const before = fake.requests.length;
+    const err = await rejectionOf(provider.create(req, live()));
+    expect(err.errorClass).toBe('Permanent');
+    expect(insertZones(req.name, before)).toEqual([ZONE]);
+  });
+
+  it('zones in the provider config are validated', () => {
+    expect(() => gcpConfigSchema.parse({ project: 'zones-project', zones: ['Europe West'] })).toThrow(
+      /zone name/,
+    );
+    expect(() => gcpConfigSchema.parse({ project: 'zones-project', zones: ['a-b-c', 'a-b-c'] })).toThrow(
+      /must not repeat a zone/,
+    );
+  });
+});
+
 describe('gcp: a delete poll follows its own operation', () => {
   let fake: FakeCompute;
   let captured: ReturnType<typeof capturedLogger>;
@@ -1660,6 +1741,45 @@ describe("the seed's gcp-eu providers-config entry", () => {
         (p) => Boolean(p.status?.ip),
       );
       expect(condition(recovered, 'QuotaExceeded')?.status).toBe('False');
+    });
+
+    it('a stocked-out first zone: the Proxy is Ready in the second zone of gcp.zones', async () => {
+      const zoned = createGcpProvider({
+        name: 'gcp-eu-zones',
+        config: { ...provider.config, zones: ['europe-west1-b', 'europe-west1-d'] },
+        logger: cp.logger,
+        authClient: fakeAuth(fake),
+        insertWaitMs: 5_000,
+      });
+      cp.registry.add(zoned);
+      const stop = fake.failInsertOperations(
+        (_b, z) => z === 'europe-west1-b',
+        ['ZONE_RESOURCE_POOL_EXHAUSTED'],
+        503,
+      );
+      try {
+        const px = sample();
+        const created = await createProxy(cp.api, cp.namespace, 'gcp-zones', {
+          ...px.spec,
+          provider: 'gcp-eu-zones',
+        } as never);
+        const name = instanceNameFromUid(created.metadata.uid!);
+        const ready = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-zones',
+          'Running in the second zone',
+          (p) => Boolean(p.status?.ip),
+        );
+        expect(ready.status?.providerID).toBe(
+          `projects/${fake.project}/zones/europe-west1-d/instances/${name}`,
+        );
+        expect(ready.status?.ip).toBe(fake.instance('europe-west1-d', name)!.natIP);
+        expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+        expect(condition(ready, 'QuotaExceeded')?.status).not.toBe('True');
+      } finally {
+        stop();
+      }
     });
 
     it('a token source answering 404 during deletion: the finalizer and the VM are kept, the error shown, until it recovers', async () => {
