@@ -61,9 +61,14 @@ function keyFilePath(): string | undefined {
 }
 
 /** Names the credential an auth client holds, from its kind and public identifiers only. */
-export function describeCredential(client: AuthClient, source: 'adc' | 'injected'): string {
+export function describeCredential(
+  client: AuthClient,
+  source: 'adc' | 'injected',
+  /** The key file it came from, when the provider config named one (else GOOGLE_APPLICATION_CREDENTIALS). */
+  keyFile?: string,
+): string {
   const kind = client.constructor?.name ?? '';
-  const file = source === 'adc' ? keyFilePath() : undefined;
+  const file = source === 'adc' ? (keyFile?.slice(0, 200) ?? keyFilePath()) : undefined;
   const from = file === undefined ? '' : ` (key file ${file})`;
   switch (kind) {
     case 'JWT': {
@@ -102,9 +107,9 @@ function messageOf(err: unknown): string {
   return typeof m === 'string' ? m : '';
 }
 
-/** Errors of resolving Application Default Credentials (`GoogleAuth.getClient`). */
-export function adcError(err: unknown): CredentialsError {
-  const file = keyFilePath();
+/** Errors of resolving Application Default Credentials (`GoogleAuth.getClient`), or a configured key file. */
+export function adcError(err: unknown, keyFile?: string): CredentialsError {
+  const file = keyFile?.slice(0, 200) ?? keyFilePath();
   const message = messageOf(err);
   const code = systemCode(err);
   if (NO_ADC.test(message)) {
@@ -258,13 +263,13 @@ export class ComputeAuth {
   }
 }
 
-/** Resolves Application Default Credentials once they exist; failures are CredentialsError. */
-export async function resolveAdc(auth: GoogleAuth): Promise<ComputeAuth> {
+/** Resolves Application Default Credentials (or the configured key file) once they exist; failures are CredentialsError. */
+export async function resolveAdc(auth: GoogleAuth, keyFile?: string): Promise<ComputeAuth> {
   let client: AuthClient;
   try {
     client = await auth.getClient();
   } catch (err) {
-    throw adcError(err);
+    throw adcError(err, keyFile);
   }
-  return new ComputeAuth(client, describeCredential(client, 'adc'));
+  return new ComputeAuth(client, describeCredential(client, 'adc', keyFile));
 }

@@ -32,9 +32,14 @@
  * already express. Like the other provider fields they apply to VMs
  * created afterwards.
  *
- * Credentials are Application Default Credentials and nothing else: there is
- * deliberately no key-file field (workload identity in-cluster,
- * GOOGLE_APPLICATION_CREDENTIALS or gcloud ADC elsewhere).
+ * Credentials are Application Default Credentials by default (workload
+ * identity in-cluster, GOOGLE_APPLICATION_CREDENTIALS or gcloud ADC
+ * elsewhere). An entry may name its own, so two entries run as two
+ * identities in one worker:
+ *
+ *     credentials:
+ *       keyFile: /var/run/secrets/gcp-eu/key.json   # a credential JSON (service-account key, external_account...)
+ *       impersonate: proxies-eu@my-project.iam.gserviceaccount.com   # act as this account through ADC (or keyFile)
  */
 import { z } from 'zod';
 
@@ -134,6 +139,29 @@ export const gcpConfigSchema = z
           .min(1, 'must list at least one scope')
           .default(DEFAULT_VM_SCOPES),
       })
+      .optional(),
+    /** This entry's own identity; unset: Application Default Credentials. */
+    credentials: z
+      .strictObject({
+        /** A credential JSON file (service-account key, external_account...) instead of ADC; read until it exists. */
+        keyFile: z.string().min(1, 'must be a file path').max(1024).optional(),
+        /** A service account the ADC (or keyFile) identity impersonates (it needs roles/iam.serviceAccountTokenCreator on it). */
+        impersonate: z
+          .string()
+          .regex(
+            SERVICE_ACCOUNT_EMAIL,
+            'must be a service account email (name@project.iam.gserviceaccount.com)',
+          )
+          .optional(),
+        /** The IAM Credentials API base URL (tests); default https://iamcredentials.googleapis.com. */
+        impersonationEndpoint: z
+          .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
+          .optional(),
+      })
+      .refine(
+        (c) => c.keyFile !== undefined || c.impersonate !== undefined,
+        'must name a keyFile, a service account to impersonate, or both (or be left out for ADC)',
+      )
       .optional(),
     /**
      * A Compute REST endpoint (`http://host:port` or `https://host[:port]`)

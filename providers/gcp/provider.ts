@@ -112,6 +112,12 @@ export interface GcpProviderOptions {
   operationWaitMs?: number;
   /** Instances per aggregatedList page in listByTag (default 500). */
   listPageSize?: number;
+  /**
+   * How long a listByTag that succeeded answers check() without a call of
+   * its own (default 150 s: the drift sweep's 2 min and a margin); 0: every
+   * check calls. Any failed Compute call since ends it.
+   */
+  checkReuseMs?: number;
 }
 
 export interface GcpProvider extends Provider {
@@ -136,6 +142,11 @@ function innerMessage(err: ProviderError): string {
   const prefix = `${err.provider}: ${err.operation}${err.instance === '' ? '' : ` ${err.instance}`}: `;
   const text = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
   return text.replace(/ \([A-Za-z]+\)$/, '');
+}
+
+/** How long one create watches its inserts: insertWaitMs from the first insert's answer, across zones. */
+interface InsertBudget {
+  deadline?: number;
 }
 
 /** GCE's limit on one metadata value (user-data): 256 KiB. */
@@ -181,6 +192,9 @@ class GcpProviderImpl implements GcpProvider {
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
   private readonly pageSize: number;
+  private readonly checkReuseMs: number;
+  /** The last listByTag that succeeded, while no Compute call has failed since: what check() may reuse. */
+  private lastList: { at: number; latencyMillis: number } | undefined;
   private readonly frame: OperationFrame;
   /** fail() and run() in this provider's frame. */
   private readonly ops: Operations;
@@ -193,6 +207,15 @@ class GcpProviderImpl implements GcpProvider {
    * GCE's `resourceNotReady` answer sends it to the list once.
    */
   private readonly deletes = new Map<string, string>();
+  /**
+   * Projects other than the configured one that a providerID named (a
+   * Proxy made before `gcp.project` changed): listByTag lists them too, so
+   * GC collects orphans there and the drift sweep sees those VMs, while
+   * the worker runs. After a restart a project is learnt again from the
+   * first get of such a Proxy (the sweep's first "gone" for it triggers
+   * one). Memory only, a handful of names.
+   */
+  private readonly otherProjects = new Set<string>();
 
   constructor(
     private readonly options: GcpProviderOptions,
@@ -204,6 +227,7 @@ class GcpProviderImpl implements GcpProvider {
     this.insertWaitMs = options.insertWaitMs ?? 45_000;
     this.operationWaitMs = options.operationWaitMs ?? 10_000;
     this.pageSize = options.listPageSize ?? 500;
+    this.checkReuseMs = options.checkReuseMs ?? 150_000;
     this.frame = {
       provider: this.name,
       log,
@@ -261,7 +285,14 @@ class GcpProviderImpl implements GcpProvider {
     timeoutMs = this.callTimeoutMs,
   ): Promise<T> {
     // One client span per Compute request (list: its bounded page walk), its result the error class.
-    return providerCall(this, request, () => boundedCall(signal, timeoutMs, 'Compute API call', fn), {
+    const bounded = () =>
+      boundedCall(signal, timeoutMs, 'Compute API call', fn).catch((err: unknown) => {
+        // A failure other than "no such thing" or the caller giving up: the next check must ask Compute itself.
+        if (httpStatus(err) !== 404 && !(err instanceof CallEnded && err.by === 'caller'))
+          this.lastList = undefined;
+        throw err;
+      });
+    return providerCall(this, request, bounded, {
       operation,
       classify: (err) =>
         err instanceof CallEnded
@@ -364,7 +395,11 @@ class GcpProviderImpl implements GcpProvider {
     return new HttpsAgent({ ca, keepAlive: true });
   }
 
-  /** The injected auth client (tests), or Application Default Credentials; failures are CredentialsError. */
+  /**
+   * The injected auth client (tests), or this entry's credentials: ADC or
+   * `gcp.credentials.keyFile`, then, with `gcp.credentials.impersonate`,
+   * that service account acting through them. Failures are CredentialsError.
+   */
   private async credentials(compute: ComputeModule): Promise<ComputeAuth> {
     if (this.options.authClient !== undefined) {
       return new ComputeAuth(
@@ -372,12 +407,28 @@ class GcpProviderImpl implements GcpProvider {
         describeCredential(this.options.authClient, 'injected'),
       );
     }
-    if (this.adc === undefined) {
-      const { GoogleAuth } = await import('google-auth-library');
-      // projectId given, so resolving never asks gcloud or a metadata server which project this is.
-      this.adc = new GoogleAuth({ scopes: compute.InstancesClient.scopes, projectId: this.config.project });
-    }
-    return resolveAdc(this.adc);
+    const own = this.config.credentials;
+    const { GoogleAuth, Impersonated } = await import('google-auth-library');
+    // projectId given, so resolving never asks gcloud or a metadata server which project this is.
+    this.adc ??= new GoogleAuth({
+      scopes: compute.InstancesClient.scopes,
+      projectId: this.config.project,
+      ...(own?.keyFile === undefined ? {} : { keyFile: own.keyFile }),
+    });
+    const base = await resolveAdc(this.adc, own?.keyFile);
+    if (own?.impersonate === undefined) return base;
+    // The source identity mints a short-lived token for the target through the IAM Credentials API.
+    const impersonated = new Impersonated({
+      sourceClient: base.inner,
+      targetPrincipal: own.impersonate,
+      targetScopes: [...compute.InstancesClient.scopes],
+      lifetime: 3600,
+      ...(own.impersonationEndpoint === undefined ? {} : { endpoint: own.impersonationEndpoint }),
+    });
+    return new ComputeAuth(
+      impersonated,
+      `service account ${own.impersonate} impersonated by ${base.credential}`,
+    );
   }
 
   private address(): string {
@@ -404,6 +455,7 @@ class GcpProviderImpl implements GcpProvider {
     }
     const project = parsed.project ?? this.config.project;
     if (project !== this.config.project) {
+      this.otherProjects.add(project);
       this.log.debug(
         { instance: id, project, configuredProject: this.config.project },
         `${operation}: the VM is in project ${project}, not the configured ${this.config.project}; asking its project`,
@@ -471,19 +523,19 @@ class GcpProviderImpl implements GcpProvider {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
       const zones = this.candidateZones(this.validate(req, instance));
-      // One watch budget for the whole create, whichever zones it tries.
-      const deadline = Date.now() + this.insertWaitMs;
+      // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
+      const budget: InsertBudget = {};
       if (zones.length > 1) {
         // A retried create must not make a second VM of this name in an
         // earlier zone that has capacity again: look for it first (one call).
         const placed = await this.placedZone(req.name, zones, signal);
-        if (placed !== undefined) return this.insertIn(req, placed, deadline, signal);
+        if (placed !== undefined) return this.insertIn(req, placed, budget, signal);
       }
       const stockedOut: string[] = [];
       let last: ProviderError | undefined;
       for (const zone of zones) {
         try {
-          return await this.insertIn(req, zone, deadline, signal);
+          return await this.insertIn(req, zone, budget, signal);
         } catch (err) {
           // No capacity or quota in this zone: the next one of the region, if any.
           if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
@@ -544,11 +596,11 @@ class GcpProviderImpl implements GcpProvider {
     return found;
   }
 
-  /** One insert in one zone: submitted, adopted on 409, its operation watched until `deadline`. */
+  /** One insert in one zone: submitted, adopted on 409, its operation watched within the create's budget. */
   private async insertIn(
     req: CreateRequest,
     zone: string,
-    deadline: number,
+    budget: InsertBudget,
     signal: AbortSignal,
   ): Promise<string> {
     const id = formatProviderId(this.config.project, zone, req.name);
@@ -591,12 +643,13 @@ class GcpProviderImpl implements GcpProvider {
       },
       'insert submitted',
     );
-    if (operation.name) await this.watchInsert(zone, operation, id, deadline, signal);
+    budget.deadline ??= Date.now() + this.insertWaitMs;
+    if (operation.name) await this.watchInsert(zone, operation, id, budget.deadline, signal);
     return id;
   }
 
   /**
-   * Watches the insert operation until `deadline` (insertWaitMs after create began): an insert the API
+   * Watches the insert operation until `deadline` (insertWaitMs after the first insert was answered): an insert the API
    * accepted can still fail (no quota or capacity in the zone, an image
    * that does not exist). Seen here, the failure is create's answer, with
    * its class and codes, so it reaches the Proxy's status (Failed with the
@@ -908,50 +961,73 @@ class GcpProviderImpl implements GcpProvider {
     return [`zones/${parsed.zone}/instances/${parsed.name}`];
   }
 
+  /**
+   * One paged, filtered aggregated list of the configured project, then one
+   * of each other project a providerID has named (see `otherProjects`), so
+   * GC and the drift sweep see the VMs still referenced where they were
+   * made. Another project that cannot be listed is left out with a warning,
+   * like an unreachable zone (absence from a listing is never "gone" for GC).
+   */
   listByTag(signal: AbortSignal): Promise<Instance[]> {
     return this.ops.run('list', '', signal, async () => {
-      const { instances } = await this.api();
       const out: Instance[] = [];
-      // Every page repeats the warning for an unreachable zone: a set.
-      const unreachable = new Set<string>();
-      let stop = false;
-      const walk = async () => {
-        const pages = instances.aggregatedListAsync(
-          {
-            project: this.config.project,
-            filter: MANAGED_FILTER,
-            returnPartialSuccess: true,
-            maxResults: this.pageSize,
-          },
-          // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
-          { ...this.callOptions, autoPaginate: false },
-        );
-        for await (const [scope, scoped] of pages) {
-          if (stop) return;
-          if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
-          for (const inst of scoped.instances ?? []) {
-            // The filter already guarantees the label; checked again so a
-            // filter mistake can never hand GC a VM we do not own.
-            if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
-            out.push(toInstance(inst, this.config.project, lastSegment(inst.zone) || lastSegment(scope)));
-          }
+      const started = Date.now();
+      out.push(...(await this.listProject(this.config.project, signal)));
+      this.lastList = { at: Date.now(), latencyMillis: Date.now() - started };
+      for (const project of [...this.otherProjects].sort()) {
+        try {
+          out.push(...(await this.listProject(project, signal)));
+        } catch (err) {
+          if (signal.aborted) throw err;
+          const c = this.logApiError('list', '', err);
+          this.log.warn(
+            { project, configuredProject: this.config.project, error: c.summary },
+            'list: a project Proxies still reference could not be listed; its VMs are left out',
+          );
         }
-      };
-      try {
-        // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
-        await this.call(signal, 'list', 'instances.aggregatedList', walk, this.callTimeoutMs * 4);
-      } finally {
-        stop = true;
       }
-      if (unreachable.size > 0) {
-        this.log.warn(
-          { unreachable: [...unreachable].sort(), listed: out.length },
-          'list: zones left out (unreachable); their VMs are not listed',
-        );
-      }
-      this.log.debug({ filter: MANAGED_FILTER, count: out.length }, 'list');
       return out;
     });
+  }
+
+  /** The managed VMs of one project: one bounded call walking the aggregated list's pages. */
+  private async listProject(project: string, signal: AbortSignal): Promise<Instance[]> {
+    const { instances } = await this.api();
+    const out: Instance[] = [];
+    // Every page repeats the warning for an unreachable zone: a set.
+    const unreachable = new Set<string>();
+    let stop = false;
+    const walk = async () => {
+      const pages = instances.aggregatedListAsync(
+        { project, filter: MANAGED_FILTER, returnPartialSuccess: true, maxResults: this.pageSize },
+        // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
+        { ...this.callOptions, autoPaginate: false },
+      );
+      for await (const [scope, scoped] of pages) {
+        if (stop) return;
+        if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
+        for (const inst of scoped.instances ?? []) {
+          // The filter already guarantees the label; checked again so a
+          // filter mistake can never hand GC a VM we do not own.
+          if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
+          out.push(toInstance(inst, project, lastSegment(inst.zone) || lastSegment(scope)));
+        }
+      }
+    };
+    try {
+      // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
+      await this.call(signal, 'list', 'instances.aggregatedList', walk, this.callTimeoutMs * 4);
+    } finally {
+      stop = true;
+    }
+    if (unreachable.size > 0) {
+      this.log.warn(
+        { project, unreachable: [...unreachable].sort(), listed: out.length },
+        'list: zones left out (unreachable); their VMs are not listed',
+      );
+    }
+    this.log.debug({ project, filter: MANAGED_FILTER, count: out.length }, 'list');
+    return out;
   }
 
   /**
@@ -965,6 +1041,25 @@ class GcpProviderImpl implements GcpProvider {
     const target = { name: this.config.project, address: this.address() };
     if (signal.aborted) {
       return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    }
+    // The drift sweep lists every 2 min and the checks run every minute: a
+    // list that just succeeded proved the same (credentials, the API,
+    // compute.instances.list), so the check reuses it instead of a call.
+    const recent = this.lastList;
+    if (recent !== undefined && Date.now() - recent.at < this.checkReuseMs) {
+      return [
+        {
+          ...target,
+          ready: true,
+          reason: 'Reachable',
+          latencyMillis: recent.latencyMillis,
+          details: {
+            network: this.config.network,
+            networkTag: this.config.networkTag,
+            from: `the aggregated list ${Math.round((Date.now() - recent.at) / 1000)} s ago`,
+          },
+        },
+      ];
     }
     try {
       const { instances } = await this.api();
@@ -1004,6 +1099,7 @@ class GcpProviderImpl implements GcpProvider {
   async close(): Promise<void> {
     const clients = this.clients;
     this.clients = undefined;
+    this.lastList = undefined;
     this.agent?.destroy();
     this.agent = undefined;
     if (clients === undefined) return;

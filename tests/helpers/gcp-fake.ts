@@ -199,6 +199,8 @@ export class FakeCompute {
   rateLimitPerSecond: number | undefined;
   /** aggregatedList answers this many pages with no item and a next token before the real ones. */
   emptyPages = 0;
+  /** More identities the endpoint serves: `Bearer <token>` values accepted besides `token` (requests record which). */
+  readonly otherTokens = new Set<string>();
   /** The CA file a client must trust (`gcp.endpointCaFile`). */
   readonly caFile: string;
   /** Zones the aggregated list walks (the ones holding VMs are added). */
@@ -667,7 +669,7 @@ export class FakeCompute {
     this.requests.push(rec);
     res.on('finish', () => (rec.status = res.statusCode));
     for (const s of [...this.stalls]) if (s.match(rec)) await s.released;
-    if (rec.authorization !== `Bearer ${this.token}`) {
+    if (rec.authorization !== `Bearer ${this.token}` && !this.otherTokens.has(rec.authorization ?? '')) {
       this.error(res, 401, 'required', 'Request is missing required authentication credential.');
       return;
     }

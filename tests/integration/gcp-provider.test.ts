@@ -584,6 +584,37 @@ describe('gcp provider against the fake Compute API', () => {
     }
   });
 
+  it('check reuses a listByTag that just succeeded (no call), until a call fails or the list ages out', async () => {
+    const reusing = providerFor(fake, captured.logger);
+    const ageing = providerFor(fake, captured.logger, { checkReuseMs: 0 });
+    try {
+      await reusing.listByTag(live());
+      const before = fake.requests.length;
+      const [t] = await reusing.check(live());
+      expect(t).toMatchObject({ ready: true, reason: 'Reachable' });
+      expect(t!.details?.from).toMatch(/^the aggregated list \d+ s ago$/);
+      expect(fake.requests.length).toBe(before);
+      // A failed Compute call ends the reuse: the next check asks.
+      const id = await reusing.create(request(), live());
+      fake.failNext((r) => r.method === 'GET' && r.path.endsWith(parseProviderId(id)!.name), {
+        status: 503,
+        reason: 'backendError',
+      });
+      await rejectionOf(reusing.get(id, live()));
+      const asked = fake.requests.length;
+      expect((await reusing.check(live()))[0]).toMatchObject({ ready: true });
+      expect(fake.requests.slice(asked).map((r) => r.query.get('maxResults'))).toEqual(['1']);
+      // Aged out (checkReuseMs 0): every check asks.
+      await ageing.listByTag(live());
+      const aged = fake.requests.length;
+      await ageing.check(live());
+      expect(fake.requests.length).toBe(aged + 1);
+    } finally {
+      await reusing.close();
+      await ageing.close();
+    }
+  });
+
   it('check answers Unreachable when nothing listens, and a wrong token is Unauthorized', async () => {
     const gone = await FakeCompute.start('test-project');
     const connection = gone.connection;
@@ -1174,8 +1205,8 @@ describe('gcp: the project is part of the providerID', () => {
       expect(paths.length).toBeGreaterThan(0);
       for (const p of paths) expect(p).toContain('/projects/project-alpha/');
       expect(fake.instance(ZONE, req.name)?.status).toBe('STOPPING');
-      // B's list shows only B's VMs (A's are no longer garbage-collected from here; see the docs).
-      expect((await b.listByTag(live())).map((i) => i.id)).toEqual([]);
+      // B's list now covers A too, where a Proxy still references a VM (GC and the sweep see it there).
+      expect((await b.listByTag(live())).map((i) => i.id)).toEqual([id]);
       fake.finishOperations();
       expect((await rejectionOf(b.get(id, live()))).errorClass).toBe('NotFound');
       expect(fake.instance(ZONE, req.name)).toBeUndefined();
@@ -1188,6 +1219,51 @@ describe('gcp: the project is part of the providerID', () => {
     } finally {
       fake.resetTiming();
       await b.close();
+    }
+  });
+
+  it('listByTag lists every project a providerID named: an orphan left there is listed for GC; one that cannot be listed is left out', async () => {
+    const a = inProject('project-alpha');
+    const req = request();
+    const id = await a.create(req, live());
+    await a.close();
+    // A VM of ours in A that no Proxy references any more (its Proxy deleted while B was configured).
+    const orphan = fake.putInstance(ZONE, `orphan-${randomUUID().slice(0, 8)}`, {
+      [LABEL_MANAGED]: 'true',
+      [LABEL_UID]: randomUUID(),
+      [LABEL_INSTALLATION]: 'inst-a',
+    });
+    const b = inProject('project-bravo');
+    try {
+      // Nothing names A yet: only B is listed.
+      const before = fake.requests.length;
+      expect(await b.listByTag(live())).toEqual([]);
+      expect(fake.requests.slice(before).map((r) => r.path)).toEqual([
+        '/compute/v1/projects/project-bravo/aggregated/instances',
+      ]);
+      // A Proxy's get names A (as the sweep's first "gone" for it would make happen).
+      await b.get(id, live());
+      const listed = (await b.listByTag(live())).map((i) => i.id);
+      expect(listed).toEqual(
+        expect.arrayContaining([id, `projects/project-alpha/zones/${ZONE}/instances/${orphan.name}`]),
+      );
+      // A project named by an ID that cannot be listed (gone, or no access): left out, B still listed, a warning.
+      await rejectionOf(b.get(`projects/project-gone/zones/${ZONE}/instances/proxy-x`, live()));
+      projectB.putInstance(ZONE, `mine-${randomUUID().slice(0, 8)}`, {
+        [LABEL_MANAGED]: 'true',
+        [LABEL_UID]: randomUUID(),
+      });
+      const again = await b.listByTag(live());
+      expect(again.filter((i) => i.id.startsWith('projects/project-bravo/'))).toHaveLength(1);
+      expect(again.map((i) => i.id)).toEqual(expect.arrayContaining(listed));
+      expect(
+        captured.lines.some(
+          (l) => l.includes('"project":"project-gone"') && l.includes('could not be listed'),
+        ),
+      ).toBe(true);
+    } finally {
+      await b.close();
+      fake.instances.delete(`${ZONE}/${orphan.name}`);
     }
   });
 
