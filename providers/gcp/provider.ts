@@ -9,8 +9,9 @@
  * operation removes it); ip-source assigned-at-create (the external NAT IP
  * of the first NIC); gc-mark native-labels (instance labels, in the insert);
  * created-at backend-timestamp (`creationTimestamp`); list-partial
- * omit-unreachable (one aggregated list with `returnPartialSuccess`, zones
- * left out are logged); quota detected (403 quotaExceeded and quota codes
+ * omit-unreachable (one aggregated list with `returnPartialSuccess` per
+ * project, the configured one and any other a providerID named; zones or
+ * projects left out are logged); quota detected (403 quotaExceeded and quota codes
  * of a failed operation; 429 and 403 rate limits are Transient); not-found
  * status-404 naming the instance (a 404 for the project, zone or anything
  * else, and any token-source failure, is never NotFound); primary-key
@@ -20,16 +21,19 @@
  * task-handle (operations are read: the insert's in create, the delete's
  * own by name on each delete poll, unfinished ones on the instance in get
  * and when a delete is refused as busy); secondary-resources cascade (boot disk
- * auto-delete); credentials environment (Application Default Credentials
- * only, resolved by the provider on the first call and on every call until
- * they exist, so a provider without them fails only its own calls: see
- * auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
+ * auto-delete); credentials environment (Application Default Credentials,
+ * or the entry's own key file and/or impersonated service account,
+ * credentials.ts; resolved by the provider on the first call and on every
+ * call until they exist, so a provider without them fails only its own
+ * calls: see auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
  * by callTimeoutMs and the caller's signal).
  *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
- * four) and zoneOperations get and list (to close the seed's gaps: a
- * failed insert reaches the Proxy's status, and a delete is not resubmitted
- * while one runs).
+ * four) and zoneOperations get, wait and list (to close the seed's gaps: a
+ * failed insert reaches the Proxy's status, a delete is not resubmitted
+ * while one runs, a 409 waits on the insert holding the name). A stocked-out
+ * zone falls back to `gcp.zones` of the same region (placement.ts); check()
+ * reuses a fresh listByTag instead of its own call.
  *
  * Construction does nothing (contract §7): the clients are built on the
  * first call, after the provider has resolved ADC itself (never inside the
@@ -38,10 +42,9 @@
 // Types only at import: the client library (with its protobuf descriptors,
 // ~190 MiB of heap) loads on the first call, so processes that configure no
 // gcp provider (the bridge, the api, a local-only worker) never pay for it.
-import { readFile } from 'node:fs/promises';
-import { Agent as HttpsAgent } from 'node:https';
+import type { Agent as HttpsAgent } from 'node:https';
 import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
-import type { AuthClient, GoogleAuth } from 'google-auth-library';
+import type { AuthClient } from 'google-auth-library';
 import type { Logger } from 'pino';
 import { ProviderError } from '../errors.js';
 import {
@@ -53,7 +56,9 @@ import {
   type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
-import { ComputeAuth, CredentialsError, describeCredential, resolveAdc } from './auth.js';
+import { ComputeAuth, CredentialsError } from './auth.js';
+import { EntryCredentials, endpointAgent } from './credentials.js';
+import { candidateZones, checkCreateRequest } from './placement.js';
 import {
   apiReasons,
   checkReason,
@@ -65,22 +70,17 @@ import {
   type Classification,
   type ClassifyCall,
 } from './classify.js';
-import { subnetworkRegion, type GcpConfig } from './config.js';
+import type { GcpConfig } from './config.js';
 import {
   buildInsertBody,
   formatProviderId,
-  IMAGE,
-  INSTANCE_NAME,
   LABEL_MANAGED,
   LABEL_UID,
-  LABEL_VALUE,
   lastSegment,
-  MACHINE_TYPE,
   MANAGED_FILTER,
   parseProviderId,
   toInstance,
   type ParsedProviderId,
-  ZONE,
   type ComputeInstance,
 } from './instance.js';
 import { providerCall } from '../../tracing/seam.js';
@@ -149,9 +149,6 @@ interface InsertBudget {
   deadline?: number;
 }
 
-/** GCE's limit on one metadata value (user-data): 256 KiB. */
-const METADATA_VALUE_MAX_BYTES = 256 * 1024;
-
 /** How many delete operations a provider remembers (one per VM being deleted; the oldest goes first). */
 const TRACKED_DELETES_MAX = 10_000;
 
@@ -186,8 +183,8 @@ class GcpProviderImpl implements GcpProvider {
   private loading: Promise<ComputeModule> | undefined;
   /** The https agent trusting gcp.endpointCaFile, when set (closed with the clients). */
   private agent: HttpsAgent | undefined;
-  /** ADC, resolved on the first call and again on each call until it succeeds. */
-  private adc: GoogleAuth | undefined;
+  /** This entry's credentials: resolved on the first call and again on each call until they exist. */
+  private readonly entryCredentials: EntryCredentials;
   private readonly callTimeoutMs: number;
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
@@ -218,7 +215,7 @@ class GcpProviderImpl implements GcpProvider {
   private readonly otherProjects = new Set<string>();
 
   constructor(
-    private readonly options: GcpProviderOptions,
+    options: GcpProviderOptions,
     private readonly log: Logger,
   ) {
     this.name = options.name;
@@ -228,6 +225,7 @@ class GcpProviderImpl implements GcpProvider {
     this.operationWaitMs = options.operationWaitMs ?? 10_000;
     this.pageSize = options.listPageSize ?? 500;
     this.checkReuseMs = options.checkReuseMs ?? 150_000;
+    this.entryCredentials = new EntryCredentials(this.config, options.authClient);
     this.frame = {
       provider: this.name,
       log,
@@ -325,8 +323,8 @@ class GcpProviderImpl implements GcpProvider {
   private async build(): Promise<Clients> {
     this.loading ??= import('@google-cloud/compute');
     const compute = await this.loading;
-    const resolved = await this.credentials(compute);
-    const agent = await this.endpointAgent(resolved.credential);
+    const resolved = await this.entryCredentials.resolve(compute.InstancesClient.scopes);
+    const agent = await endpointAgent(this.config, resolved.credential);
     this.agent?.destroy();
     this.agent = agent;
     const auth = agent === undefined ? resolved : new ComputeAuth(resolved.inner, resolved.credential, agent);
@@ -364,71 +362,6 @@ class GcpProviderImpl implements GcpProvider {
       'gcp provider ready',
     );
     return clients;
-  }
-
-  /**
-   * An https agent trusting `gcp.endpointCaFile` (read on each build, so a
-   * rotated file is picked up with the next clients), or undefined for the
-   * public roots. Certificate verification is never turned off.
-   */
-  private async endpointAgent(credential: string): Promise<HttpsAgent | undefined> {
-    const file = this.config.endpointCaFile;
-    if (file === undefined) return undefined;
-    let ca: string;
-    try {
-      ca = await readFile(file, 'utf8');
-    } catch (err) {
-      const code = (err as { code?: unknown }).code;
-      throw new CredentialsError(
-        'Transient',
-        'Unreachable',
-        `gcp.endpointCaFile ${file.slice(0, 200)} cannot be read${typeof code === 'string' ? ` (${code.slice(0, 32)})` : ''}`,
-      );
-    }
-    if (!ca.includes('-----BEGIN CERTIFICATE-----')) {
-      throw new CredentialsError(
-        'Permanent',
-        'Unreachable',
-        `gcp.endpointCaFile ${file.slice(0, 200)} holds no PEM certificate (for ${credential})`,
-      );
-    }
-    return new HttpsAgent({ ca, keepAlive: true });
-  }
-
-  /**
-   * The injected auth client (tests), or this entry's credentials: ADC or
-   * `gcp.credentials.keyFile`, then, with `gcp.credentials.impersonate`,
-   * that service account acting through them. Failures are CredentialsError.
-   */
-  private async credentials(compute: ComputeModule): Promise<ComputeAuth> {
-    if (this.options.authClient !== undefined) {
-      return new ComputeAuth(
-        this.options.authClient,
-        describeCredential(this.options.authClient, 'injected'),
-      );
-    }
-    const own = this.config.credentials;
-    const { GoogleAuth, Impersonated } = await import('google-auth-library');
-    // projectId given, so resolving never asks gcloud or a metadata server which project this is.
-    this.adc ??= new GoogleAuth({
-      scopes: compute.InstancesClient.scopes,
-      projectId: this.config.project,
-      ...(own?.keyFile === undefined ? {} : { keyFile: own.keyFile }),
-    });
-    const base = await resolveAdc(this.adc, own?.keyFile);
-    if (own?.impersonate === undefined) return base;
-    // The source identity mints a short-lived token for the target through the IAM Credentials API.
-    const impersonated = new Impersonated({
-      sourceClient: base.inner,
-      targetPrincipal: own.impersonate,
-      targetScopes: [...compute.InstancesClient.scopes],
-      lifetime: 3600,
-      ...(own.impersonationEndpoint === undefined ? {} : { endpoint: own.impersonationEndpoint }),
-    });
-    return new ComputeAuth(
-      impersonated,
-      `service account ${own.impersonate} impersonated by ${base.credential}`,
-    );
   }
 
   private address(): string {
@@ -522,7 +455,7 @@ class GcpProviderImpl implements GcpProvider {
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
-      const zones = this.candidateZones(this.validate(req, instance));
+      const zones = candidateZones(this.validate(req, instance), this.config.zones);
       // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
       const budget: InsertBudget = {};
       if (zones.length > 1) {
@@ -559,17 +492,6 @@ class GcpProviderImpl implements GcpProvider {
         `no capacity or quota in any zone tried (${stockedOut.join(', ')}); last: ${innerMessage(last)}`,
       );
     });
-  }
-
-  /**
-   * The zones a create may use, in order: the Proxy's `placement.zone`,
-   * then the `gcp.zones` in the same region (the Proxy's region is a
-   * promise: never another one).
-   */
-  private candidateZones(zone: string): string[] {
-    const region = zone.slice(0, zone.lastIndexOf('-'));
-    const others = (this.config.zones ?? []).filter((z) => z !== zone && z.startsWith(`${region}-`));
-    return [zone, ...others];
   }
 
   /** The candidate zone already holding a VM of this name (a retried create), from one filtered aggregated list. */
@@ -708,50 +630,11 @@ class GcpProviderImpl implements GcpProvider {
     );
   }
 
-  /** Placement and marks checked before any API call; every message names the field. */
+  /** Placement and marks checked before any API call (placement.ts); the zone, or Permanent naming the field. */
   private validate(req: CreateRequest, instance: string): string {
-    const bad = (message: string) => this.ops.fail('Permanent', 'create', instance, message);
-    if (typeof req.name !== 'string' || !INSTANCE_NAME.test(req.name)) {
-      throw bad('name is not a GCE instance name (RFC 1035 label)');
-    }
-    const p = req.placement ?? {};
-    const missing = (['zone', 'machineType', 'image'] as const).filter((f) => !p[f]);
-    if (missing.length > 0) {
-      throw bad(
-        `placement.${missing.join(', placement.')} ${missing.length > 1 ? 'are' : 'is'} required for gcp`,
-      );
-    }
-    const zone = p.zone!;
-    if (!ZONE.test(zone)) throw bad(`placement.zone "${zone.slice(0, 80)}" is not a GCE zone name`);
-    if (!MACHINE_TYPE.test(p.machineType!))
-      throw bad(`placement.machineType "${p.machineType!.slice(0, 80)}" is not a GCE machine type name`);
-    if (!IMAGE.test(p.image!))
-      throw bad(`placement.image "${p.image!.slice(0, 80)}" is not an image path or URL`);
-    if (p.region && !zone.startsWith(`${p.region}-`)) {
-      throw bad(`placement.zone "${zone}" is not in placement.region "${p.region.slice(0, 80)}"`);
-    }
-    // A subnetwork is regional: a VM in another region's zone would be refused by the API.
-    const subnetRegion =
-      this.config.subnetwork === undefined ? undefined : subnetworkRegion(this.config.subnetwork);
-    if (subnetRegion !== undefined && !zone.startsWith(`${subnetRegion}-`)) {
-      throw bad(`placement.zone "${zone}" is not in region "${subnetRegion}" of gcp.subnetwork`);
-    }
-    // GCE refuses a metadata value over 256 KiB (400): said here, naming the field, before any call.
-    const cloudInitBytes = Buffer.byteLength(req.cloudInit ?? '', 'utf8');
-    if (cloudInitBytes > METADATA_VALUE_MAX_BYTES) {
-      throw bad(
-        `cloudInit is ${cloudInitBytes} bytes; GCE metadata takes at most ${METADATA_VALUE_MAX_BYTES} bytes (256 KiB) for user-data`,
-      );
-    }
-    if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
-      throw bad('uid is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)');
-    }
-    if (!LABEL_VALUE.test(req.installation)) {
-      throw bad(
-        `installation "${req.installation.slice(0, 80)}" is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)`,
-      );
-    }
-    return zone;
+    const checked = checkCreateRequest(req, this.config);
+    if ('problem' in checked) throw this.ops.fail('Permanent', 'create', instance, checked.problem);
+    return checked.zone;
   }
 
   /** 409 on insert: a VM of this name exists. It is ours only if its UID label says so. */

@@ -18,6 +18,7 @@ import {
   QUOTA_OPERATION_CODES,
 } from '../../providers/gcp/classify.js';
 import { gcpConfigSchema, networkPath, subnetworkRegion } from '../../providers/gcp/config.js';
+import { candidateZones } from '../../providers/gcp/placement.js';
 import {
   formatProviderId,
   LABEL_INSTALLATION,
@@ -187,6 +188,20 @@ describe('gcp config block', () => {
     expect(issue({ endpoint: 'http://127.0.0.1:4000', endpointCaFile: '/ca.pem' })).toContain(
       'endpointCaFile: needs an https:// endpoint',
     );
+  });
+
+  it("fallback zones: the Proxy's zone first, then the configured ones of its region, in order", () => {
+    expect(
+      candidateZones('europe-west1-b', [
+        'us-central1-a',
+        'europe-west1-d',
+        'europe-west1-b',
+        'europe-west1-c',
+      ]),
+    ).toEqual(['europe-west1-b', 'europe-west1-d', 'europe-west1-c']);
+    expect(candidateZones('europe-west1-b')).toEqual(['europe-west1-b']);
+    // A region that prefixes another (europe-west1 / europe-west12) is not the same region.
+    expect(candidateZones('europe-west1-b', ['europe-west12-a'])).toEqual(['europe-west1-b']);
   });
 
   it('accepts a shared-VPC network path and an http endpoint', () => {
