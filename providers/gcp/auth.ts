@@ -24,6 +24,7 @@
  * identifiers (the credential's kind, a service account's email, the key
  * file's path, an OAuth error code, an HTTP status, a system error code).
  */
+import type { Agent } from 'node:https';
 import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { ErrorClass } from '../types.js';
 
@@ -60,9 +61,14 @@ function keyFilePath(): string | undefined {
 }
 
 /** Names the credential an auth client holds, from its kind and public identifiers only. */
-export function describeCredential(client: AuthClient, source: 'adc' | 'injected'): string {
+export function describeCredential(
+  client: AuthClient,
+  source: 'adc' | 'injected',
+  /** The key file it came from, when the provider config named one (else GOOGLE_APPLICATION_CREDENTIALS). */
+  keyFile?: string,
+): string {
   const kind = client.constructor?.name ?? '';
-  const file = source === 'adc' ? keyFilePath() : undefined;
+  const file = source === 'adc' ? (keyFile?.slice(0, 200) ?? keyFilePath()) : undefined;
   const from = file === undefined ? '' : ` (key file ${file})`;
   switch (kind) {
     case 'JWT': {
@@ -101,9 +107,9 @@ function messageOf(err: unknown): string {
   return typeof m === 'string' ? m : '';
 }
 
-/** Errors of resolving Application Default Credentials (`GoogleAuth.getClient`). */
-export function adcError(err: unknown): CredentialsError {
-  const file = keyFilePath();
+/** Errors of resolving Application Default Credentials (`GoogleAuth.getClient`), or a configured key file. */
+export function adcError(err: unknown, keyFile?: string): CredentialsError {
+  const file = keyFile?.slice(0, 200) ?? keyFilePath();
   const message = messageOf(err);
   const code = systemCode(err);
   if (NO_ADC.test(message)) {
@@ -219,6 +225,12 @@ export class ComputeAuth {
     readonly inner: AuthClient,
     /** Names the credential in messages; from describeCredential. */
     readonly credential: string,
+    /**
+     * The agent Compute requests go through instead of the one google-gax
+     * passes (its keep-alive agent on the public roots): set when the
+     * endpoint is trusted by its own CA (`gcp.endpointCaFile`).
+     */
+    private readonly agent?: Agent,
   ) {}
 
   get universeDomain(): string {
@@ -241,17 +253,23 @@ export class ComputeAuth {
     const auth = await this.getRequestHeaders(url);
     const headers = new Headers(init.headers);
     auth.forEach((value, key) => headers.set(key, value));
-    return this.inner.transporter.request({ ...init, url, headers });
+    // gax's REST stub hands its agent in `init.agent`; ours, when set, carries the endpoint's CA.
+    return this.inner.transporter.request({
+      ...init,
+      url,
+      headers,
+      ...(this.agent === undefined ? {} : { agent: this.agent }),
+    });
   }
 }
 
-/** Resolves Application Default Credentials once they exist; failures are CredentialsError. */
-export async function resolveAdc(auth: GoogleAuth): Promise<ComputeAuth> {
+/** Resolves Application Default Credentials (or the configured key file) once they exist; failures are CredentialsError. */
+export async function resolveAdc(auth: GoogleAuth, keyFile?: string): Promise<ComputeAuth> {
   let client: AuthClient;
   try {
     client = await auth.getClient();
   } catch (err) {
-    throw adcError(err);
+    throw adcError(err, keyFile);
   }
-  return new ComputeAuth(client, describeCredential(client, 'adc'));
+  return new ComputeAuth(client, describeCredential(client, 'adc', keyFile));
 }

@@ -231,6 +231,10 @@ export function classify(err: unknown, call: ClassifyCall = 'other'): Classifica
     return out('Transient', ' (rate limited; retried with backoff)');
   if (status === 403 && reasons.some((r) => QUOTA_REASONS.includes(r))) return out('QuotaExceeded');
   if (status === 400 && reasons.includes('resourceNotReady')) return out('Transient');
+  if (status === 400) {
+    const check = invalidFieldCheck(err);
+    if (check !== undefined) return out('Permanent', `; check ${check}`);
+  }
   if (status === 400 || status === 401 || status === 403) return out('Permanent');
   return out('Transient');
 }
@@ -239,6 +243,30 @@ export function classify(err: unknown, call: ClassifyCall = 'other'): Classifica
  * Operation error codes that mean "no capacity or quota now": the API
  * accepted the request and the operation failed later for want of room.
  */
+/**
+ * The setting behind a 400 "Invalid value for field 'resource.<field>'" of
+ * an insert (GCE names the field; an unknown machine type is such a 400,
+ * not a 404), or undefined.
+ */
+export function invalidFieldCheck(err: unknown): string | undefined {
+  for (const text of apiBody(err).messages) {
+    const m = /Invalid value for field 'resource\.([A-Za-z][A-Za-z0-9_.[\]]{0,99})'/.exec(text);
+    if (m === null) continue;
+    const field = m[1]!;
+    if (field.startsWith('machineType')) return 'placement.machineType';
+    if (field.includes('sourceImage')) return 'placement.image';
+    if (field.includes('diskType')) return 'gcp.diskType';
+    if (field.startsWith('disks')) return 'gcp.diskSizeGb and placement.image';
+    if (field.startsWith('metadata')) return 'cloudInit (GCE metadata: 256 KiB a value, 512 KiB in all)';
+    if (field.startsWith('networkInterfaces')) return 'gcp.network and gcp.subnetwork';
+    if (field.startsWith('scheduling')) return 'gcp.provisioningModel and gcp.instanceTerminationAction';
+    if (field.startsWith('serviceAccounts')) return 'gcp.serviceAccount';
+    if (field.startsWith('labels')) return 'the installation name';
+    return `the request field resource.${field}`;
+  }
+  return undefined;
+}
+
 export const QUOTA_OPERATION_CODES = [
   'QUOTA_EXCEEDED',
   'ZONE_RESOURCE_POOL_EXHAUSTED',

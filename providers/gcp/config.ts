@@ -9,10 +9,12 @@
  *     networkTag: proxy-operator   # network tag on every VM: what the firewall rule targets
  *     diskSizeGb: 10               # boot disk size
  *     endpoint: http://127.0.0.1:4000   # tests only: a Compute REST endpoint instead of compute.googleapis.com
+ *     endpointCaFile: /etc/ca.pem       # with an https endpoint: the CA its certificate chains to
  *
  * and the insert-body settings a real project needs (issue 26):
  *
  *     subnetwork: regions/europe-west1/subnetworks/proxies   # or projects/<host>/regions/...; or a full URL
+ *     zones: [europe-west1-b, europe-west1-c, europe-west1-d]   # fallbacks within a Proxy's region
  *     diskType: pd-balanced        # boot disk type (GCE's default when unset)
  *     provisioningModel: SPOT      # STANDARD (default) or SPOT
  *     instanceTerminationAction: DELETE   # SPOT only: DELETE (default) or STOP
@@ -30,9 +32,14 @@
  * already express. Like the other provider fields they apply to VMs
  * created afterwards.
  *
- * Credentials are Application Default Credentials and nothing else: there is
- * deliberately no key-file field (workload identity in-cluster,
- * GOOGLE_APPLICATION_CREDENTIALS or gcloud ADC elsewhere).
+ * Credentials are Application Default Credentials by default (workload
+ * identity in-cluster, GOOGLE_APPLICATION_CREDENTIALS or gcloud ADC
+ * elsewhere). An entry may name its own, so two entries run as two
+ * identities in one worker:
+ *
+ *     credentials:
+ *       keyFile: /var/run/secrets/gcp-eu/key.json   # a credential JSON (service-account key, external_account...)
+ *       impersonate: proxies-eu@my-project.iam.gserviceaccount.com   # act as this account through ADC (or keyFile)
  */
 import { z } from 'zod';
 
@@ -94,6 +101,17 @@ export const gcpConfigSchema = z
         'must be a subnetwork: regions/<region>/subnetworks/<name>, projects/<host>/regions/<region>/subnetworks/<name> (Shared VPC) or its https://www.googleapis.com/compute/v1/ URL',
       )
       .optional(),
+    /**
+     * Zones a create falls back to, in order, when the Proxy's
+     * `placement.zone` has no capacity or quota (ZONE_RESOURCE_POOL_EXHAUSTED,
+     * QUOTA_EXCEEDED...): only those in the same region as that zone.
+     */
+    zones: z
+      .array(z.string().regex(GCE_NAME, 'must be a GCE zone name such as europe-west1-b'))
+      .min(1, 'must list at least one zone (or leave zones out)')
+      .max(20, 'must list at most 20 zones')
+      .refine((v) => new Set(v).size === v.length, 'must not repeat a zone')
+      .optional(),
     /** A disk type name (pd-balanced, pd-ssd, hyperdisk-balanced...); sent as the zonal path. */
     diskType: z
       .string()
@@ -122,6 +140,29 @@ export const gcpConfigSchema = z
           .default(DEFAULT_VM_SCOPES),
       })
       .optional(),
+    /** This entry's own identity; unset: Application Default Credentials. */
+    credentials: z
+      .strictObject({
+        /** A credential JSON file (service-account key, external_account...) instead of ADC; read until it exists. */
+        keyFile: z.string().min(1, 'must be a file path').max(1024).optional(),
+        /** A service account the ADC (or keyFile) identity impersonates (it needs roles/iam.serviceAccountTokenCreator on it). */
+        impersonate: z
+          .string()
+          .regex(
+            SERVICE_ACCOUNT_EMAIL,
+            'must be a service account email (name@project.iam.gserviceaccount.com)',
+          )
+          .optional(),
+        /** The IAM Credentials API base URL (tests); default https://iamcredentials.googleapis.com. */
+        impersonationEndpoint: z
+          .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
+          .optional(),
+      })
+      .refine(
+        (c) => c.keyFile !== undefined || c.impersonate !== undefined,
+        'must name a keyFile, a service account to impersonate, or both (or be left out for ADC)',
+      )
+      .optional(),
     /**
      * A Compute REST endpoint (`http://host:port` or `https://host[:port]`)
      * used instead of compute.googleapis.com; the tests point it at their fake.
@@ -138,8 +179,22 @@ export const gcpConfigSchema = z
         );
       }, 'must be a scheme, host and port only (no path, query or credentials)')
       .optional(),
+    /**
+     * PEM file of the CA(s) an https `endpoint`'s certificate chains to,
+     * trusted instead of the public roots for Compute requests (a private
+     * endpoint behind an inspecting proxy; the tests' TLS fake).
+     * Verification stays on: there is no switch to turn it off.
+     */
+    endpointCaFile: z.string().min(1, 'must be a file path').max(1024).optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.endpointCaFile !== undefined && !cfg.endpoint?.startsWith('https://')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['endpointCaFile'],
+        message: 'needs an https:// endpoint (it is the CA that endpoint is trusted by)',
+      });
+    }
     // A termination action without Spot would be silently ignored by GCE's STANDARD model: refuse it.
     if (cfg.instanceTerminationAction !== undefined && cfg.provisioningModel !== 'SPOT') {
       ctx.addIssue({

@@ -9,8 +9,9 @@
  * operation removes it); ip-source assigned-at-create (the external NAT IP
  * of the first NIC); gc-mark native-labels (instance labels, in the insert);
  * created-at backend-timestamp (`creationTimestamp`); list-partial
- * omit-unreachable (one aggregated list with `returnPartialSuccess`, zones
- * left out are logged); quota detected (403 quotaExceeded and quota codes
+ * omit-unreachable (one aggregated list with `returnPartialSuccess` per
+ * project, the configured one and any other a providerID named; zones or
+ * projects left out are logged); quota detected (403 quotaExceeded and quota codes
  * of a failed operation; 429 and 403 rate limits are Transient); not-found
  * status-404 naming the instance (a 404 for the project, zone or anything
  * else, and any token-source failure, is never NotFound); primary-key
@@ -20,16 +21,19 @@
  * task-handle (operations are read: the insert's in create, the delete's
  * own by name on each delete poll, unfinished ones on the instance in get
  * and when a delete is refused as busy); secondary-resources cascade (boot disk
- * auto-delete); credentials environment (Application Default Credentials
- * only, resolved by the provider on the first call and on every call until
- * they exist, so a provider without them fails only its own calls: see
- * auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
+ * auto-delete); credentials environment (Application Default Credentials,
+ * or the entry's own key file and/or impersonated service account,
+ * credentials.ts; resolved by the provider on the first call and on every
+ * call until they exist, so a provider without them fails only its own
+ * calls: see auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
  * by callTimeoutMs and the caller's signal).
  *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
- * four) and zoneOperations get and list (to close the seed's gaps: a
- * failed insert reaches the Proxy's status, and a delete is not resubmitted
- * while one runs).
+ * four) and zoneOperations get, wait and list (to close the seed's gaps: a
+ * failed insert reaches the Proxy's status, a delete is not resubmitted
+ * while one runs, a 409 waits on the insert holding the name). A stocked-out
+ * zone falls back to `gcp.zones` of the same region (placement.ts); check()
+ * reuses a fresh listByTag instead of its own call.
  *
  * Construction does nothing (contract §7): the clients are built on the
  * first call, after the provider has resolved ADC itself (never inside the
@@ -38,8 +42,9 @@
 // Types only at import: the client library (with its protobuf descriptors,
 // ~190 MiB of heap) loads on the first call, so processes that configure no
 // gcp provider (the bridge, the api, a local-only worker) never pay for it.
+import type { Agent as HttpsAgent } from 'node:https';
 import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
-import type { AuthClient, GoogleAuth } from 'google-auth-library';
+import type { AuthClient } from 'google-auth-library';
 import type { Logger } from 'pino';
 import { ProviderError } from '../errors.js';
 import {
@@ -51,7 +56,9 @@ import {
   type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
-import { ComputeAuth, CredentialsError, describeCredential, resolveAdc } from './auth.js';
+import { ComputeAuth, CredentialsError } from './auth.js';
+import { EntryCredentials, endpointAgent } from './credentials.js';
+import { candidateZones, checkCreateRequest } from './placement.js';
 import {
   apiReasons,
   checkReason,
@@ -63,22 +70,17 @@ import {
   type Classification,
   type ClassifyCall,
 } from './classify.js';
-import { subnetworkRegion, type GcpConfig } from './config.js';
+import type { GcpConfig } from './config.js';
 import {
   buildInsertBody,
   formatProviderId,
-  IMAGE,
-  INSTANCE_NAME,
   LABEL_MANAGED,
   LABEL_UID,
-  LABEL_VALUE,
   lastSegment,
-  MACHINE_TYPE,
   MANAGED_FILTER,
   parseProviderId,
   toInstance,
   type ParsedProviderId,
-  ZONE,
   type ComputeInstance,
 } from './instance.js';
 import { providerCall } from '../../tracing/seam.js';
@@ -110,6 +112,12 @@ export interface GcpProviderOptions {
   operationWaitMs?: number;
   /** Instances per aggregatedList page in listByTag (default 500). */
   listPageSize?: number;
+  /**
+   * How long a listByTag that succeeded answers check() without a call of
+   * its own (default 150 s: the drift sweep's 2 min and a margin); 0: every
+   * check calls. Any failed Compute call since ends it.
+   */
+  checkReuseMs?: number;
 }
 
 export interface GcpProvider extends Provider {
@@ -127,6 +135,18 @@ export function createGcpProvider(options: GcpProviderOptions): GcpProvider {
 interface Clients {
   instances: InstancesClient;
   operations: ZoneOperationsClient;
+}
+
+/** A ProviderError's own message, without the provider, operation and instance it is prefixed with, nor the class. */
+function innerMessage(err: ProviderError): string {
+  const prefix = `${err.provider}: ${err.operation}${err.instance === '' ? '' : ` ${err.instance}`}: `;
+  const text = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
+  return text.replace(/ \([A-Za-z]+\)$/, '');
+}
+
+/** How long one create watches its inserts: insertWaitMs from the first insert's answer, across zones. */
+interface InsertBudget {
+  deadline?: number;
 }
 
 /** How many delete operations a provider remembers (one per VM being deleted; the oldest goes first). */
@@ -161,12 +181,17 @@ class GcpProviderImpl implements GcpProvider {
   /** The one build of the clients in flight (concurrent first calls share it; cleared when it ends). */
   private building: Promise<Clients> | undefined;
   private loading: Promise<ComputeModule> | undefined;
-  /** ADC, resolved on the first call and again on each call until it succeeds. */
-  private adc: GoogleAuth | undefined;
+  /** The https agent trusting gcp.endpointCaFile, when set (closed with the clients). */
+  private agent: HttpsAgent | undefined;
+  /** This entry's credentials: resolved on the first call and again on each call until they exist. */
+  private readonly entryCredentials: EntryCredentials;
   private readonly callTimeoutMs: number;
   private readonly insertWaitMs: number;
   private readonly operationWaitMs: number;
   private readonly pageSize: number;
+  private readonly checkReuseMs: number;
+  /** The last listByTag that succeeded, while no Compute call has failed since: what check() may reuse. */
+  private lastList: { at: number; latencyMillis: number } | undefined;
   private readonly frame: OperationFrame;
   /** fail() and run() in this provider's frame. */
   private readonly ops: Operations;
@@ -179,9 +204,18 @@ class GcpProviderImpl implements GcpProvider {
    * GCE's `resourceNotReady` answer sends it to the list once.
    */
   private readonly deletes = new Map<string, string>();
+  /**
+   * Projects other than the configured one that a providerID named (a
+   * Proxy made before `gcp.project` changed): listByTag lists them too, so
+   * GC collects orphans there and the drift sweep sees those VMs, while
+   * the worker runs. After a restart a project is learnt again from the
+   * first get of such a Proxy (the sweep's first "gone" for it triggers
+   * one). Memory only, a handful of names.
+   */
+  private readonly otherProjects = new Set<string>();
 
   constructor(
-    private readonly options: GcpProviderOptions,
+    options: GcpProviderOptions,
     private readonly log: Logger,
   ) {
     this.name = options.name;
@@ -190,6 +224,8 @@ class GcpProviderImpl implements GcpProvider {
     this.insertWaitMs = options.insertWaitMs ?? 45_000;
     this.operationWaitMs = options.operationWaitMs ?? 10_000;
     this.pageSize = options.listPageSize ?? 500;
+    this.checkReuseMs = options.checkReuseMs ?? 150_000;
+    this.entryCredentials = new EntryCredentials(this.config, options.authClient);
     this.frame = {
       provider: this.name,
       log,
@@ -247,7 +283,14 @@ class GcpProviderImpl implements GcpProvider {
     timeoutMs = this.callTimeoutMs,
   ): Promise<T> {
     // One client span per Compute request (list: its bounded page walk), its result the error class.
-    return providerCall(this, request, () => boundedCall(signal, timeoutMs, 'Compute API call', fn), {
+    const bounded = () =>
+      boundedCall(signal, timeoutMs, 'Compute API call', fn).catch((err: unknown) => {
+        // A failure other than "no such thing" or the caller giving up: the next check must ask Compute itself.
+        if (httpStatus(err) !== 404 && !(err instanceof CallEnded && err.by === 'caller'))
+          this.lastList = undefined;
+        throw err;
+      });
+    return providerCall(this, request, bounded, {
       operation,
       classify: (err) =>
         err instanceof CallEnded
@@ -280,7 +323,11 @@ class GcpProviderImpl implements GcpProvider {
   private async build(): Promise<Clients> {
     this.loading ??= import('@google-cloud/compute');
     const compute = await this.loading;
-    const auth = await this.credentials(compute);
+    const resolved = await this.entryCredentials.resolve(compute.InstancesClient.scopes);
+    const agent = await endpointAgent(this.config, resolved.credential);
+    this.agent?.destroy();
+    this.agent = agent;
+    const auth = agent === undefined ? resolved : new ComputeAuth(resolved.inner, resolved.credential, agent);
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
       const url = new URL(this.config.endpoint);
@@ -317,22 +364,6 @@ class GcpProviderImpl implements GcpProvider {
     return clients;
   }
 
-  /** The injected auth client (tests), or Application Default Credentials; failures are CredentialsError. */
-  private async credentials(compute: ComputeModule): Promise<ComputeAuth> {
-    if (this.options.authClient !== undefined) {
-      return new ComputeAuth(
-        this.options.authClient,
-        describeCredential(this.options.authClient, 'injected'),
-      );
-    }
-    if (this.adc === undefined) {
-      const { GoogleAuth } = await import('google-auth-library');
-      // projectId given, so resolving never asks gcloud or a metadata server which project this is.
-      this.adc = new GoogleAuth({ scopes: compute.InstancesClient.scopes, projectId: this.config.project });
-    }
-    return resolveAdc(this.adc);
-  }
-
   private address(): string {
     return this.config.endpoint ?? COMPUTE_ADDRESS;
   }
@@ -357,6 +388,7 @@ class GcpProviderImpl implements GcpProvider {
     }
     const project = parsed.project ?? this.config.project;
     if (project !== this.config.project) {
+      this.otherProjects.add(project);
       this.log.debug(
         { instance: id, project, configuredProject: this.config.project },
         `${operation}: the VM is in project ${project}, not the configured ${this.config.project}; asking its project`,
@@ -423,54 +455,123 @@ class GcpProviderImpl implements GcpProvider {
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
-      const zone = this.validate(req, instance);
-      const id = formatProviderId(this.config.project, zone, req.name);
-      // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
-      this.deletes.delete(vmKey(this.config.project, zone, req.name));
-      const { instances } = await this.api();
-      const body = buildInsertBody(req, this.config, zone);
-      let operation: Operation;
-      try {
-        const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
-          instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
-        );
-        operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
-      } catch (err) {
-        // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
-        if (httpStatus(err) !== 409) throw this.wrap('create', instance, err, 'insert');
-        this.logApiError('create', id, err);
-        return this.adopt(req, zone, id, signal);
+      const zones = candidateZones(this.validate(req, instance), this.config.zones);
+      // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
+      const budget: InsertBudget = {};
+      if (zones.length > 1) {
+        // A retried create must not make a second VM of this name in an
+        // earlier zone that has capacity again: look for it first (one call).
+        const placed = await this.placedZone(req.name, zones, signal);
+        if (placed !== undefined) return this.insertIn(req, placed, budget, signal);
       }
-      this.log.info(
-        {
-          instance: req.name,
-          zone,
-          uid: req.uid,
-          machineType: req.placement.machineType,
-          image: req.placement.image,
-          project: this.config.project,
-          network: this.config.subnetwork === undefined ? this.config.network : undefined,
-          subnetwork: this.config.subnetwork,
-          networkTag: this.config.networkTag,
-          diskSizeGb: this.config.diskSizeGb,
-          diskType: this.config.diskType,
-          provisioningModel: this.config.provisioningModel,
-          internalOnly: this.config.internalOnly,
-          serviceAccount: this.config.serviceAccount?.email,
-          port: req.port,
-          operation: operation.name,
-          // Never the text: it may hold secrets.
-          cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
-        },
-        'insert submitted',
+      const stockedOut: string[] = [];
+      let last: ProviderError | undefined;
+      for (const zone of zones) {
+        try {
+          return await this.insertIn(req, zone, budget, signal);
+        } catch (err) {
+          // No capacity or quota in this zone: the next one of the region, if any.
+          if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
+          stockedOut.push(zone);
+          last = err;
+          if (zones.length > 1) {
+            this.log.warn(
+              { instance: req.name, zone, next: zones[stockedOut.length] },
+              'create: no capacity or quota in the zone',
+            );
+          }
+        }
+      }
+      // (zones is never empty, so last is set here.)
+      if (last === undefined) throw this.ops.fail('Transient', 'create', req.name, 'no zone to try');
+      if (zones.length === 1) throw last;
+      throw this.ops.fail(
+        'QuotaExceeded',
+        'create',
+        req.name,
+        `no capacity or quota in any zone tried (${stockedOut.join(', ')}); last: ${innerMessage(last)}`,
       );
-      if (operation.name) await this.watchInsert(zone, operation, id, signal);
-      return id;
     });
   }
 
+  /** The candidate zone already holding a VM of this name (a retried create), from one filtered aggregated list. */
+  private async placedZone(name: string, zones: string[], signal: AbortSignal): Promise<string | undefined> {
+    const { instances } = await this.api();
+    let found: string | undefined;
+    await this.call(signal, 'create', 'instances.aggregatedList', async () => {
+      const pages = instances.aggregatedListAsync(
+        {
+          project: this.config.project,
+          filter: `name = ${name}`,
+          returnPartialSuccess: true,
+          maxResults: 500,
+        },
+        { ...this.callOptions, autoPaginate: false },
+      );
+      for await (const [scope, scoped] of pages) {
+        for (const inst of scoped.instances ?? []) {
+          const zone = lastSegment(inst.zone) || lastSegment(scope);
+          if (inst.name === name && zones.includes(zone)) found ??= zone;
+        }
+      }
+    });
+    return found;
+  }
+
+  /** One insert in one zone: submitted, adopted on 409, its operation watched within the create's budget. */
+  private async insertIn(
+    req: CreateRequest,
+    zone: string,
+    budget: InsertBudget,
+    signal: AbortSignal,
+  ): Promise<string> {
+    const id = formatProviderId(this.config.project, zone, req.name);
+    // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
+    this.deletes.delete(vmKey(this.config.project, zone, req.name));
+    const { instances } = await this.api();
+    const body = buildInsertBody(req, this.config, zone);
+    let operation: Operation;
+    try {
+      const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
+        instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
+      );
+      operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
+    } catch (err) {
+      // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
+      if (httpStatus(err) !== 409) throw this.wrap('create', req.name, err, 'insert');
+      this.logApiError('create', id, err);
+      return this.adopt(req, zone, id, signal);
+    }
+    this.log.info(
+      {
+        instance: req.name,
+        zone,
+        uid: req.uid,
+        machineType: req.placement.machineType,
+        image: req.placement.image,
+        project: this.config.project,
+        network: this.config.subnetwork === undefined ? this.config.network : undefined,
+        subnetwork: this.config.subnetwork,
+        networkTag: this.config.networkTag,
+        diskSizeGb: this.config.diskSizeGb,
+        diskType: this.config.diskType,
+        provisioningModel: this.config.provisioningModel,
+        internalOnly: this.config.internalOnly,
+        serviceAccount: this.config.serviceAccount?.email,
+        port: req.port,
+        operation: operation.name,
+        // Never the text: it may hold secrets.
+        cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+      },
+      'insert submitted',
+    );
+    budget.deadline ??= Date.now() + this.insertWaitMs;
+    if (operation.name) await this.watchInsert(zone, operation, id, budget.deadline, signal);
+    return id;
+  }
+
   /**
-   * Watches the insert operation for at most insertWaitMs: an insert the API
+   * Watches the insert operation until `deadline` (insertWaitMs after the first insert was answered): an insert the API
    * accepted can still fail (no quota or capacity in the zone, an image
    * that does not exist). Seen here, the failure is create's answer, with
    * its class and codes, so it reaches the Proxy's status (Failed with the
@@ -478,9 +579,14 @@ class GcpProviderImpl implements GcpProvider {
    * reading as NotFound on the next get. An operation still running at the
    * bound is left to get, which reports the VM as it provisions.
    */
-  private async watchInsert(zone: string, first: Operation, id: string, signal: AbortSignal): Promise<void> {
+  private async watchInsert(
+    zone: string,
+    first: Operation,
+    id: string,
+    deadline: number,
+    signal: AbortSignal,
+  ): Promise<void> {
     const { operations } = await this.api();
-    const deadline = Date.now() + this.insertWaitMs;
     let op = first;
     while (op.status !== 'DONE') {
       const left = deadline - Date.now();
@@ -524,64 +630,16 @@ class GcpProviderImpl implements GcpProvider {
     );
   }
 
-  /** Placement and marks checked before any API call; every message names the field. */
+  /** Placement and marks checked before any API call (placement.ts); the zone, or Permanent naming the field. */
   private validate(req: CreateRequest, instance: string): string {
-    const bad = (message: string) => this.ops.fail('Permanent', 'create', instance, message);
-    if (typeof req.name !== 'string' || !INSTANCE_NAME.test(req.name)) {
-      throw bad('name is not a GCE instance name (RFC 1035 label)');
-    }
-    const p = req.placement ?? {};
-    const missing = (['zone', 'machineType', 'image'] as const).filter((f) => !p[f]);
-    if (missing.length > 0) {
-      throw bad(
-        `placement.${missing.join(', placement.')} ${missing.length > 1 ? 'are' : 'is'} required for gcp`,
-      );
-    }
-    const zone = p.zone!;
-    if (!ZONE.test(zone)) throw bad(`placement.zone "${zone.slice(0, 80)}" is not a GCE zone name`);
-    if (!MACHINE_TYPE.test(p.machineType!))
-      throw bad(`placement.machineType "${p.machineType!.slice(0, 80)}" is not a GCE machine type name`);
-    if (!IMAGE.test(p.image!))
-      throw bad(`placement.image "${p.image!.slice(0, 80)}" is not an image path or URL`);
-    if (p.region && !zone.startsWith(`${p.region}-`)) {
-      throw bad(`placement.zone "${zone}" is not in placement.region "${p.region.slice(0, 80)}"`);
-    }
-    // A subnetwork is regional: a VM in another region's zone would be refused by the API.
-    const subnetRegion =
-      this.config.subnetwork === undefined ? undefined : subnetworkRegion(this.config.subnetwork);
-    if (subnetRegion !== undefined && !zone.startsWith(`${subnetRegion}-`)) {
-      throw bad(`placement.zone "${zone}" is not in region "${subnetRegion}" of gcp.subnetwork`);
-    }
-    if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {
-      throw bad('uid is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)');
-    }
-    if (!LABEL_VALUE.test(req.installation)) {
-      throw bad(
-        `installation "${req.installation.slice(0, 80)}" is not a GCE label value (lowercase letters, digits, "-" and "_", at most 63)`,
-      );
-    }
-    return zone;
+    const checked = checkCreateRequest(req, this.config);
+    if ('problem' in checked) throw this.ops.fail('Permanent', 'create', instance, checked.problem);
+    return checked.zone;
   }
 
   /** 409 on insert: a VM of this name exists. It is ours only if its UID label says so. */
   private async adopt(req: CreateRequest, zone: string, id: string, signal: AbortSignal): Promise<string> {
-    const { instances } = await this.api();
-    let existing: ComputeInstance;
-    try {
-      [existing] = await this.call(signal, 'create', 'instances.get', () =>
-        instances.get({ project: this.config.project, zone, instance: req.name }, this.callOptions),
-      );
-    } catch (err) {
-      if (isInstanceNotFound(err, this.config.project, zone, req.name)) {
-        throw this.ops.fail(
-          'Transient',
-          'create',
-          req.name,
-          'the existing VM disappeared during create; retry',
-        );
-      }
-      throw err;
-    }
+    const existing = await this.existingVm(req.name, zone, signal);
     const owner = existing.labels?.[LABEL_UID] ?? '';
     if (owner !== req.uid) {
       throw this.ops.fail(
@@ -593,6 +651,54 @@ class GcpProviderImpl implements GcpProvider {
     }
     this.log.debug({ instance: req.name, zone }, 'create: adopted the existing VM');
     return id;
+  }
+
+  /**
+   * The VM an insert's 409 says exists. GCE takes the name at once but
+   * shows a new VM to get only a moment later (two concurrent creates of
+   * one Proxy meet exactly this): a 404 with an insert of that name still
+   * running waits on that operation (bounded by insertWaitMs) and reads
+   * again. A 404 with no insert running is a VM that went away meanwhile.
+   */
+  private async existingVm(name: string, zone: string, signal: AbortSignal): Promise<ComputeInstance> {
+    const { instances, operations } = await this.api();
+    const project = this.config.project;
+    const deadline = Date.now() + this.insertWaitMs;
+    for (;;) {
+      try {
+        const [existing] = await this.call(signal, 'create', 'instances.get', () =>
+          instances.get({ project, zone, instance: name }, this.callOptions),
+        );
+        return existing;
+      } catch (err) {
+        if (!isInstanceNotFound(err, project, zone, name)) throw err;
+        this.logApiError('create', name, err);
+      }
+      const left = deadline - Date.now();
+      const inserting =
+        left > 0
+          ? (await this.unfinishedOperations('create', project, zone, name, signal)).find(
+              (o) => o.operationType === 'insert',
+            )
+          : undefined;
+      if (inserting?.name == null) {
+        throw this.ops.fail('Transient', 'create', name, 'the existing VM disappeared during create; retry');
+      }
+      const waitMs = Math.min(left, this.operationWaitMs);
+      this.log.debug(
+        { instance: name, operation: inserting.name },
+        'create: the name is taken by an insert still running; waiting on it',
+      );
+      await this.call(
+        signal,
+        'create',
+        'zoneOperations.wait',
+        () => operations.wait({ project, zone, operation: inserting.name ?? '' }, this.callOptions),
+        waitMs + 1_000,
+      ).catch((err: unknown) => {
+        if (!(err instanceof CallEnded && err.by === 'timeout')) throw err;
+      });
+    }
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
@@ -738,50 +844,73 @@ class GcpProviderImpl implements GcpProvider {
     return [`zones/${parsed.zone}/instances/${parsed.name}`];
   }
 
+  /**
+   * One paged, filtered aggregated list of the configured project, then one
+   * of each other project a providerID has named (see `otherProjects`), so
+   * GC and the drift sweep see the VMs still referenced where they were
+   * made. Another project that cannot be listed is left out with a warning,
+   * like an unreachable zone (absence from a listing is never "gone" for GC).
+   */
   listByTag(signal: AbortSignal): Promise<Instance[]> {
     return this.ops.run('list', '', signal, async () => {
-      const { instances } = await this.api();
       const out: Instance[] = [];
-      // Every page repeats the warning for an unreachable zone: a set.
-      const unreachable = new Set<string>();
-      let stop = false;
-      const walk = async () => {
-        const pages = instances.aggregatedListAsync(
-          {
-            project: this.config.project,
-            filter: MANAGED_FILTER,
-            returnPartialSuccess: true,
-            maxResults: this.pageSize,
-          },
-          // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
-          { ...this.callOptions, autoPaginate: false },
-        );
-        for await (const [scope, scoped] of pages) {
-          if (stop) return;
-          if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
-          for (const inst of scoped.instances ?? []) {
-            // The filter already guarantees the label; checked again so a
-            // filter mistake can never hand GC a VM we do not own.
-            if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
-            out.push(toInstance(inst, this.config.project, lastSegment(inst.zone) || lastSegment(scope)));
-          }
+      const started = Date.now();
+      out.push(...(await this.listProject(this.config.project, signal)));
+      this.lastList = { at: Date.now(), latencyMillis: Date.now() - started };
+      for (const project of [...this.otherProjects].sort()) {
+        try {
+          out.push(...(await this.listProject(project, signal)));
+        } catch (err) {
+          if (signal.aborted) throw err;
+          const c = this.logApiError('list', '', err);
+          this.log.warn(
+            { project, configuredProject: this.config.project, error: c.summary },
+            'list: a project Proxies still reference could not be listed; its VMs are left out',
+          );
         }
-      };
-      try {
-        // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
-        await this.call(signal, 'list', 'instances.aggregatedList', walk, this.callTimeoutMs * 4);
-      } finally {
-        stop = true;
       }
-      if (unreachable.size > 0) {
-        this.log.warn(
-          { unreachable: [...unreachable].sort(), listed: out.length },
-          'list: zones left out (unreachable); their VMs are not listed',
-        );
-      }
-      this.log.debug({ filter: MANAGED_FILTER, count: out.length }, 'list');
       return out;
     });
+  }
+
+  /** The managed VMs of one project: one bounded call walking the aggregated list's pages. */
+  private async listProject(project: string, signal: AbortSignal): Promise<Instance[]> {
+    const { instances } = await this.api();
+    const out: Instance[] = [];
+    // Every page repeats the warning for an unreachable zone: a set.
+    const unreachable = new Set<string>();
+    let stop = false;
+    const walk = async () => {
+      const pages = instances.aggregatedListAsync(
+        { project, filter: MANAGED_FILTER, returnPartialSuccess: true, maxResults: this.pageSize },
+        // The iterator pages by itself; autoPaginate left true only makes gax print a process warning.
+        { ...this.callOptions, autoPaginate: false },
+      );
+      for await (const [scope, scoped] of pages) {
+        if (stop) return;
+        if (scoped.warning?.code === 'UNREACHABLE') unreachable.add(scope);
+        for (const inst of scoped.instances ?? []) {
+          // The filter already guarantees the label; checked again so a
+          // filter mistake can never hand GC a VM we do not own.
+          if (inst.labels?.[LABEL_MANAGED] !== MARK_MANAGED_VALUE) continue;
+          out.push(toInstance(inst, project, lastSegment(inst.zone) || lastSegment(scope)));
+        }
+      }
+    };
+    try {
+      // The whole list is one bounded call: a page per this.callTimeoutMs at most, and at most four times that.
+      await this.call(signal, 'list', 'instances.aggregatedList', walk, this.callTimeoutMs * 4);
+    } finally {
+      stop = true;
+    }
+    if (unreachable.size > 0) {
+      this.log.warn(
+        { project, unreachable: [...unreachable].sort(), listed: out.length },
+        'list: zones left out (unreachable); their VMs are not listed',
+      );
+    }
+    this.log.debug({ project, filter: MANAGED_FILTER, count: out.length }, 'list');
+    return out;
   }
 
   /**
@@ -795,6 +924,25 @@ class GcpProviderImpl implements GcpProvider {
     const target = { name: this.config.project, address: this.address() };
     if (signal.aborted) {
       return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    }
+    // The drift sweep lists every 2 min and the checks run every minute: a
+    // list that just succeeded proved the same (credentials, the API,
+    // compute.instances.list), so the check reuses it instead of a call.
+    const recent = this.lastList;
+    if (recent !== undefined && Date.now() - recent.at < this.checkReuseMs) {
+      return [
+        {
+          ...target,
+          ready: true,
+          reason: 'Reachable',
+          latencyMillis: recent.latencyMillis,
+          details: {
+            network: this.config.network,
+            networkTag: this.config.networkTag,
+            from: `the aggregated list ${Math.round((Date.now() - recent.at) / 1000)} s ago`,
+          },
+        },
+      ];
     }
     try {
       const { instances } = await this.api();
@@ -834,6 +982,9 @@ class GcpProviderImpl implements GcpProvider {
   async close(): Promise<void> {
     const clients = this.clients;
     this.clients = undefined;
+    this.lastList = undefined;
+    this.agent?.destroy();
+    this.agent = undefined;
     if (clients === undefined) return;
     await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
   }

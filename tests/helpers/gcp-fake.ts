@@ -2,50 +2,141 @@
  * A wire-level fake of the Compute Engine REST API (v1), enough of it for
  * the gcp provider driven by the real `@google-cloud/compute` client:
  * instances insert, get, delete and aggregatedList; zoneOperations get, wait
- * and list. It listens on 127.0.0.1 on a random port, requires a bearer
- * token, records every request, and answers the way the API does:
+ * and list. It listens on 127.0.0.1 on a random port over TLS (a
+ * certificate from a per-process test CA; `caFile` is the CA's PEM for
+ * `gcp.endpointCaFile`), requires a bearer token, records every request,
+ * and behaves like GCE where the provider's logic depends on it:
  *
- * - insert returns a zone operation (PENDING, then RUNNING, then DONE after
- *   `timing.insertMs`); the VM exists at once as PROVISIONING and becomes
- *   RUNNING with an external NAT IP when the operation is DONE; a second
- *   insert of a taken name is 409 alreadyExists;
- * - delete returns an operation; the VM is STOPPING until it is DONE after
- *   `timing.deleteMs`, then gone; a delete while another operation runs on
- *   the VM is 400 resourceNotReady; a missing VM is 404 notFound;
+ * - time passes (`timing`, small delays on by default, `DEFAULT_TIMING`):
+ *   an operation is PENDING, then RUNNING, then DONE; a new VM answers 404
+ *   to get, delete and lists for `visibleAfterMs`, is PROVISIONING, then
+ *   STAGING, and RUNNING with its external IP only `runningLagMs` after its
+ *   insert operation is DONE; a delete leaves it STOPPING until its
+ *   operation is DONE; `wait` holds until the operation is DONE or
+ *   `waitMaxMs` (GCE's two minutes by default) passes;
+ * - insert validates synchronously, as GCE does: a malformed image path or
+ *   an unknown machine type is 400 naming the field; an image, network,
+ *   subnetwork, disk type or zone listed in `missing`/`missingZones` is
+ *   404 naming the resource (no operation is made); metadata over GCE's
+ *   limits (256 KiB a value, 512 KiB in all) is 400; a Spot VM whose
+ *   scheduling allows automatic restart or host migration is 400; with
+ *   `denyExternalIp` (the organization policy
+ *   `constraints/compute.vmExternalIpAccess`) an insert asking for an
+ *   external IP is 412 conditionNotMet; a taken name is 409;
+ * - GCE-initiated changes can be injected: `preempt` (a Spot VM: deleted
+ *   or TERMINATED per its instanceTerminationAction), `hostError`
+ *   (TERMINATED), `stopStart` (back RUNNING with a new ephemeral IP),
+ *   `repair` (REPAIRING for a while);
+ * - `rateLimitPerSecond`: more calls than that in one second for one
+ *   project are 403 rateLimitExceeded;
+ * - aggregatedList filters on `labels.KEY = VALUE` server-side, pages with
+ *   maxResults and pageToken, can answer `emptyPages` pages with no item
+ *   but a next token first (as GCE does when a page's time runs out), and
+ *   with returnPartialSuccess reports an unreachable zone as a per-scope
+ *   `warning` (code UNREACHABLE) plus the top-level `unreachables` list
+ *   (without it: 503);
+ * - zoneOperations.list filters on `FIELD = VALUE` / `FIELD != VALUE`
+ *   joined by AND;
  * - errors use the API's body: `{"error":{"code","message","errors":[{"reason","domain","message"}]}}`,
  *   a 404's message naming the resource (`The resource 'projects/p/zones/z/instances/n' was not found`);
- * - an insert naming an image, machine type or network listed in `missing`
- *   is refused synchronously, 404 naming that resource (as GCE does: no
- *   operation is made); with `denyExternalIp` (the organization policy
- *   `constraints/compute.vmExternalIpAccess`) an insert asking for an
- *   external IP is 412 conditionNotMet naming the constraint; any request
- *   in a zone of `missingZones`, or for another project, is 404 naming the
- *   zone or project;
- * - aggregatedList filters on `labels.KEY = VALUE` server-side, pages with
- *   maxResults and pageToken, and with returnPartialSuccess reports an
- *   unreachable zone as a per-scope `warning` (code UNREACHABLE) plus the
- *   top-level `unreachables` list (without it: 503);
- * - zoneOperations.list filters on `FIELD = VALUE` / `FIELD != VALUE`
- *   joined by AND; wait holds the request until the operation is DONE or
- *   `timing.waitMaxMs` passes;
- * - the insert body is kept and echoed the way GCE does: the NIC's network
- *   or subnetwork, an access config (and so an external IP) only when the
- *   body asked for one, an internal IP (`networkIP`) always, scheduling,
- *   service accounts and metadata; a subnetwork or disk type listed in
- *   `missing` is a synchronous 404 like an image; a Spot VM whose
- *   scheduling allows automatic restart or host migration is 400, as GCE
- *   refuses it;
+ * - the insert body is kept and echoed the way GCE does (NIC, access
+ *   config only when asked, internal IP, scheduling, service accounts,
+ *   metadata);
  * - `addProject` serves a second project on the same endpoint (same token,
- *   one request log), for a switch of `gcp.project`; a project neither
- *   serves is 404 naming the project.
+ *   one request log, the same timing); a project neither serves is 404.
  *
- * Time moves lazily: an operation's state is computed from the clock when
- * read, so there are no background timers. External IPs are loopback
- * addresses (127.0.1.x): nothing that dials them leaves the machine.
+ * Time moves lazily: states are computed from the clock when read, so
+ * there are no background timers (only a held `wait`). External and
+ * internal IPs are loopback addresses (127.0.1.x, 127.0.2.x): nothing that
+ * dials them leaves the machine.
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generate } from 'selfsigned';
+
+/** The test CA and the fake's certificate (127.0.0.1), made once per process. */
+interface TestPki {
+  caFile: string;
+  key: string;
+  cert: string;
+}
+let pki: Promise<TestPki> | undefined;
+
+function testPki(): Promise<TestPki> {
+  pki ??= (async () => {
+    const ca = await generate([{ name: 'commonName', value: 'egress-proxies gcp-fake test CA' }], {
+      keyType: 'ec',
+      curve: 'P-256',
+      algorithm: 'sha256',
+      extensions: [
+        { name: 'basicConstraints', cA: true, critical: true },
+        { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
+      ],
+    });
+    const leaf = await generate([{ name: 'commonName', value: '127.0.0.1' }], {
+      keyType: 'ec',
+      curve: 'P-256',
+      algorithm: 'sha256',
+      ca: { key: ca.private, cert: ca.cert },
+      extensions: [
+        { name: 'basicConstraints', cA: false },
+        { name: 'keyUsage', digitalSignature: true },
+        { name: 'extKeyUsage', serverAuth: true },
+        { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
+      ],
+    });
+    const caFile = join(mkdtempSync(join(tmpdir(), 'ep-gcp-fake-ca-')), 'ca.pem');
+    writeFileSync(caFile, ca.cert);
+    return { caFile, key: leaf.private, cert: leaf.cert };
+  })();
+  return pki;
+}
+
+/**
+ * The delays the fake runs with unless a test changes them: small (the
+ * suite's time), but every one of them non-zero, so the provider meets
+ * PENDING operations, an invisible new VM, STAGING and a VM without its
+ * IP yet in every gcp test.
+ */
+export const DEFAULT_TIMING = {
+  /** An operation is PENDING this long, then RUNNING. */
+  pendingMs: 15,
+  /** An insert operation is DONE after this. */
+  insertMs: 120,
+  /** A new VM answers 404 (get, delete, lists) this long after its insert. */
+  visibleAfterMs: 40,
+  /** A new VM turns RUNNING (with its external IP) this long after its insert operation is DONE. */
+  runningLagMs: 40,
+  /** A delete operation is DONE (the VM gone) after this. */
+  deleteMs: 80,
+  /** The longest a `wait` is held (GCE: about two minutes). */
+  waitMaxMs: 120_000,
+};
+export type FakeTiming = typeof DEFAULT_TIMING;
+
+/** GCE's metadata limits: 256 KiB for one value, 512 KiB for all of them. */
+const METADATA_VALUE_MAX = 256 * 1024;
+const METADATA_TOTAL_MAX = 512 * 1024;
+/** Machine types this fake's zones offer (predefined families and custom shapes). */
+const MACHINE_TYPES =
+  /^(?:(?:e2|n1|n2|n2d|n4|c2|c3|c3d|t2d|t2a)-(?:standard|highmem|highcpu)-\d{1,3}|e2-(?:micro|small|medium)|f1-micro|g1-small|(?:e2|n1|n2|n2d)-custom-\d{1,3}-\d{3,7})$/;
+/** An image the API can resolve: projects/<p>/global/images/<name> or .../images/family/<family>. */
+const IMAGE_PATH = /^projects\/[a-z][-a-z0-9.:]{0,62}\/global\/images\/(?:family\/)?[a-z][-a-z0-9]{0,62}$/;
+
+/** A scheduled change of a VM by GCE itself (boot steps, preemption, repair...). */
+interface Transition {
+  atMs: number;
+  status?: string;
+  /** A new ephemeral external IP (RUNNING after a start), or none (stopped). */
+  ip?: 'new' | 'none';
+  /** The VM is gone (a preempted Spot VM with instanceTerminationAction DELETE). */
+  remove?: boolean;
+}
 
 export interface RecordedRequest {
   method: string;
@@ -71,6 +162,10 @@ export interface FakeInstance {
   labels: Record<string, string>;
   /** The insert body as received (metadata, disks, NICs...). */
   resource: Record<string, unknown>;
+  /** Until then get, delete and lists answer as if the VM did not exist (GCE's short window after insert). */
+  visibleAtMs?: number;
+  /** What GCE does to it next, in time order. */
+  transitions?: Transition[];
 }
 
 export interface FakeOperation {
@@ -98,7 +193,16 @@ export class FakeCompute {
   readonly instances = new Map<string, FakeInstance>();
   readonly operations: FakeOperation[] = [];
   readonly token: string;
-  readonly timing = { insertMs: 0, deleteMs: 0, waitMaxMs: 2_000 };
+  /** The delays (shared by the projects of one endpoint); `resetTiming` restores DEFAULT_TIMING. */
+  readonly timing: FakeTiming;
+  /** More requests than this in one second for one project are 403 rateLimitExceeded (unset: no limit). */
+  rateLimitPerSecond: number | undefined;
+  /** aggregatedList answers this many pages with no item and a next token before the real ones. */
+  emptyPages = 0;
+  /** More identities the endpoint serves: `Bearer <token>` values accepted besides `token` (requests record which). */
+  readonly otherTokens = new Set<string>();
+  /** The CA file a client must trust (`gcp.endpointCaFile`). */
+  readonly caFile: string;
   /** Zones the aggregated list walks (the ones holding VMs are added). */
   readonly zones = new Set<string>(['europe-west1-b', 'us-central1-a']);
   readonly unreachableZones = new Set<string>();
@@ -122,20 +226,30 @@ export class FakeCompute {
   private readonly open = new Set<ServerResponse>();
   /** Other projects served on this endpoint (addProject). */
   private readonly siblings = new Map<string, FakeCompute>();
+  /** When this project's recent requests came (the rate limit's window). */
+  private readonly recent: number[] = [];
+  /** Held `wait` requests, released at stop. */
+  private readonly held = new Set<NodeJS.Timeout>();
 
   private constructor(
     readonly project: string,
+    tls: TestPki,
     token?: string,
+    timing?: FakeTiming,
   ) {
     this.token = token ?? `fake-token-${randomUUID()}`;
-    this.server = createServer((req, res) => void this.handle(req, res));
+    this.timing = timing ?? { ...DEFAULT_TIMING };
+    this.caFile = tls.caFile;
+    this.server = createServer({ key: tls.key, cert: tls.cert }, (req, res) => void this.handle(req, res));
     // Never close an idle keep-alive connection first: a client reusing it
     // at that moment gets ECONNRESET (the real API keeps them far longer).
     this.server.keepAliveTimeout = 120_000;
+    this.tls = tls;
   }
+  private readonly tls: TestPki;
 
   static async start(project: string): Promise<FakeCompute> {
-    const fake = new FakeCompute(project);
+    const fake = new FakeCompute(project, await testPki());
     await new Promise<void>((resolve) => fake.server.listen(0, '127.0.0.1', resolve));
     return fake;
   }
@@ -145,13 +259,26 @@ export class FakeCompute {
   }
 
   get endpoint(): string {
-    return `http://127.0.0.1:${this.port}`;
+    return `https://127.0.0.1:${this.port}`;
+  }
+
+  /** The provider config fields that point a gcp provider here (endpoint and its CA). */
+  get connection(): { endpoint: string; endpointCaFile: string } {
+    return { endpoint: this.endpoint, endpointCaFile: this.caFile };
   }
 
   async stop(): Promise<void> {
+    for (const f of [this, ...this.siblings.values()]) for (const t of f.held) clearTimeout(t);
     for (const res of this.open) res.destroy();
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  /** Back to DEFAULT_TIMING, no rate limit, no empty pages. */
+  resetTiming(): void {
+    Object.assign(this.timing, DEFAULT_TIMING);
+    this.rateLimitPerSecond = undefined;
+    this.emptyPages = 0;
   }
 
   // -- test controls --------------------------------------------------------
@@ -164,7 +291,7 @@ export class FakeCompute {
   addProject(project: string): FakeCompute {
     if (project === this.project || this.siblings.has(project))
       throw new Error(`project ${project} is served`);
-    const other = new FakeCompute(project, this.token);
+    const other = new FakeCompute(project, this.tls, this.token, this.timing);
     this.siblings.set(project, other);
     return other;
   }
@@ -245,20 +372,82 @@ export class FakeCompute {
     return this.instances.get(`${zone}/${name}`);
   }
 
-  /** Every operation still running finishes now. */
+  /** Every operation still running finishes now, and every VM's pending boot step with it. */
   finishOperations(): void {
     const now = Date.now();
-    for (const op of this.operations) if (op.doneAtMs > now) op.doneAtMs = now;
+    for (const op of this.operations) {
+      if (op.doneAtMs > now) op.doneAtMs = now;
+      if (op.startMs > now - this.timing.pendingMs) op.startMs = now - this.timing.pendingMs;
+    }
+    for (const inst of this.instances.values()) {
+      if (inst.visibleAtMs !== undefined && inst.visibleAtMs > now) inst.visibleAtMs = now;
+      for (const t of inst.transitions ?? []) if (t.atMs > now) t.atMs = now;
+    }
     this.settle();
   }
 
   /** Starts a delete operation on a VM that runs for `ms`. */
   beginDelete(zone: string, name: string, ms: number): FakeOperation {
+    const inst = this.existing(zone, name);
+    inst.status = 'STOPPING';
+    inst.transitions = [];
+    return this.newOperation(zone, 'delete', name, ms);
+  }
+
+  // -- what GCE does by itself ------------------------------------------------
+
+  /**
+   * Preempts a Spot VM, as GCE does when it needs the capacity: STOPPING,
+   * then (after `timing.deleteMs`) gone with instanceTerminationAction
+   * DELETE, or TERMINATED with STOP. A VM that is not Spot cannot be
+   * preempted: an error, so a test cannot preempt the wrong VM by mistake.
+   */
+  preempt(zone: string, name: string): void {
+    const inst = this.existing(zone, name);
+    const scheduling = inst.resource.scheduling as
+      { provisioningModel?: string; instanceTerminationAction?: string } | undefined;
+    if (scheduling?.provisioningModel !== 'SPOT') throw new Error(`VM ${zone}/${name} is not a Spot VM`);
+    const at = Date.now() + this.timing.deleteMs;
+    inst.status = 'STOPPING';
+    inst.transitions =
+      scheduling.instanceTerminationAction === 'STOP'
+        ? [{ atMs: at, status: 'TERMINATED', ip: 'none' }]
+        : [{ atMs: at, remove: true }];
+  }
+
+  /** A host error GCE does not restart from (automaticRestart false): TERMINATED, no IP. */
+  hostError(zone: string, name: string): void {
+    const inst = this.existing(zone, name);
+    inst.status = 'TERMINATED';
+    inst.natIP = undefined;
+    inst.transitions = [];
+  }
+
+  /** Stopped and started again (maintenance, a user): STOPPING, TERMINATED, STAGING, then RUNNING with a new ephemeral IP. */
+  stopStart(zone: string, name: string, ms = 4 * DEFAULT_TIMING.runningLagMs): void {
+    const inst = this.existing(zone, name);
+    const now = Date.now();
+    inst.status = 'STOPPING';
+    inst.natIP = undefined;
+    inst.transitions = [
+      { atMs: now + ms / 4, status: 'TERMINATED' },
+      { atMs: now + ms / 2, status: 'STAGING' },
+      { atMs: now + ms, status: 'RUNNING', ip: 'new' },
+    ];
+  }
+
+  /** GCE repairs the VM (a failed host): REPAIRING for `ms`, then RUNNING with the same IP. */
+  repair(zone: string, name: string, ms: number): void {
+    const inst = this.existing(zone, name);
+    inst.status = 'REPAIRING';
+    inst.transitions = [{ atMs: Date.now() + ms, status: 'RUNNING' }];
+  }
+
+  private existing(zone: string, name: string): FakeInstance {
     this.settle();
     const inst = this.instances.get(`${zone}/${name}`);
     if (!inst) throw new Error(`no VM ${zone}/${name}`);
-    inst.status = 'STOPPING';
-    return this.newOperation(zone, 'delete', name, ms);
+    return inst;
   }
 
   requestsTo(method: string, pathPart: string | RegExp): RecordedRequest[] {
@@ -305,30 +494,43 @@ export class FakeCompute {
     return op;
   }
 
-  /** Applies every operation whose time has come. */
+  /** Applies every operation and every scheduled change whose time has come. */
   private settle(): void {
     const now = Date.now();
     for (const op of this.operations) {
       if ((op as { applied?: boolean }).applied || now < op.doneAtMs) continue;
       (op as { applied?: boolean }).applied = true;
       const key = `${op.zone}/${op.targetName}`;
-      const inst = this.instances.get(key);
-      if (op.operationType === 'insert') {
-        if (op.error) this.instances.delete(key);
-        else if (inst && inst.status === 'PROVISIONING') {
-          inst.status = 'RUNNING';
-          inst.natIP = this.allocateIp();
-        }
-      } else if (op.operationType === 'delete') {
+      // A failed insert leaves no VM; a done delete removes it.
+      if ((op.operationType === 'insert' && op.error) || op.operationType === 'delete')
         this.instances.delete(key);
+    }
+    for (const [key, inst] of this.instances) {
+      while (
+        inst.transitions !== undefined &&
+        inst.transitions.length > 0 &&
+        inst.transitions[0]!.atMs <= now
+      ) {
+        const t = inst.transitions.shift()!;
+        if (t.remove) {
+          this.instances.delete(key);
+          break;
+        }
+        if (t.status !== undefined) inst.status = t.status;
+        if (t.ip === 'new') inst.natIP = this.allocateIp();
+        if (t.ip === 'none') inst.natIP = undefined;
       }
     }
+  }
+
+  private visible(inst: FakeInstance | undefined): inst is FakeInstance {
+    return inst !== undefined && (inst.visibleAtMs === undefined || inst.visibleAtMs <= Date.now());
   }
 
   private status(op: FakeOperation): 'PENDING' | 'RUNNING' | 'DONE' {
     const now = Date.now();
     if (now >= op.doneAtMs) return 'DONE';
-    return now - op.startMs < 5 ? 'PENDING' : 'RUNNING';
+    return now - op.startMs < this.timing.pendingMs ? 'PENDING' : 'RUNNING';
   }
 
   private opJson(op: FakeOperation): Record<string, unknown> {
@@ -409,10 +611,30 @@ export class FakeCompute {
     };
   }
 
-  private error(res: ServerResponse, status: number, reason: string, message: string): void {
+  private error(
+    res: ServerResponse,
+    status: number,
+    reason: string,
+    message: string,
+    domain = 'global',
+  ): void {
     this.json(res, status, {
-      error: { code: status, message, errors: [{ message, domain: 'global', reason }] },
+      error: { code: status, message, errors: [{ message, domain, reason }] },
     });
+  }
+
+  /** Counts this request against its project's per-second limit (GCE's per-project read/write rate limits). */
+  private rateLimited(path: string): boolean {
+    const project = path.split('/')[4] ?? '';
+    const owner = project === this.project ? this : this.siblings.get(project);
+    if (owner === undefined) return false;
+    const limit = owner.rateLimitPerSecond ?? this.rateLimitPerSecond;
+    const now = Date.now();
+    while (owner.recent.length > 0 && owner.recent[0]! <= now - 1_000) owner.recent.shift();
+    if (limit === undefined) return false;
+    if (owner.recent.length >= limit) return true;
+    owner.recent.push(now);
+    return false;
   }
 
   private json(res: ServerResponse, status: number, body: unknown): void {
@@ -447,8 +669,12 @@ export class FakeCompute {
     this.requests.push(rec);
     res.on('finish', () => (rec.status = res.statusCode));
     for (const s of [...this.stalls]) if (s.match(rec)) await s.released;
-    if (rec.authorization !== `Bearer ${this.token}`) {
+    if (rec.authorization !== `Bearer ${this.token}` && !this.otherTokens.has(rec.authorization ?? '')) {
       this.error(res, 401, 'required', 'Request is missing required authentication credential.');
+      return;
+    }
+    if (this.rateLimited(url.pathname)) {
+      this.error(res, 403, 'rateLimitExceeded', 'Rate Limit Exceeded', 'usageLimits');
       return;
     }
     const canned = this.canned.find((c) => c.times > 0 && c.match(rec));
@@ -515,8 +741,17 @@ export class FakeCompute {
       }
       if (rest.length === 4 && rec.method === 'GET') return this.json(res, 200, this.opJson(op));
       if (rest.length === 5 && rest[4] === 'wait' && rec.method === 'POST') {
+        // Held until the operation is DONE or GCE's limit on one wait passes.
         const holdMs = Math.max(0, Math.min(op.doneAtMs - Date.now(), this.timing.waitMaxMs));
-        if (holdMs > 0) await new Promise((r) => setTimeout(r, holdMs));
+        if (holdMs > 0) {
+          await new Promise<void>((r) => {
+            const t = setTimeout(() => {
+              this.held.delete(t);
+              r();
+            }, holdMs);
+            this.held.add(t);
+          });
+        }
         this.settle();
         return this.json(res, 200, this.opJson(op));
       }
@@ -536,6 +771,11 @@ export class FakeCompute {
         this.error(res, 400, 'required', `Required field 'resource.${field}' not specified`);
         return;
       }
+    }
+    const invalid = this.invalidField(resource, zone);
+    if (invalid !== undefined) {
+      this.error(res, 400, 'invalid', invalid);
+      return;
     }
     // What GCE resolves synchronously: a missing image, machine type or network is a 404, no operation.
     for (const path of this.referencedResources(resource, zone)) {
@@ -581,15 +821,23 @@ export class FakeCompute {
     this.zones.add(zone);
     const rule = this.failingInserts.find((r) => r.match(resource, zone));
     const failing = rule ? { codes: rule.codes, httpStatus: rule.httpStatus } : undefined;
+    const now = Date.now();
+    const t = this.timing;
     const inst: FakeInstance = {
       id: String(this.nextId++),
       name,
       zone,
       status: 'PROVISIONING',
-      creationTimestamp: rfc3339(new Date()),
+      creationTimestamp: rfc3339(new Date(now)),
       labels: { ...((resource.labels as Record<string, string> | undefined) ?? {}) },
       networkIP: this.allocateInternalIp(),
       resource,
+      visibleAtMs: now + t.visibleAfterMs,
+      // The boot steps: STAGING halfway through the insert, RUNNING with the IP a little after it is DONE.
+      transitions: [
+        { atMs: now + t.insertMs / 2, status: 'STAGING' },
+        { atMs: now + t.insertMs + t.runningLagMs, status: 'RUNNING', ip: 'new' },
+      ],
     };
     this.instances.set(key, inst);
     const op = this.newOperation(
@@ -601,6 +849,38 @@ export class FakeCompute {
     );
     this.settle();
     this.json(res, 200, this.opJson(op));
+  }
+
+  /**
+   * What GCE refuses synchronously with 400 before resolving anything: a
+   * malformed image path, a machine type the zone does not offer, metadata
+   * over its limits. The message names the field, as GCE's does.
+   */
+  private invalidField(resource: Record<string, unknown>, zone: string): string | undefined {
+    const disks = (resource.disks ?? []) as { initializeParams?: { sourceImage?: unknown } }[];
+    const image = str(disks[0]?.initializeParams?.sourceImage).replace(/^https:\/\/[^/]+\/compute\/v1\//, '');
+    if (!IMAGE_PATH.test(image)) {
+      return `Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '${image}'. The URL is malformed.`;
+    }
+    const machineType = str(resource.machineType);
+    const type = lastSegment(machineType);
+    if (!MACHINE_TYPES.test(type)) {
+      return `Invalid value for field 'resource.machineType': '${machineType}'. Machine type with name '${type}' does not exist in zone '${zone}'.`;
+    }
+    const items = ((resource.metadata as { items?: { key?: string; value?: string }[] } | undefined)?.items ??
+      []) as { key?: string; value?: string }[];
+    let total = 0;
+    for (const item of items) {
+      const size = Buffer.byteLength(item.key ?? '') + Buffer.byteLength(item.value ?? '');
+      total += size;
+      if (Buffer.byteLength(item.value ?? '') > METADATA_VALUE_MAX) {
+        return `Invalid value for field 'resource.metadata': the value of metadata item '${item.key ?? ''}' exceeds ${METADATA_VALUE_MAX} bytes.`;
+      }
+    }
+    if (total > METADATA_TOTAL_MAX) {
+      return `Invalid value for field 'resource.metadata': metadata total size exceeds ${METADATA_TOTAL_MAX} bytes.`;
+    }
+    return undefined;
   }
 
   /** The image, machine type and network an insert body names, as full resource paths. */
@@ -628,7 +908,7 @@ export class FakeCompute {
 
   private getInstance(res: ServerResponse, zone: string, name: string): void {
     const inst = this.instances.get(`${zone}/${name}`);
-    if (!inst) {
+    if (!this.visible(inst)) {
       this.error(
         res,
         404,
@@ -642,7 +922,7 @@ export class FakeCompute {
 
   private deleteInstance(res: ServerResponse, zone: string, name: string): void {
     const inst = this.instances.get(`${zone}/${name}`);
-    if (!inst) {
+    if (!this.visible(inst)) {
       this.error(
         res,
         404,
@@ -664,6 +944,7 @@ export class FakeCompute {
       return;
     }
     inst.status = 'STOPPING';
+    inst.transitions = [];
     const op = this.newOperation(zone, 'delete', name, this.timing.deleteMs);
     this.settle();
     this.json(res, 200, this.opJson(op));
@@ -684,13 +965,17 @@ export class FakeCompute {
     }
     const terms = parseFilter(query.get('filter') ?? '');
     const maxResults = Math.min(Number(query.get('maxResults') ?? '500') || 500, 500);
-    const offset = Number(query.get('pageToken') ?? '0') || 0;
+    // The page token is `<empty pages still to answer>.<offset>`.
+    const [emptyLeft, offset] = (query.get('pageToken') ?? `${this.emptyPages}.0`)
+      .split('.')
+      .map((n) => Number(n) || 0) as [number, number];
     const matching = [...this.instances.values()]
-      .filter((i) => !this.unreachableZones.has(i.zone))
+      .filter((i) => this.visible(i) && !this.unreachableZones.has(i.zone))
       .map((i) => this.instanceJson(i))
       .filter((i) => terms.every((t) => t.test(i)))
       .sort((a, b) => String(a.name).localeCompare(String(b.name)));
-    const page = matching.slice(offset, offset + maxResults);
+    // An empty page with a next token, as GCE answers when a page's time ran out.
+    const page = emptyLeft > 0 ? [] : matching.slice(offset, offset + maxResults);
     const items: Record<string, unknown> = {};
     for (const zone of [...this.zones].sort()) {
       const key = `zones/${zone}`;
@@ -717,11 +1002,16 @@ export class FakeCompute {
             };
     }
     const body: Record<string, unknown> = { kind: 'compute#instanceAggregatedList', items };
-    if (offset + maxResults < matching.length) body.nextPageToken = String(offset + maxResults);
+    if (emptyLeft > 0) body.nextPageToken = `${emptyLeft - 1}.${offset}`;
+    else if (offset + maxResults < matching.length) body.nextPageToken = `0.${offset + maxResults}`;
     if (this.unreachableZones.size > 0)
       body.unreachables = [...this.unreachableZones].map((z) => `zones/${z}`);
     this.json(res, 200, body);
   }
+}
+
+function str(v: unknown): string {
+  return typeof v === 'string' ? v : '';
 }
 
 function lastSegment(url: string): string {

@@ -13,6 +13,11 @@
  *   credential whose `token_url` points here: it answers 400 `invalid_grant`
  *   (a refused credential), or whatever `sts` is set to.
  *
+ * - an IAM Credentials endpoint (`POST /v1/projects/-/serviceAccounts/<email>:generateAccessToken`)
+ *   for the library's `Impersonated` credential: it mints `impersonation[email]`
+ *   for a caller whose bearer token is in `impersonators`, and answers 403
+ *   PERMISSION_DENIED otherwise (the caller lacks Service Account Token Creator).
+ *
  * (A service-account key's `token_uri` cannot be pointed here: the library's
  * JWT path always posts to oauth2.googleapis.com.)
  */
@@ -34,6 +39,12 @@ export class FakeTokenSource {
   };
   /** Paths requested, in order. */
   readonly hits: string[] = [];
+  /** The token generateAccessToken mints for each service account email. */
+  readonly impersonation = new Map<string, string>();
+  /** Bearer tokens allowed to impersonate (the source identity's). */
+  readonly impersonators = new Set<string>();
+  /** The Authorization header of each generateAccessToken call, in order. */
+  readonly impersonationCallers: string[] = [];
 
   private readonly server: Server;
 
@@ -67,6 +78,29 @@ export class FakeTokenSource {
           return send(m, flavor);
         }
         if (path === '/v1/token' && req.method === 'POST') return send(this.sts);
+        const iam = /^\/v1\/projects\/-\/serviceAccounts\/([^/:]+):generateAccessToken$/.exec(path);
+        if (iam !== null && req.method === 'POST') {
+          const caller = req.headers.authorization ?? '';
+          this.impersonationCallers.push(caller);
+          const token = this.impersonation.get(decodeURIComponent(iam[1]!));
+          if (token === undefined || !this.impersonators.has(caller.replace(/^Bearer /, ''))) {
+            return send({
+              status: 403,
+              body: {
+                error: {
+                  code: 403,
+                  message:
+                    "Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).",
+                  status: 'PERMISSION_DENIED',
+                },
+              },
+            });
+          }
+          return send({
+            status: 200,
+            body: { accessToken: token, expireTime: new Date(Date.now() + 3_600_000).toISOString() },
+          });
+        }
         send({ status: 404, body: 'not found' });
       });
     });
@@ -81,6 +115,11 @@ export class FakeTokenSource {
   /** host:port, the value for GCE_METADATA_HOST. */
   get host(): string {
     return `127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** The base URL for `Impersonated`'s `endpoint` (the IAM Credentials API). */
+  get iamEndpoint(): string {
+    return `http://${this.host}`;
   }
 
   /** An external_account credential (workload identity federation) whose token exchange comes here. */

@@ -33,7 +33,7 @@ import {
   type GcpProviderOptions,
 } from '../../providers/gcp/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
-import type { CreateRequest } from '../../providers/types.js';
+import type { CreateRequest, Instance } from '../../providers/types.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
@@ -81,12 +81,24 @@ function providerFor(
   const { config, ...rest } = extra;
   return createGcpProvider({
     name: 'gcp-test',
-    config: gcpConfigSchema.parse({ project: fake.project, endpoint: fake.endpoint, ...config }),
+    config: gcpConfigSchema.parse({ project: fake.project, ...fake.connection, ...config }),
     logger,
     authClient: fakeAuth(fake),
     insertWaitMs: 5_000,
     ...rest,
   });
+}
+
+/** get until the VM is Running: it boots through STAGING and has its IP only at RUNNING. */
+async function runningOf(provider: GcpProvider, id: string): Promise<Instance> {
+  return eventually(
+    `${id} Running`,
+    async () => {
+      const got = await provider.get(id, live());
+      return got.state === 'Running' ? got : undefined;
+    },
+    { timeoutMs: 10_000, intervalMs: 25 },
+  );
 }
 
 async function rejectionOf(p: Promise<unknown>): Promise<ProviderError> {
@@ -216,8 +228,7 @@ describe('gcp provider against the fake Compute API', () => {
     await fake?.stop();
   });
   afterEach(() => {
-    fake.timing.insertMs = 0;
-    fake.timing.deleteMs = 0;
+    fake.resetTiming();
     fake.unreachableZones.clear();
   });
 
@@ -280,8 +291,8 @@ describe('gcp provider against the fake Compute API', () => {
       ],
     });
     expect(insert.rawBody).toContain(sentinel);
-    // create watched its operation: one wait (the fake's insert is done at once, so maybe none).
-    const got = await provider.get(id, live());
+    // create watched its operation; the VM boots (STAGING) and gets its IP at RUNNING.
+    const got = await runningOf(provider, id);
     expect(got).toMatchObject({ id, state: 'Running', uid: req.uid, installation: 'inst-a' });
     expect(got.ip).toMatch(/^127\.0\.1\.\d+$/);
   });
@@ -573,13 +584,44 @@ describe('gcp provider against the fake Compute API', () => {
     }
   });
 
+  it('check reuses a listByTag that just succeeded (no call), until a call fails or the list ages out', async () => {
+    const reusing = providerFor(fake, captured.logger);
+    const ageing = providerFor(fake, captured.logger, { checkReuseMs: 0 });
+    try {
+      await reusing.listByTag(live());
+      const before = fake.requests.length;
+      const [t] = await reusing.check(live());
+      expect(t).toMatchObject({ ready: true, reason: 'Reachable' });
+      expect(t!.details?.from).toMatch(/^the aggregated list \d+ s ago$/);
+      expect(fake.requests.length).toBe(before);
+      // A failed Compute call ends the reuse: the next check asks.
+      const id = await reusing.create(request(), live());
+      fake.failNext((r) => r.method === 'GET' && r.path.endsWith(parseProviderId(id)!.name), {
+        status: 503,
+        reason: 'backendError',
+      });
+      await rejectionOf(reusing.get(id, live()));
+      const asked = fake.requests.length;
+      expect((await reusing.check(live()))[0]).toMatchObject({ ready: true });
+      expect(fake.requests.slice(asked).map((r) => r.query.get('maxResults'))).toEqual(['1']);
+      // Aged out (checkReuseMs 0): every check asks.
+      await ageing.listByTag(live());
+      const aged = fake.requests.length;
+      await ageing.check(live());
+      expect(fake.requests.length).toBe(aged + 1);
+    } finally {
+      await reusing.close();
+      await ageing.close();
+    }
+  });
+
   it('check answers Unreachable when nothing listens, and a wrong token is Unauthorized', async () => {
     const gone = await FakeCompute.start('test-project');
-    const endpoint = gone.endpoint;
+    const connection = gone.connection;
     await gone.stop();
     const nowhere = createGcpProvider({
       name: 'nowhere',
-      config: gcpConfigSchema.parse({ project: 'test-project', endpoint }),
+      config: gcpConfigSchema.parse({ project: 'test-project', ...connection }),
       logger: captured.logger,
       authClient: fakeAuth(fake),
     });
@@ -591,7 +633,7 @@ describe('gcp provider against the fake Compute API', () => {
     stranger.setCredentials({ access_token: 'not-the-token', expiry_date: Date.now() + 3_600_000 });
     const wrong = createGcpProvider({
       name: 'wrong',
-      config: gcpConfigSchema.parse({ project: 'test-project', endpoint: fake.endpoint }),
+      config: gcpConfigSchema.parse({ project: 'test-project', ...fake.connection }),
       logger: captured.logger,
       authClient: stranger,
     });
@@ -705,7 +747,8 @@ describe('gcp provider: errors classified by their source', () => {
     }
     // Nothing reached Compute: no DELETE, no operations listing; the VM is still there.
     expect(fake.requests.length).toBe(before);
-    expect(fake.instance(ZONE, req.name)?.status).toBe('RUNNING');
+    // Booting or running, never stopping: no delete reached it.
+    expect(fake.instance(ZONE, req.name)?.status).toMatch(/^(STAGING|RUNNING)$/);
     // The provider health check says the same, as a credentials problem.
     const [t] = await provider.check(live());
     expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
@@ -996,7 +1039,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
         subnetwork,
         accessConfigs: [{ name: 'External NAT', type: 'ONE_TO_ONE_NAT' }],
       });
-      expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+      expect(await runningOf(provider, id)).toMatchObject({ state: 'Running' });
     } finally {
       await provider.close();
     }
@@ -1070,7 +1113,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
           onHostMaintenance: 'TERMINATE',
         });
         // The fake refuses a Spot VM that may restart or migrate, as GCE does: this one ran.
-        expect(await provider.get(id, live())).toMatchObject({ state: 'Running' });
+        expect(await runningOf(provider, id)).toMatchObject({ state: 'Running' });
       } finally {
         await provider.close();
       }
@@ -1083,7 +1126,7 @@ describe('gcp insert settings: subnetwork, disk type, Spot, SSH keys, internal-o
       const { body, id, provider } = await insertWith({ internalOnly: true });
       try {
         expect(nicOf(body)).toEqual({ network: 'global/networks/default' });
-        const got = await provider.get(id, live());
+        const got = await runningOf(provider, id);
         const { name } = parseProviderId(id)!;
         expect(got.state).toBe('Running');
         expect(got.ip).toBe(fake.instance(ZONE, name)!.networkIP);
@@ -1148,6 +1191,7 @@ describe('gcp: the project is part of the providerID', () => {
     const a = inProject('project-alpha');
     const req = request();
     const id = await a.create(req, live());
+    await runningOf(a, id);
     await a.close();
     expect(id).toBe(`projects/project-alpha/zones/${ZONE}/instances/${req.name}`);
     fake.timing.deleteMs = 60_000;
@@ -1161,8 +1205,8 @@ describe('gcp: the project is part of the providerID', () => {
       expect(paths.length).toBeGreaterThan(0);
       for (const p of paths) expect(p).toContain('/projects/project-alpha/');
       expect(fake.instance(ZONE, req.name)?.status).toBe('STOPPING');
-      // B's list shows only B's VMs (A's are no longer garbage-collected from here; see the docs).
-      expect((await b.listByTag(live())).map((i) => i.id)).toEqual([]);
+      // B's list now covers A too, where a Proxy still references a VM (GC and the sweep see it there).
+      expect((await b.listByTag(live())).map((i) => i.id)).toEqual([id]);
       fake.finishOperations();
       expect((await rejectionOf(b.get(id, live()))).errorClass).toBe('NotFound');
       expect(fake.instance(ZONE, req.name)).toBeUndefined();
@@ -1173,8 +1217,53 @@ describe('gcp: the project is part of the providerID', () => {
         fake.requests.filter((r) => r.path.includes('/projects/project-bravo/') && r.method !== 'GET'),
       ).toEqual([]);
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       await b.close();
+    }
+  });
+
+  it('listByTag lists every project a providerID named: an orphan left there is listed for GC; one that cannot be listed is left out', async () => {
+    const a = inProject('project-alpha');
+    const req = request();
+    const id = await a.create(req, live());
+    await a.close();
+    // A VM of ours in A that no Proxy references any more (its Proxy deleted while B was configured).
+    const orphan = fake.putInstance(ZONE, `orphan-${randomUUID().slice(0, 8)}`, {
+      [LABEL_MANAGED]: 'true',
+      [LABEL_UID]: randomUUID(),
+      [LABEL_INSTALLATION]: 'inst-a',
+    });
+    const b = inProject('project-bravo');
+    try {
+      // Nothing names A yet: only B is listed.
+      const before = fake.requests.length;
+      expect(await b.listByTag(live())).toEqual([]);
+      expect(fake.requests.slice(before).map((r) => r.path)).toEqual([
+        '/compute/v1/projects/project-bravo/aggregated/instances',
+      ]);
+      // A Proxy's get names A (as the sweep's first "gone" for it would make happen).
+      await b.get(id, live());
+      const listed = (await b.listByTag(live())).map((i) => i.id);
+      expect(listed).toEqual(
+        expect.arrayContaining([id, `projects/project-alpha/zones/${ZONE}/instances/${orphan.name}`]),
+      );
+      // A project named by an ID that cannot be listed (gone, or no access): left out, B still listed, a warning.
+      await rejectionOf(b.get(`projects/project-gone/zones/${ZONE}/instances/proxy-x`, live()));
+      projectB.putInstance(ZONE, `mine-${randomUUID().slice(0, 8)}`, {
+        [LABEL_MANAGED]: 'true',
+        [LABEL_UID]: randomUUID(),
+      });
+      const again = await b.listByTag(live());
+      expect(again.filter((i) => i.id.startsWith('projects/project-bravo/'))).toHaveLength(1);
+      expect(again.map((i) => i.id)).toEqual(expect.arrayContaining(listed));
+      expect(
+        captured.lines.some(
+          (l) => l.includes('"project":"project-gone"') && l.includes('could not be listed'),
+        ),
+      ).toBe(true);
+    } finally {
+      await b.close();
+      fake.instances.delete(`${ZONE}/${orphan.name}`);
     }
   });
 
@@ -1184,7 +1273,7 @@ describe('gcp: the project is part of the providerID', () => {
       const req = request();
       await a.create(req, live());
       const old = `zones/${ZONE}/instances/${req.name}`;
-      expect(await a.get(old, live())).toMatchObject({ state: 'Running', uid: req.uid });
+      expect(await runningOf(a, old)).toMatchObject({ state: 'Running', uid: req.uid });
       await a.delete(old, live());
       fake.finishOperations();
       expect((await rejectionOf(a.get(old, live()))).errorClass).toBe('NotFound');
@@ -1212,6 +1301,288 @@ describe('gcp: the project is part of the providerID', () => {
 });
 
 // -- the delete poll's cost (issue 26, item 7) ------------------------------
+
+// -- the fake behaves like GCE: TLS, time, validation, GCE's own changes ------
+
+describe('gcp against a fake that behaves like GCE', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  beforeAll(async () => {
+    fake = await FakeCompute.start('gce-project');
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger);
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    fake.resetTiming();
+    fake.unreachableZones.clear();
+  });
+  const nameOf = (id: string) => parseProviderId(id)!.name;
+
+  it('TLS: verified against gcp.endpointCaFile; without it the certificate is refused and nothing is served', async () => {
+    const before = fake.requests.length;
+    const untrusting = providerFor(fake, captured.logger, {
+      config: { endpointCaFile: undefined },
+    });
+    try {
+      const [t] = await untrusting.check(live());
+      expect(t).toMatchObject({ ready: false, reason: 'Unreachable' });
+      const err = await rejectionOf(untrusting.listByTag(live()));
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toMatch(
+        /Compute API unreachable \((?:SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT_LOCALLY)\)/,
+      );
+      expect(fake.requests.length).toBe(before);
+    } finally {
+      await untrusting.close();
+    }
+    const missingCa = providerFor(fake, captured.logger, {
+      config: { endpointCaFile: join(tmpdir(), `no-such-ca-${randomUUID()}.pem`) },
+    });
+    try {
+      const err = await rejectionOf(missingCa.listByTag(live()));
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toMatch(/gcp\.endpointCaFile \S+no-such-ca-\S+ cannot be read \(ENOENT\)/);
+    } finally {
+      await missingCa.close();
+    }
+    // With the CA: served.
+    expect((await provider.check(live()))[0]).toMatchObject({ ready: true });
+  });
+
+  it('a new VM: get 404s for a moment (Transient, its insert runs), boots through STAGING, and has its IP only at RUNNING', async () => {
+    Object.assign(fake.timing, { insertMs: 400, visibleAfterMs: 150, runningLagMs: 100 });
+    // create returns at once (it does not watch the insert), as after a worker restart.
+    const quick = providerFor(fake, captured.logger, { insertWaitMs: 0 });
+    try {
+      const id = await quick.create(request(), live());
+      const first = await rejectionOf(quick.get(id, live()));
+      expect(first.errorClass).toBe('Transient');
+      expect(first.message).toMatch(/insert operation operation-\S+ is still running/);
+      const seen: string[] = [];
+      const running = await eventually(
+        'Running',
+        async () => {
+          const got = await quick.get(id, live()).catch(() => undefined);
+          if (got === undefined) return undefined;
+          const vm = fake.instance(ZONE, nameOf(id))!;
+          seen.push(vm.status);
+          // No IP before RUNNING, and never Running without one.
+          if (vm.status !== 'RUNNING') expect(got).toMatchObject({ state: 'Provisioning', ip: undefined });
+          return got.state === 'Running' ? got : undefined;
+        },
+        { timeoutMs: 10_000, intervalMs: 20 },
+      );
+      expect(seen).toContain('STAGING');
+      expect(running.ip).toBe(fake.instance(ZONE, nameOf(id))!.natIP);
+    } finally {
+      await quick.close();
+    }
+  });
+
+  it("GCE's own changes read as the control plane needs: preempted, host error, stop/start (new IP), repair", async () => {
+    const spot = (action: 'DELETE' | 'STOP') =>
+      providerFor(fake, captured.logger, {
+        config: { provisioningModel: 'SPOT', instanceTerminationAction: action },
+      });
+    const [spotDelete, spotStop] = [spot('DELETE'), spot('STOP')];
+    try {
+      // A preempted Spot VM (DELETE): Stopped while GCE deletes it, then NotFound.
+      const a = await spotDelete.create(request(), live());
+      await runningOf(spotDelete, a);
+      fake.preempt(ZONE, nameOf(a));
+      expect((await spotDelete.get(a, live())).state).toBe('Stopped');
+      await eventually('the preempted VM gone', async () => {
+        const err = await rejectionOf(spotDelete.get(a, live()));
+        return err.errorClass === 'NotFound' ? true : undefined;
+      });
+      // STOP: TERMINATED, kept.
+      const b = await spotStop.create(request(), live());
+      await runningOf(spotStop, b);
+      fake.preempt(ZONE, nameOf(b));
+      await eventually('the preempted VM terminated', async () =>
+        (await spotStop.get(b, live())).state === 'Terminated' ? true : undefined,
+      );
+      // A standard VM cannot be preempted.
+      const c = await provider.create(request(), live());
+      const ipBefore = (await runningOf(provider, c)).ip;
+      expect(() => fake.preempt(ZONE, nameOf(c))).toThrow(/not a Spot VM/);
+      // Stopped and started by GCE: Stopped, then Running with a new ephemeral IP.
+      fake.stopStart(ZONE, nameOf(c));
+      expect((await provider.get(c, live())).state).toBe('Stopped');
+      const restarted = await runningOf(provider, c);
+      expect(restarted.ip).toBeTruthy();
+      expect(restarted.ip).not.toBe(ipBefore);
+      // Repaired: Provisioning meanwhile, then Running with the same IP.
+      fake.repair(ZONE, nameOf(c), 150);
+      expect((await provider.get(c, live())).state).toBe('Provisioning');
+      expect((await runningOf(provider, c)).ip).toBe(restarted.ip);
+      // A host error GCE does not restart from: Terminated.
+      fake.hostError(ZONE, nameOf(c));
+      expect((await provider.get(c, live())).state).toBe('Terminated');
+    } finally {
+      await spotDelete.close();
+      await spotStop.close();
+    }
+  });
+
+  it('insert is validated at once: an unknown machine type or a malformed image is Permanent naming the field; oversized cloud-init never leaves', async () => {
+    const before = fake.insertBodies().length;
+    const opsBefore = fake.operations.length;
+    const badType = await rejectionOf(
+      provider.create(request({ placement: { ...PLACEMENT, machineType: 'e2-enormous' } }), live()),
+    );
+    expect(badType.errorClass).toBe('Permanent');
+    expect(badType.message).toContain('Compute API answered 400 invalid; check placement.machineType');
+    const badImage = await rejectionOf(
+      provider.create(request({ placement: { ...PLACEMENT, image: 'ubuntu-2404' } }), live()),
+    );
+    expect(badImage.errorClass).toBe('Permanent');
+    expect(badImage.message).toContain('check placement.image');
+    // Both reached the API and were refused there: no operation, no VM.
+    expect(fake.insertBodies().length).toBe(before + 2);
+    expect(fake.operations.length).toBe(opsBefore);
+    const big = await rejectionOf(
+      provider.create(request({ cloudInit: 'x'.repeat(256 * 1024 + 1) }), live()),
+    );
+    expect(big.errorClass).toBe('Permanent');
+    expect(big.message).toContain('cloudInit is 262145 bytes; GCE metadata takes at most 262144 bytes');
+    expect(fake.insertBodies().length).toBe(before + 2);
+  });
+
+  it('rate limits per project: past N calls in a second, Transient naming the rate limit; the next second serves again', async () => {
+    const id = await provider.create(request(), live());
+    fake.rateLimitPerSecond = 3;
+    const results = await Promise.allSettled([1, 2, 3, 4, 5].map(() => provider.get(id, live())));
+    const refused = results.filter((r) => r.status === 'rejected').map((r) => r.reason as ProviderError);
+    expect(refused.length).toBeGreaterThanOrEqual(2);
+    for (const err of refused) {
+      expect(err.errorClass).toBe('Transient');
+      expect(err.message).toContain(
+        'Compute API answered 403 rateLimitExceeded (rate limited; retried with backoff)',
+      );
+    }
+    await eventually(
+      'served again',
+      async () => ((await provider.get(id, live())).id === id ? true : undefined),
+      {
+        intervalMs: 400,
+      },
+    );
+  });
+
+  it('aggregated list: empty pages with a next token and an unreachable zone still list every reachable VM', async () => {
+    const pager = providerFor(fake, captured.logger, { listPageSize: 2 });
+    try {
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push(await pager.create(request(), live()));
+      const elsewhere = await pager.create(
+        request({ placement: { ...PLACEMENT, zone: 'us-central1-a' } }),
+        live(),
+      );
+      fake.emptyPages = 2;
+      fake.unreachableZones.add('asia-east1-a');
+      fake.zones.add('asia-east1-a');
+      const before = fake.requests.length;
+      const listed = (await pager.listByTag(live())).map((i) => i.id);
+      expect(listed).toEqual(expect.arrayContaining([...ids, elsewhere]));
+      const pages = fake.requests.slice(before).filter((r) => r.path.endsWith('/aggregated/instances'));
+      // Two empty pages first, then the real ones.
+      expect(pages.length).toBeGreaterThanOrEqual(2 + Math.ceil(listed.length / 2));
+      expect(
+        captured.lines.some((l) => l.includes('zones left out (unreachable)') && l.includes('asia-east1-a')),
+      ).toBe(true);
+    } finally {
+      fake.zones.delete('asia-east1-a');
+      await pager.close();
+    }
+  });
+});
+
+// -- zones: a stocked-out zone falls back within the region --------------------
+
+describe('gcp zones: a stocked-out zone falls back to the next one of the region', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  let provider: GcpProvider;
+  const stops: (() => void)[] = [];
+  beforeAll(async () => {
+    fake = await FakeCompute.start('zones-project');
+    captured = capturedLogger();
+    provider = providerFor(fake, captured.logger, {
+      // us-central1-a is in another region: never tried for a europe-west1 Proxy.
+      config: { zones: ['us-central1-a', 'europe-west1-c', 'europe-west1-d'] },
+    });
+  });
+  afterAll(async () => {
+    await provider?.close();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    for (const stop of stops.splice(0)) stop();
+  });
+  const stockOut = (...zones: string[]) =>
+    stops.push(
+      fake.failInsertOperations((_b, z) => zones.includes(z), ['ZONE_RESOURCE_POOL_EXHAUSTED'], 503),
+    );
+  const insertZones = (name: string, from: number) =>
+    fake.requests
+      .slice(from)
+      .filter((r) => r.method === 'POST' && (r.body as { name?: string } | undefined)?.name === name)
+      .map((r) => r.path.split('/')[6]);
+
+  it('placement.zone stocked out: the VM is made in the next zone of the region, which the providerID names', async () => {
+    stockOut(ZONE);
+    const req = request();
+    const before = fake.requests.length;
+    const id = await provider.create(req, live());
+    expect(id).toBe(`projects/zones-project/zones/europe-west1-c/instances/${req.name}`);
+    expect(insertZones(req.name, before)).toEqual([ZONE, 'europe-west1-c']);
+    expect((await runningOf(provider, id)).ip).toBeTruthy();
+    expect(fake.instance(ZONE, req.name)).toBeUndefined();
+    // A retried create (the first attempt's answer lost) finds it there: no second VM in the first zone.
+    for (const stop of stops.splice(0)) stop();
+    const again = fake.requests.length;
+    expect(await provider.create(req, live())).toBe(id);
+    expect(insertZones(req.name, again)).toEqual(['europe-west1-c']);
+    expect([...fake.instances.values()].filter((i) => i.name === req.name)).toHaveLength(1);
+  });
+
+  it('every zone of the region stocked out: QuotaExceeded naming each zone tried, none outside the region', async () => {
+    stockOut(ZONE, 'europe-west1-c', 'europe-west1-d');
+    const req = request();
+    const before = fake.requests.length;
+    const err = await rejectionOf(provider.create(req, live()));
+    expect(err.errorClass).toBe('QuotaExceeded');
+    expect(err.message).toContain(
+      'no capacity or quota in any zone tried (europe-west1-b, europe-west1-c, europe-west1-d); last: insert operation',
+    );
+    expect(err.message).toContain('ZONE_RESOURCE_POOL_EXHAUSTED');
+    expect(insertZones(req.name, before)).toEqual([ZONE, 'europe-west1-c', 'europe-west1-d']);
+  });
+
+  it('a Permanent refusal in the first zone is the answer: no fallback', async () => {
+    fake.missing.add('projects/x/global/images/gone');
+    const req = request({ placement: { ...PLACEMENT, image: 'projects/x/global/images/gone' } });
+    const before = fake.requests.length;
+    const err = await rejectionOf(provider.create(req, live()));
+    expect(err.errorClass).toBe('Permanent');
+    expect(insertZones(req.name, before)).toEqual([ZONE]);
+  });
+
+  it('zones in the provider config are validated', () => {
+    expect(() => gcpConfigSchema.parse({ project: 'zones-project', zones: ['Europe West'] })).toThrow(
+      /zone name/,
+    );
+    expect(() => gcpConfigSchema.parse({ project: 'zones-project', zones: ['a-b-c', 'a-b-c'] })).toThrow(
+      /must not repeat a zone/,
+    );
+  });
+});
 
 describe('gcp: a delete poll follows its own operation', () => {
   let fake: FakeCompute;
@@ -1249,7 +1620,7 @@ describe('gcp: a delete poll follows its own operation', () => {
       fake.finishOperations();
       expect((await rejectionOf(provider.get(id, live()))).errorClass).toBe('NotFound');
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       await provider.close();
     }
   });
@@ -1276,7 +1647,7 @@ describe('gcp: a delete poll follows its own operation', () => {
       ]);
       expect(fake.requestsTo('DELETE', `/instances/${name}`)).toHaveLength(2);
     } finally {
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
       fake.finishOperations();
       await first.close();
       await second.close();
@@ -1355,7 +1726,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
       provider = createGcpProvider({
         name: entry.name,
         // The seed's entry as loaded, plus the one override a test needs.
-        config: { ...entry.config, endpoint: fake.endpoint },
+        config: { ...entry.config, ...fake.connection },
         logger: cp.logger,
         authClient: fakeAuth(fake),
         insertWaitMs: 5_000,
@@ -1417,7 +1788,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
       expect(deletes.filter((r) => r.status === 200)).toHaveLength(1);
       expect(deletes.filter((r) => r.status !== 200 && r.status !== 404)).toEqual([]);
       expect(fake.requestsTo('GET', '/zones/europe-west1-b/operations').length).toBeGreaterThan(1);
-      fake.timing.deleteMs = 0;
+      fake.resetTiming();
     });
 
     it('an insert that fails for want of capacity shows QuotaExceeded with its code, then recovers', async () => {
@@ -1446,6 +1817,45 @@ describe("the seed's gcp-eu providers-config entry", () => {
         (p) => Boolean(p.status?.ip),
       );
       expect(condition(recovered, 'QuotaExceeded')?.status).toBe('False');
+    });
+
+    it('a stocked-out first zone: the Proxy is Ready in the second zone of gcp.zones', async () => {
+      const zoned = createGcpProvider({
+        name: 'gcp-eu-zones',
+        config: { ...provider.config, zones: ['europe-west1-b', 'europe-west1-d'] },
+        logger: cp.logger,
+        authClient: fakeAuth(fake),
+        insertWaitMs: 5_000,
+      });
+      cp.registry.add(zoned);
+      const stop = fake.failInsertOperations(
+        (_b, z) => z === 'europe-west1-b',
+        ['ZONE_RESOURCE_POOL_EXHAUSTED'],
+        503,
+      );
+      try {
+        const px = sample();
+        const created = await createProxy(cp.api, cp.namespace, 'gcp-zones', {
+          ...px.spec,
+          provider: 'gcp-eu-zones',
+        } as never);
+        const name = instanceNameFromUid(created.metadata.uid!);
+        const ready = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-zones',
+          'Running in the second zone',
+          (p) => Boolean(p.status?.ip),
+        );
+        expect(ready.status?.providerID).toBe(
+          `projects/${fake.project}/zones/europe-west1-d/instances/${name}`,
+        );
+        expect(ready.status?.ip).toBe(fake.instance('europe-west1-d', name)!.natIP);
+        expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+        expect(condition(ready, 'QuotaExceeded')?.status).not.toBe('True');
+      } finally {
+        stop();
+      }
     });
 
     it('a token source answering 404 during deletion: the finalizer and the VM are kept, the error shown, until it recovers', async () => {

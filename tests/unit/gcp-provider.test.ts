@@ -12,11 +12,13 @@ import {
   classify,
   classifyOperationError,
   httpStatus,
+  invalidFieldCheck,
   isInstanceNotFound,
   notFoundResource,
   QUOTA_OPERATION_CODES,
 } from '../../providers/gcp/classify.js';
 import { gcpConfigSchema, networkPath, subnetworkRegion } from '../../providers/gcp/config.js';
+import { candidateZones } from '../../providers/gcp/placement.js';
 import {
   formatProviderId,
   LABEL_INSTALLATION,
@@ -156,6 +158,50 @@ describe('gcp config block', () => {
     ],
   ])('rejects %j naming the field', (block, issue) => {
     expect(issuesOf(block).join('\n')).toContain(issue);
+  });
+
+  it('zones, credentials and endpointCaFile: validated, each message naming the field', () => {
+    const cfg = gcpConfigSchema.parse({
+      project: 'my-project',
+      zones: ['europe-west1-b', 'europe-west1-c'],
+      credentials: { keyFile: '/keys/a.json', impersonate: 'px@my-project.iam.gserviceaccount.com' },
+      endpoint: 'https://127.0.0.1:4443',
+      endpointCaFile: '/etc/ca.pem',
+    });
+    expect(cfg.zones).toEqual(['europe-west1-b', 'europe-west1-c']);
+    expect(cfg.credentials).toEqual({
+      keyFile: '/keys/a.json',
+      impersonate: 'px@my-project.iam.gserviceaccount.com',
+    });
+    const issue = (input: Record<string, unknown>) => {
+      const r = gcpConfigSchema.safeParse({ project: 'my-project', ...input });
+      expect(r.success).toBe(false);
+      return r.error!.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+    };
+    expect(issue({ zones: [] })).toContain('zones: must list at least one zone');
+    expect(issue({ zones: ['EU'] })).toContain('zones.0: must be a GCE zone name');
+    expect(issue({ credentials: { keyFile: '' } })).toContain('credentials.keyFile: must be a file path');
+    expect(issue({ credentials: { impersonate: 'me@gmail.com' } })).toContain(
+      'credentials.impersonate: must be a service account email',
+    );
+    expect(issue({ credentials: { keyfile: '/a' } })).toContain('credentials');
+    expect(issue({ endpoint: 'http://127.0.0.1:4000', endpointCaFile: '/ca.pem' })).toContain(
+      'endpointCaFile: needs an https:// endpoint',
+    );
+  });
+
+  it("fallback zones: the Proxy's zone first, then the configured ones of its region, in order", () => {
+    expect(
+      candidateZones('europe-west1-b', [
+        'us-central1-a',
+        'europe-west1-d',
+        'europe-west1-b',
+        'europe-west1-c',
+      ]),
+    ).toEqual(['europe-west1-b', 'europe-west1-d', 'europe-west1-c']);
+    expect(candidateZones('europe-west1-b')).toEqual(['europe-west1-b']);
+    // A region that prefixes another (europe-west1 / europe-west12) is not the same region.
+    expect(candidateZones('europe-west1-b', ['europe-west12-a'])).toEqual(['europe-west1-b']);
   });
 
   it('accepts a shared-VPC network path and an http endpoint', () => {
@@ -376,6 +422,21 @@ describe('gcp classification', () => {
     expect(classify(apiError(404, 'notFound'), 'insert')).toMatchObject({ errorClass: 'Permanent' });
     // The resource path picks the hint; it is never copied (a project ID or image name is config, not a secret, but stays out).
     expect(image.summary).not.toContain('no-such-image');
+  });
+
+  it.each([
+    ["Invalid value for field 'resource.machineType': 'zones/z/machineTypes/e2-x'.", 'placement.machineType'],
+    ["Invalid value for field 'resource.disks[0].initializeParams.sourceImage': 'x'.", 'placement.image'],
+    ["Invalid value for field 'resource.metadata': too big", 'cloudInit (GCE metadata'],
+    ["Invalid value for field 'resource.scheduling': Spot", 'gcp.provisioningModel'],
+    ["Invalid value for field 'resource.networkInterfaces[0]': x", 'gcp.network and gcp.subnetwork'],
+  ])('a 400 "%s" names %s', (text, want) => {
+    const err = apiErrorSaying(400, text, 'invalid');
+    expect(invalidFieldCheck(err)).toContain(want);
+    expect(classify(err, 'insert')).toMatchObject({ errorClass: 'Permanent' });
+    expect(classify(err, 'insert').summary).toContain(`; check ${want}`);
+    // Only the field's name is kept, never the rest of the text.
+    expect(classify(err, 'insert').summary).not.toContain("'x'");
   });
 
   it('a 412 names the organization-policy constraint; the rest of its text is not kept', () => {
