@@ -610,7 +610,9 @@ if (CASES.has('autoscale')) {
     async () => (await pools.get(NS, poolName))?.status?.availableReplicas === wanted,
     settleBudgetMs,
   );
-  console.log(`\nautoscaled pool at ${wanted} members for ${demand} sessions in ${(settledAt / 1000).toFixed(0)} s`);
+  console.log(
+    `\nautoscaled pool at ${wanted} members for ${demand} sessions in ${(settledAt / 1000).toFixed(0)} s`,
+  );
   await sleepMs(SWEEP_MS);
   const load = sampleLoad();
   const from = Date.now();
