@@ -591,7 +591,9 @@ if (CASES.has('autoscale')) {
   const wanted = Math.ceil(demand / 4);
   // The crawlers run through the settling and the whole window.
   const settleBudgetMs = 10 * 60_000;
+  const stopCrawling = new AbortController();
   const crawl = runLeaseRamp({
+    signal: stopCrawling.signal,
     apiUrl: api.url,
     pool: poolName,
     targetPort,
@@ -629,6 +631,7 @@ if (CASES.has('autoscale')) {
       (e) => e.timerFiredEventAttributes && millis(e) >= from && millis(e) < to,
     ).length;
   }
+  stopCrawling.abort();
   const ramp = await crawl;
   const hours = (to - from) / 3_600_000;
   // The resync is compressed here (a timer and a list each): taken out, and counted at the 30 min default.

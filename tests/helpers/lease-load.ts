@@ -49,6 +49,8 @@ export interface RampOptions {
   /** How long a refused client waits before asking again (default 1 s). */
   retryMs?: number;
   sampleEveryMs?: number;
+  /** Ends the run early (the clients release what they hold). */
+  signal?: AbortSignal;
   /** Reads the pool's ready and desired counts for a sample. */
   observe: () => Promise<{ ready: number; desired: number }>;
 }
@@ -60,7 +62,7 @@ export async function runLeaseRamp(opts: RampOptions): Promise<RampResult> {
   const sessionMs = opts.sessionMs ?? 3_000;
   const start = Date.now();
   const elapsed = () => (Date.now() - start) / 1000;
-  const done = () => Date.now() - start >= opts.durationMs;
+  const done = () => Date.now() - start >= opts.durationMs || opts.signal?.aborted === true;
   let held = 0;
   let granted = 0;
   let denials = 0;
