@@ -44,7 +44,7 @@ export interface PoolDemandOptions {
   heartbeatMs?: number;
   /**
    * Leases held are reported as their highest count over this window
-   * (default 60 s): crawler sessions end and start all the time, and the
+   * (default 60 s; the api process uses twelve report intervals): crawler sessions end and start all the time, and the
    * raw count would flicker across a size boundary and send a report each
    * tick. Growth shows at once; a drop shows a window late (the pool's
    * scale-down window is longer anyway).

@@ -380,6 +380,8 @@ export async function startApi(
       logger,
       registry,
       tickMs: apiOptions.poolDemandIntervalMs,
+      // Twelve intervals: a minute at the default.
+      peakWindowMs: 12 * apiOptions.poolDemandIntervalMs,
       signal: async (pool, report) => {
         if (!temporal.client) throw new Error('no Temporal connection yet');
         await temporal.client.workflow.getHandle(poolWorkflowId(pool)).signal(poolDemandSignal, report);

@@ -67,10 +67,19 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
   setHandler(poolChangedSignal, (desired) => {
     if (applyPoolDesired(state, desired)) woken = true;
   });
+  // When the current wait ends (workflow time), and an earlier moment a
+  // demand report asked to decide again at (a recommendation leaving a window).
+  let waitingUntilMs = Number.POSITIVE_INFINITY;
+  let recheckAtMs: number | undefined;
   setHandler(poolDemandSignal, (report: PoolDemandReport) => {
     // Wakes the loop only when the report changes what the pool does: a
-    // steady demand costs the signal and nothing more.
-    if (takeDemand(state, report, Date.now(), providerReady)) woken = true;
+    // steady demand costs the signal and nothing more. A report that moves
+    // the next decision earlier than the wait's end shortens the wait (a
+    // new timer, no look).
+    const outcome = takeDemand(state, report, Date.now(), providerReady);
+    if (outcome.changed) woken = true;
+    else if (outcome.recheckAtMs !== undefined && outcome.recheckAtMs < waitingUntilMs)
+      recheckAtMs = outcome.recheckAtMs;
   });
   setHandler(poolStateQuery, () => ({
     desired: state.desired,
@@ -86,8 +95,16 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
   }));
 
   const wait = async (ms: number): Promise<void> => {
-    if (!woken) await condition(() => woken, ms);
+    waitingUntilMs = Date.now() + ms;
+    while (!woken) {
+      const ended = !(await condition(() => woken || recheckAtMs !== undefined, waitingUntilMs - Date.now()));
+      if (ended || woken) break;
+      waitingUntilMs = Math.max(Date.now() + 1, Math.min(waitingUntilMs, recheckAtMs!));
+      recheckAtMs = undefined;
+    }
     woken = false;
+    recheckAtMs = undefined;
+    waitingUntilMs = Number.POSITIVE_INFINITY;
   };
 
   const maybeContinueAsNew = async (): Promise<void> => {
@@ -232,21 +249,26 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
   }
 }
 
-/** Takes a demand report in; true when the pool should look again (its size or a member's fate changed). */
+/**
+ * Takes a demand report in: `changed` when the pool should look again (its
+ * size or a member's fate changed), else when the decision could next change.
+ */
 function takeDemand(
   state: PoolState,
   report: PoolDemandReport,
   nowMs: number,
   providerReady: boolean,
-): boolean {
+): { changed: boolean; recheckAtMs?: number } {
   const { autoscaling, rotation } = state.desired;
   const maxLeasesPerMember = state.desired.maxLeasesPerMember ?? DEFAULT_MAX_LEASES;
   let changed = false;
+  let recheckAtMs: number | undefined;
   if (autoscaling) {
     const scale = (state.autoscale ??= initialAutoscale(autoscaling, state.desired.replicas));
     applyDemandReport(scale, report, nowMs, maxLeasesPerMember, autoscaling);
     const decision = decideReplicas(scale, nowMs, autoscaling, { scaleUpAllowed: providerReady });
     if (decision.replicas !== scale.replicas) changed = true;
+    recheckAtMs = decision.recheckAtMs;
   }
   if (rotation?.afterBans && report.bans.length > 0) {
     const rotationState = (state.rotation ??= initialRotation());
@@ -258,7 +280,7 @@ function takeDemand(
       changed = true;
     }
   }
-  return changed;
+  return recheckAtMs === undefined ? { changed } : { changed, recheckAtMs };
 }
 
 /** The size to keep now: spec.replicas, or the autoscaler's decision (timers: when to decide again). */
