@@ -84,6 +84,8 @@ network: {config: disabled}
 # No SSH server in this image: no host keys to make.
 ssh_genkeytypes: []
 ssh_deletekeys: false
+# The image carries no locales but C.UTF-8 (cloud-init's default en_US.UTF-8 fails).
+locale: C.UTF-8
 CFG
 mkdir -p "$r/etc/systemd/network"
 cat >"$r/etc/systemd/network/20-wired.network" <<'NET'
@@ -103,6 +105,10 @@ chroot "$r" systemctl mask systemd-networkd-wait-online.service apt-daily.timer 
   e2scrub_all.timer fstrim.timer man-db.timer >/dev/null 2>&1 || true
 echo 'LABEL=root / ext4 defaults,noatime 0 1' >"$r/etc/fstab"
 echo egress-guest >"$r/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 egress-guest\n::1 localhost ip6-localhost ip6-loopback\n' >"$r/etc/hosts"
+# Not the build machine's resolvers: the guest has none unless DHCP or the user-data gives one
+# (Squid waits on an unreachable resolver at start).
+: >"$r/etc/resolv.conf"
 # A fresh machine-id per boot of a new instance (systemd writes it at first boot).
 : >"$r/etc/machine-id"
 rm -f "$r/var/lib/dbus/machine-id"
@@ -113,13 +119,14 @@ EOF
 )
 
 # Before the kernel's package makes its initramfs: only what this guest's
-# disk needs (a smaller initramfs unpacks faster under software emulation).
+# disk and its NoCloud seed need (a smaller initramfs unpacks faster under software
+# emulation; the seed's cdrom is there before cloud-init looks for it).
 essential=$(
   cat <<'EOF'
 set -e
 mkdir -p "$1/etc/initramfs-tools/conf.d"
 echo 'MODULES=list' >"$1/etc/initramfs-tools/conf.d/egress-proxies.conf"
-printf '%s\n' virtio_pci virtio_blk virtio_scsi ext4 >>"$1/etc/initramfs-tools/modules"
+printf '%s\n' virtio_pci virtio_blk virtio_scsi sr_mod isofs ext4 >>"$1/etc/initramfs-tools/modules"
 EOF
 )
 
