@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the kvm provider's test guest: a small Debian 12 disk made here from
 # Debian's packages with mmdebstrap (kernel, cloud-init with NoCloud only,
-# qemu-guest-agent, squid, systemd-networkd doing DHCP on every wired NIC),
+# qemu-guest-agent, squid installed but not started, systemd-networkd doing
+# DHCP on every wired NIC),
 # bootable the way the provider's domain XML boots an image with
 # `firmware: uefi` (OVMF, which starts EFI/BOOT/BOOTX64.EFI from the ESP:
 # here systemd-boot, whose single entry boots the kernel with root=LABEL=root).
@@ -112,6 +113,9 @@ printf '127.0.0.1 localhost\n127.0.1.1 egress-guest\n::1 localhost ip6-localhost
 # A fresh machine-id per boot of a new instance (systemd writes it at first boot).
 : >"$r/etc/machine-id"
 rm -f "$r/var/lib/dbus/machine-id"
+# Squid is installed but not started: the Proxy's user-data writes its
+# configuration and starts it (one start, not a default one then a restart).
+chroot "$r" systemctl disable squid.service >/dev/null 2>&1
 # Serial console for `virsh console` and the domain's log.
 chroot "$r" systemctl enable serial-getty@ttyS0.service >/dev/null 2>&1 || true
 rm -rf "$r/var/cache/apt/"*.bin "$r/var/lib/apt/lists/"* "$r/var/log/"*.log

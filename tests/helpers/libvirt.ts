@@ -152,12 +152,23 @@ export interface TestSshd {
   stop(): Promise<void>;
 }
 
-/** A private sshd on 127.0.0.1 (root login with the run's own key only). */
-export async function startSshd(root: string): Promise<TestSshd> {
+export type HostKeyType = 'ed25519' | 'ecdsa' | 'rsa';
+
+/**
+ * A private sshd on 127.0.0.1 (root login with the run's own key only), with
+ * a host key of each of `hostKeyTypes` (ed25519 alone by default); the first
+ * is the one `knownHostsFile` lists.
+ */
+export async function startSshd(
+  root: string,
+  hostKeyTypes: readonly HostKeyType[] = ['ed25519'],
+): Promise<TestSshd> {
   mkdirSync('/run/sshd', { recursive: true });
-  const dir = join(root, 'ssh');
+  const dir = join(root, `ssh-${hostKeyTypes.join('-')}`);
   mkdirSync(dir, { recursive: true });
-  await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'host_key')]);
+  const hostKeys = hostKeyTypes.map((t, i) => join(dir, i === 0 ? 'host_key' : `host_key_${t}`));
+  for (const [i, t] of hostKeyTypes.entries())
+    await run('ssh-keygen', ['-q', '-t', t, '-N', '', '-f', hostKeys[i]!]);
   const keyFile = join(dir, 'id_ed25519');
   const authorized = join(dir, 'authorized_keys');
   const newClientKey = async () => {
@@ -175,7 +186,7 @@ export async function startSshd(root: string): Promise<TestSshd> {
     [
       `Port ${port}`,
       'ListenAddress 127.0.0.1',
-      `HostKey ${join(dir, 'host_key')}`,
+      ...hostKeys.map((k) => `HostKey ${k}`),
       `PidFile ${join(dir, 'sshd.pid')}`,
       `AuthorizedKeysFile ${authorized}`,
       'PermitRootLogin prohibit-password',

@@ -67,7 +67,8 @@ write_files:
       cache deny all
       visible_hostname egress-proxy
 runcmd:
-  - systemctl restart squid
+  # The image leaves Squid off until its configuration is here.
+  - systemctl enable --now squid
 `;
 }
 

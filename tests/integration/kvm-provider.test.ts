@@ -427,6 +427,39 @@ describe('kvm provider against libvirtd over sshd', () => {
     for (const line of log.lines) expect(line).not.toContain(secret);
   });
 
+  it("a known_hosts listing only the host's ecdsa or rsa key is accepted (the host also has an ed25519 key)", async () => {
+    for (const type of ['ecdsa', 'rsa'] as const) {
+      const other = await startSshd(env.root, [type, 'ed25519']);
+      expect(readFileSync(other.knownHostsFile, 'utf8')).toContain(
+        type === 'rsa' ? 'ssh-rsa' : 'ecdsa-sha2-',
+      );
+      const p = createKvmProvider({
+        name: `kvm-${type}`,
+        config: kvmConfig(env, {
+          sshKeyFile: other.keyFile,
+          knownHostsFile: other.knownHostsFile,
+          hosts: [
+            {
+              name: HOST,
+              address: other.address,
+              user: 'root',
+              pool: env.pool.name,
+              domainType: 'qemu',
+              network: 'user',
+            },
+          ],
+        }),
+        logger: log.logger,
+      });
+      try {
+        expect((await p.check!(live()))[0]).toMatchObject({ name: HOST, ready: true, reason: 'Reachable' });
+      } finally {
+        await p.close?.();
+        await other.stop();
+      }
+    }
+  });
+
   it('check reports the host, libvirt version and pool space; a missing pool is PoolNotFound', async () => {
     const [t] = await provider.check!(live());
     expect(t).toMatchObject({ name: HOST, ready: true, reason: 'Reachable' });

@@ -31,7 +31,7 @@ import {
   urlImageKey,
 } from '../../providers/kvm/ids.js';
 import { buildIso9660, readIso9660 } from '../../providers/kvm/iso9660.js';
-import { hostKeyAccepted, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
+import { hostKeyAccepted, hostKeyAlgorithms, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
 import {
   arpLookup,
   checkReason,
@@ -132,6 +132,22 @@ describe('kvm config', () => {
     expect(paths).toEqual(expect.arrayContaining(['hosts.1.bridge', 'images.x.sha256', 'hosts.1.name', '']));
     const { surprise: _ignored, ...valid } = base;
     expect(kvmConfigSchema.safeParse({ ...valid, hosts: [base.hosts[0]], images: {} }).success).toBe(true);
+  });
+
+  it("host-key algorithms follow the key types known_hosts lists for the host, in the file's order", () => {
+    const entries = parseKnownHosts(`[nas1]:2222 ecdsa-sha2-nistp256 AAAA
+[nas1]:2222 ssh-rsa BBBB
+other ssh-ed25519 CCCC
+@revoked [nas1]:2222 ssh-ed25519 DDDD
+`);
+    expect(hostKeyAlgorithms(entries, 'nas1', 2222)).toEqual([
+      'ecdsa-sha2-nistp256',
+      'rsa-sha2-512',
+      'rsa-sha2-256',
+      'ssh-rsa',
+    ]);
+    expect(hostKeyAlgorithms(entries, 'other', 22)).toEqual(['ssh-ed25519']);
+    expect(hostKeyAlgorithms(entries, 'unknown', 22)).toBeUndefined();
   });
 
   it('dhcpLeasesFile is an absolute path of plain characters', () => {
