@@ -29,7 +29,7 @@ say() { echo "build-kvm-guest: $*" >&2; }
 
 script_path="$(readlink -f "${BASH_SOURCE[0]}")"
 key="$(sha256sum "$script_path" | cut -c1-16)"
-cache="${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}/kvm-guest/$key"
+cache="${EGRESS_PROXIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/kvm-guest/$key"
 image="$cache/debian-12-egress-guest.qcow2"
 
 if [[ -f "$image" && -f "$image.sha256" ]]; then
