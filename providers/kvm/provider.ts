@@ -7,7 +7,7 @@
  * can collect them); createdAt written at create; create synchronous and
  * resumable at every step; delete synchronous.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { Logger } from 'pino';
@@ -214,6 +214,19 @@ echo "@@LEASES"
 [ -z "$leases" ] || cat "$leases" 2>/dev/null
 echo "@@ARP"
 cat /proc/net/arp
+`;
+
+/**
+ * Renames a staging volume to the base's name and writes the marker beside
+ * it, in the pool's directory (dir, fs and netfs pools: libvirt has no
+ * volume rename). `mv` within one directory is atomic.
+ */
+const PUBLISH_SCRIPT = `uri=$1; pool=$2; staging=$3; base=$4; marker=$5; digest=$6
+p=$(virsh -q -c "$uri" vol-path --pool "$pool" "$staging") || exit 1
+d=$(dirname "$p")
+mv -f "$p" "$d/$base" || exit 1
+printf '%s\\n' "$digest" >"$d/.$marker.$$" && mv -f "$d/.$marker.$$" "$d/$marker" || exit 1
+virsh -q -c "$uri" pool-refresh "$pool" >/dev/null
 `;
 
 export function createKvmProvider(options: KvmProviderOptions): Provider {
@@ -602,9 +615,9 @@ class KvmProvider implements Provider {
         );
         if (path !== undefined) return path.trim();
       }
-      // No complete copy: drop what is there, then fetch, streaming through the operator.
-      await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, marker], signal), ['no-volume'], '');
-      await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, base], signal), ['no-volume'], '');
+      // No complete copy: fetch, streaming through the operator, into a staging
+      // volume of this call's own; nothing another worker may be writing is touched.
+      const staging = `${base}.part-${randomBytes(4).toString('hex')}`;
       const started = Date.now();
       log.info({ image: image.key }, 'fetching base image into host pool');
       const bound = AbortSignal.any([signal, AbortSignal.timeout(this.cfg.downloadTimeoutSeconds * 1000)]);
@@ -635,8 +648,10 @@ class KvmProvider implements Provider {
         h,
         ['vol-create', '--pool', pool, '/dev/stdin'],
         signal,
-        Buffer.from(buildRawVolumeXml(base, 0), 'utf8'),
+        Buffer.from(buildRawVolumeXml(staging, 0), 'utf8'),
       );
+      const dropStaging = () =>
+        this.tolerate(this.call(h, ['vol-delete', '--pool', pool, staging], signal), ['no-volume'], '');
       const hash = createHash('sha256');
       let bytes = 0;
       const hashing = new Transform({
@@ -647,16 +662,21 @@ class KvmProvider implements Provider {
         },
       });
       const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(hashing);
-      await this.call(
-        h,
-        ['vol-upload', '--pool', pool, base, '/dev/stdin'],
-        bound,
-        body,
-        this.cfg.downloadTimeoutSeconds * 1000,
-      );
+      try {
+        await this.call(
+          h,
+          ['vol-upload', '--pool', pool, staging, '/dev/stdin'],
+          bound,
+          body,
+          this.cfg.downloadTimeoutSeconds * 1000,
+        );
+      } catch (err) {
+        await dropStaging().catch(() => undefined);
+        throw err;
+      }
       const got = hash.digest('hex');
       if (image.sha256 !== undefined && got !== image.sha256) {
-        await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, base], signal), ['no-volume'], '');
+        await dropStaging();
         throw this.ops.fail(
           'Permanent',
           'create',
@@ -664,8 +684,13 @@ class KvmProvider implements Provider {
           `downloaded image sha256 ${got} does not match the configured sha256`,
         );
       }
-      await this.upload(h, marker, Buffer.from(`${got}\n`, 'utf8'), signal);
-      await this.tolerate(this.call(h, ['pool-refresh', pool], signal), ['other'], '');
+      // Published by renames on the host: the base appears whole or not at
+      // all, a racing worker's identical copy replaces it harmlessly, and the
+      // marker (written last) never names a half-written base.
+      await h.virsh.script(PUBLISH_SCRIPT, [pool, staging, base, marker, got], {
+        signal,
+        timeoutMs: this.callMs,
+      });
       log.info({ image: image.key, bytes, durationMs: Date.now() - started }, 'base image cached');
       return (await this.call(h, ['vol-path', '--pool', pool, base], signal)).trim();
     });

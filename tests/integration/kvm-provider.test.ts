@@ -9,7 +9,7 @@
  * domain's MAC (FakeArp), which is what the provider reads from the host's
  * ARP table.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -365,6 +365,30 @@ describe('kvm provider against libvirtd over sshd', () => {
     await provider.delete(id, live());
     expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
     expect(classOf(await rejection(provider.get(id, live())))).toBe('NotFound');
+  });
+
+  it('two providers (two workers) creating on a cold cache end with one intact base image', async () => {
+    // A key no other test uses: its base is not in the pool yet.
+    const images = { cold: { url: env.image.url, sha256: env.image.sha256, firmware: 'bios' } };
+    const workers = ['kvm-worker-a', 'kvm-worker-b'].map((name) =>
+      createKvmProvider({ name, config: kvmConfig(env, { images }), logger: log.logger }),
+    );
+    try {
+      const reqs = [request(), request()];
+      for (const r of reqs) env.noArp.add(r.name);
+      const ids = await Promise.all(workers.map((w, i) => w.create(reqs[i]!, live())));
+      const vols = await virsh('vol-list', '--pool', env.pool.name);
+      expect(vols).toContain('base-cold.qcow2.sha256');
+      expect(vols).not.toContain('.part-');
+      const digest = createHash('sha256')
+        .update(readFileSync(join(env.pool.dir, 'base-cold.qcow2')))
+        .digest('hex');
+      expect(digest).toBe(env.image.sha256);
+      expect(readFileSync(join(env.pool.dir, 'base-cold.qcow2.sha256'), 'utf8').trim()).toBe(digest);
+      for (const [i, id] of ids.entries()) await workers[i]!.delete(id, live());
+    } finally {
+      for (const w of workers) await w.close?.();
+    }
   });
 
   it('an image whose digest does not match is Permanent and not cached', async () => {
