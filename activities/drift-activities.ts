@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
 import { mapLimit } from '../providers/concurrency.js';
 import { classOf, isProviderError } from '../providers/errors.js';
-import type { Instance } from '../providers/types.js';
+import { isUnlisted, unlistedOf, type Listing } from '../providers/types.js';
 import { createProxyClient } from '../kube/proxies.js';
 import type { Proxy } from '../resources/proxy-schema.js';
 import { findDrift, withIdAliases, type RecordedProxy } from '../workflows/drift-sweep/compare.js';
@@ -97,7 +97,7 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
       const listings = await Promise.all(
         swept.map(async (name) => {
           try {
-            const instances = await withDeadline<Instance[]>(
+            const instances = await withDeadline<Listing>(
               listTimeoutMs,
               (abort) => deps.registry.get(name)!.listByTag(abort),
               () => new Error(`listByTag did not answer within ${listTimeoutMs} ms`),
@@ -119,6 +119,9 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
         drifted: 0,
         signalled: 0,
         ...(l.instances ? { listed: l.instances.length } : { error: l.error, errorClass: l.errorClass }),
+        ...(l.instances && unlistedOf(l.instances).length > 0
+          ? { unlisted: unlistedOf(l.instances).map((u) => u.target) }
+          : {}),
       }));
       if (!listings.some((l) => l.instances)) return { providers: results, notSwept };
 
@@ -134,9 +137,20 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
         if (!listing.instances) continue;
         const result = results[i]!;
         const provider = deps.registry.get(listing.name);
+        // Proxies on a part the provider could not list (a host that is down) are not compared:
+        // their instances are unknown, not gone.
+        const listed = listing.instances;
+        const comparable = proxies.filter(
+          (p) => p.provider !== listing.name || !isUnlisted(listed, p.providerID),
+        );
+        if (comparable.length < proxies.length)
+          log.warn(
+            { provider: listing.name, unlisted: unlistedOf(listed).map((u) => u.target) },
+            'drift sweep: part of the provider could not be listed; its Proxies are not compared',
+          );
         const { compared, drifted } = findDrift(
           listing.name,
-          proxies,
+          comparable,
           withIdAliases(
             listing.instances.map((x) => ({ id: x.id, state: x.state, ...(x.ip ? { ip: x.ip } : {}) })),
             provider?.idAliases?.bind(provider),

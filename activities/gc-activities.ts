@@ -8,7 +8,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ProviderRegistry } from '../providers/config.js';
 import { classOf, isProviderError, safeCause } from '../providers/errors.js';
-import type { Instance, Provider } from '../providers/types.js';
+import { unlistedOf, type Instance, type Provider } from '../providers/types.js';
 import { createProxyClient } from '../kube/proxies.js';
 import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
 import { activityCancellation, withDeadline } from './deadline.js';
@@ -115,6 +115,13 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
           () =>
             nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
         );
+        const unlisted = Array.isArray(listed) ? unlistedOf(listed) : [];
+        // Only listed instances can become orphans: an unlisted part's are left alone this sweep.
+        if (unlisted.length > 0)
+          log.warn(
+            { provider: name, unlisted: unlisted.map((u) => `${u.target}: ${u.message}`) },
+            'part of the provider could not be listed; its instances are left alone this sweep',
+          );
         return toListedInstances(name, listed);
       } catch (error) {
         const failure = error instanceof ApplicationFailure ? error : toApplicationFailure(error);

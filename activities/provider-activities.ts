@@ -8,11 +8,11 @@
 import { Context } from '@temporalio/activity';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { classOf } from '../providers/errors.js';
+import { classOf, providerError } from '../providers/errors.js';
 import type { ProviderRegistry } from '../providers/config.js';
 import { instanceNameFromUid } from '../providers/names.js';
 import { cloudInitContentHash, specHash } from '../providers/spec-hash.js';
-import type { Provider } from '../providers/types.js';
+import { unlistedOf, type Provider } from '../providers/types.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyClient } from '../kube/proxies.js';
@@ -181,7 +181,18 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
             provider.listByTag(abortSignal()),
           );
           const mine = listed.find((i) => i.uid === uid);
-          return mine ? { id: mine.id } : {};
+          if (mine) return { id: mine.id };
+          // Not found, but part of the fleet was not listed: it may be there. Retry, never "none".
+          const unlisted = unlistedOf(listed);
+          if (unlisted.length > 0)
+            throw providerError({
+              errorClass: 'Transient',
+              operation: 'list',
+              provider: provider.name,
+              instance: uid,
+              message: `not found on what could be listed; not listed: ${unlisted.map((u) => u.target).join(', ')}`,
+            });
+          return {};
         } catch (error) {
           throw toApplicationFailure(error);
         }

@@ -69,6 +69,8 @@ export interface ProviderDriftSweep {
   error?: string;
   /** listByTag's error class when it failed. */
   errorClass?: string;
+  /** Targets (kvm hosts) the listing left out: their Proxies were not compared. */
+  unlisted?: string[];
 }
 
 export interface DriftSweepReport {

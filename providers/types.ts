@@ -65,6 +65,33 @@ export const CHECK_REASONS = [
   'APIError',
 ] as const;
 
+/** A part of a provider's fleet that one listByTag could not list (a hypervisor that is down). */
+export interface UnlistedScope {
+  /** The target's name, as check() names it. */
+  target: string;
+  /** Every instance ID of this part starts with it. */
+  idPrefix: string;
+  /** Why it could not be listed (the provider's own summary, no secrets). */
+  message: string;
+}
+
+/**
+ * listByTag's answer: the instances, and, when some part could not be
+ * listed, which (absent or empty: the listing is complete). Callers that act
+ * on an instance's absence must not do so for an ID under an unlisted prefix.
+ */
+export type Listing = Instance[] & { unlisted?: UnlistedScope[] };
+
+/** The unlisted parts of a listing (none for a complete one or a plain array). */
+export function unlistedOf(listing: Listing): UnlistedScope[] {
+  return Array.isArray(listing.unlisted) ? listing.unlisted : [];
+}
+
+/** Whether `id` lies in a part the listing could not list. */
+export function isUnlisted(listing: Listing, id: string | undefined): boolean {
+  return id !== undefined && unlistedOf(listing).some((u) => id.startsWith(u.idPrefix));
+}
+
 export interface TargetStatus {
   name: string;
   address?: string;
@@ -105,8 +132,13 @@ export interface Provider {
   get(id: string, signal: AbortSignal): Promise<Instance>;
   /** Idempotent; deleting something gone resolves. */
   delete(id: string, signal: AbortSignal): Promise<void>;
-  /** Only instances carrying the managed mark. Throws rather than return a list it cannot vouch for. */
-  listByTag(signal: AbortSignal): Promise<Instance[]>;
+  /**
+   * Only instances carrying the managed mark. Throws rather than return a
+   * list it cannot vouch for. A provider made of independent parts (the kvm
+   * provider's hosts) may answer for the parts it reached and name the others
+   * in `unlisted`: their instances are unknown, never gone.
+   */
+  listByTag(signal: AbortSignal): Promise<Listing>;
   /** Never throws: every failure is a target with ready=false. One entry per target, stable order. */
   check?(signal: AbortSignal): Promise<TargetStatus[]>;
   /**

@@ -12,8 +12,9 @@
 # polkit). `apt-get update` runs only when a package is missing.
 set -euo pipefail
 
-PACKAGES=(libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils openssh-server ovmf)
-BINARIES=(libvirtd virtlogd virsh qemu-img qemu-system-x86_64 sshd ssh-keygen)
+# dnsmasq-base: the DHCP server of the real-guest test's own bridge (tests/helpers/guest-net.ts).
+PACKAGES=(libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils openssh-server ovmf dnsmasq-base)
+BINARIES=(libvirtd virtlogd virsh qemu-img qemu-system-x86_64 sshd ssh-keygen dnsmasq)
 
 say() { echo "install-libvirt: $*" >&2; }
 

@@ -10,7 +10,8 @@ bash infra/scripts/check-prereqs.sh
 [[ -f node_modules/.package-lock.json ]] || npm ci --no-audit --no-fund
 
 # First run: the temporal CLI (seconds), Debian's squid and redis-server
-# (seconds), libvirt, QEMU and sshd for the kvm tests (apt-get install, about 15 s) and
+# (seconds), libvirt, QEMU, dnsmasq and sshd for the kvm tests (apt-get install, about 15 s),
+# the kvm end-to-end test's Debian guest image (mmdebstrap, 1.5-2 minutes) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
 # tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
 # for the alert rules' test (Go, minutes) into the cache; later runs reuse
@@ -19,6 +20,7 @@ start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
 bash infra/scripts/install-libvirt.sh >/dev/null
+bash infra/scripts/build-kvm-guest.sh >/dev/null
 bash infra/scripts/install-redis.sh >/dev/null
 bash infra/scripts/build-kube.sh >/dev/null
 bash infra/scripts/build-jaeger.sh >/dev/null

@@ -78,6 +78,12 @@ const hostSchema = z
     domainType: z.enum(['kvm', 'qemu']).default('kvm'),
     /** Ours, not the seed's: `user` gives the VM QEMU user-mode networking instead of the bridge. */
     network: z.enum(['bridge', 'user']).default('bridge'),
+    /**
+     * Ours, not the seed's: the dnsmasq lease file of the bridge's DHCP server
+     * on this host, read when neither the host's ARP table nor the guest agent
+     * gives the guest's address (a guest without the agent on a bridged LAN).
+     */
+    dhcpLeasesFile: z.string().regex(SAFE_PATH, 'must be an absolute path of plain characters').optional(),
   })
   .superRefine((h, ctx) => {
     if (h.network === 'bridge' && h.bridge === undefined)

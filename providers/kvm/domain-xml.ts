@@ -88,7 +88,10 @@ export interface DomainSpec {
 }
 
 /**
- * The seed's domain: q35, the overlay on virtio, the seed on a SATA cdrom,
+ * The seed's domain: q35, the overlay on virtio, the NoCloud seed on a cdrom
+ * (on virtio-scsi, not the seed's SATA: Debian's cloud kernel, the one its
+ * genericcloud images and our test guest boot, has no AHCI driver, so a guest
+ * never saw a SATA seed and cloud-init fell back to no datasource),
  * one virtio NIC, a serial console, the guest-agent channel, a virtio RNG,
  * no graphics. UEFI (firmware auto-selection, secure boot off) unless the
  * image says bios. Host-passthrough CPU only under KVM: software emulation
@@ -117,7 +120,8 @@ export function buildDomainXml(spec: DomainSpec): string {
     `<on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>`,
     `<devices>`,
     `<disk type="file" device="disk"><driver name="qemu" type="qcow2"/><source file="${e(spec.overlayPath)}"/><target dev="vda" bus="virtio"/></disk>`,
-    `<disk type="file" device="cdrom"><driver name="qemu" type="raw"/><source file="${e(spec.seedPath)}"/><target dev="sda" bus="sata"/><readonly/></disk>`,
+    `<controller type="scsi" model="virtio-scsi"/>`,
+    `<disk type="file" device="cdrom"><driver name="qemu" type="raw"/><source file="${e(spec.seedPath)}"/><target dev="sda" bus="scsi"/><readonly/></disk>`,
     nic,
     `<serial type="pty"><target port="0"/></serial><console type="pty"><target type="serial" port="0"/></console>`,
     `<channel type="unix"><target type="virtio" name="org.qemu.guest_agent.0"/></channel>`,

@@ -5,6 +5,7 @@
  * (`@cert-authority`) are not supported and never match.
  */
 import { createHmac } from 'node:crypto';
+import type { ServerHostKeyAlgorithm } from 'ssh2';
 
 export interface KnownHostEntry {
   marker?: 'revoked' | 'cert-authority';
@@ -75,4 +76,34 @@ export function hostKeyAccepted(
   const key = keyBlob.toString('base64');
   if (entries.some((e) => e.marker === 'revoked' && e.key === key)) return false;
   return entries.some((e) => e.marker === undefined && e.key === key && matchesPatterns(e.patterns, name));
+}
+
+/** known_hosts key types → the SSH host-key algorithms that prove them, best first. */
+const ALGORITHMS_OF: Record<string, ServerHostKeyAlgorithm[]> = {
+  'ssh-ed25519': ['ssh-ed25519'],
+  'ecdsa-sha2-nistp256': ['ecdsa-sha2-nistp256'],
+  'ecdsa-sha2-nistp384': ['ecdsa-sha2-nistp384'],
+  'ecdsa-sha2-nistp521': ['ecdsa-sha2-nistp521'],
+  'ssh-rsa': ['rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa'],
+};
+
+/**
+ * The host-key algorithms to offer for this host: those of the key types
+ * known_hosts lists for it, in the file's order. Without this the client
+ * asks for its own first choice (ed25519), the server proves that key, and a
+ * host listed only with its ecdsa or rsa key is refused. Undefined when no
+ * entry names the host (the client's defaults; verification refuses anyway).
+ */
+export function hostKeyAlgorithms(
+  entries: KnownHostEntry[],
+  host: string,
+  port: number,
+): ServerHostKeyAlgorithm[] | undefined {
+  const name = knownHostsName(host, port);
+  const out: ServerHostKeyAlgorithm[] = [];
+  for (const e of entries) {
+    if (e.marker !== undefined || !matchesPatterns(e.patterns, name)) continue;
+    for (const a of ALGORITHMS_OF[e.keyType] ?? []) if (!out.includes(a)) out.push(a);
+  }
+  return out.length > 0 ? out : undefined;
 }

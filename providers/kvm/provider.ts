@@ -7,7 +7,7 @@
  * can collect them); createdAt written at create; create synchronous and
  * resumable at every step; delete synchronous.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { Logger } from 'pino';
@@ -19,9 +19,11 @@ import {
   type ErrorClass,
   type Instance,
   type InstanceState,
+  type Listing,
   type Provider,
   type ProviderOperation,
   type TargetStatus,
+  type UnlistedScope,
 } from '../types.js';
 import { isHttpUrl, type KvmConfig, type KvmHost } from './config.js';
 import {
@@ -46,7 +48,7 @@ import {
 } from './ids.js';
 import { buildSeedIso } from './seed.js';
 import { ExecEnded, HostLink, SshError } from './ssh.js';
-import { Virsh, VirshError } from './virsh.js';
+import { shellQuote, Virsh, VirshError } from './virsh.js';
 
 export const KVM_PROVIDER_TYPE = 'kvm';
 const GiB = 1024 ** 3;
@@ -95,11 +97,44 @@ export function arpLookup(table: string, macs: string[]): string[] {
   return out;
 }
 
+/**
+ * A dnsmasq lease file (`<expiry> <mac> <ip> <hostname> <client-id>` per
+ * line) → the IPv4 addresses leased to the given MACs, the latest expiry
+ * first (a guest that renewed has one line; one re-leased keeps the newest).
+ */
+export function dnsmasqLeaseLookup(text: string, macs: string[]): string[] {
+  const want = new Set(macs.map((m) => m.toLowerCase()));
+  const found: Array<{ expiry: number; ip: string }> = [];
+  for (const line of text.split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 3 || !want.has(f[1]!.toLowerCase()) || !/^\d{1,3}(?:\.\d{1,3}){3}$/.test(f[2]!)) continue;
+    found.push({ expiry: Number(f[0]) || 0, ip: f[2]! });
+  }
+  return found.sort((a, b) => b.expiry - a.expiry).map((l) => l.ip);
+}
+
 /** `virsh domifaddr` output → IPv4 addresses. */
 export function parseDomIfAddr(text: string): string[] {
   const out: string[] = [];
   for (const m of text.matchAll(/\bipv4\s+(\d{1,3}(?:\.\d{1,3}){3})\/\d+/g)) out.push(m[1]!);
   return out;
+}
+
+/** `virsh nodeinfo` → CPUs and total memory (0 when a field is missing). */
+export function parseNodeInfo(text: string): { cpus: number; memoryKiB: number } {
+  const cpus = Number(/^CPU\(s\):\s+(\d+)/m.exec(text)?.[1] ?? 0);
+  const memoryKiB = Number(/^Memory size:\s+(\d+)\s*KiB/m.exec(text)?.[1] ?? 0);
+  return { cpus, memoryKiB };
+}
+
+/** `virsh nodememstats` → memory a new guest can have now (free + buffers + cached), or undefined. */
+export function parseNodeMemStats(text: string): { availableKiB: number } | undefined {
+  const values = new Map<string, number>();
+  for (const m of text.matchAll(/^\s*(\w+)\s*:\s*(\d+)\s*KiB/gm)) values.set(m[1]!, Number(m[2]));
+  if (!values.has('free')) return undefined;
+  return {
+    availableKiB: (values.get('free') ?? 0) + (values.get('buffers') ?? 0) + (values.get('cached') ?? 0),
+  };
 }
 
 /** `virsh pool-info --bytes` → fields. */
@@ -146,6 +181,8 @@ export function classify(
         return { errorClass: 'Permanent', summary: `${what}: libvirt denied access` };
       case 'no-space':
         return { errorClass: 'QuotaExceeded', summary: `${what}: no space left in the storage pool` };
+      case 'no-memory':
+        return { errorClass: 'QuotaExceeded', summary: `${what}: the host has not enough memory` };
       case 'connect':
         return { errorClass: 'Transient', summary: `${what}: cannot connect to libvirtd` };
       default:
@@ -155,7 +192,7 @@ export function classify(
   return { errorClass: 'Transient', summary: 'unexpected failure' };
 }
 
-const LIST_SCRIPT = `uri=$1; pool=$2
+const LIST_SCRIPT = `uri=$1; pool=$2; leases=$3
 names=$(virsh -q -c "$uri" list --all --name) || exit 1
 printf '%s\\n' "$names" | while IFS= read -r d; do
   [ -n "$d" ] || continue
@@ -173,8 +210,23 @@ for v in $vols; do
     proxy-*.marks) virsh -q -c "$uri" domstate "\${v%.marks}" >/dev/null 2>&1 || { printf '@@MARKS %s\\n' "$v"; virsh -q -c "$uri" vol-download --pool "$pool" "$v" /dev/stdout 2>/dev/null; echo; } ;;
   esac
 done
+echo "@@LEASES"
+[ -z "$leases" ] || cat "$leases" 2>/dev/null
 echo "@@ARP"
 cat /proc/net/arp
+`;
+
+/**
+ * Renames a staging volume to the base's name and writes the marker beside
+ * it, in the pool's directory (dir, fs and netfs pools: libvirt has no
+ * volume rename). `mv` within one directory is atomic.
+ */
+const PUBLISH_SCRIPT = `uri=$1; pool=$2; staging=$3; base=$4; marker=$5; digest=$6
+p=$(virsh -q -c "$uri" vol-path --pool "$pool" "$staging") || exit 1
+d=$(dirname "$p")
+mv -f "$p" "$d/$base" || exit 1
+printf '%s\\n' "$digest" >"$d/.$marker.$$" && mv -f "$d/.$marker.$$" "$d/$marker" || exit 1
+virsh -q -c "$uri" pool-refresh "$pool" >/dev/null
 `;
 
 export function createKvmProvider(options: KvmProviderOptions): Provider {
@@ -328,6 +380,7 @@ class KvmProvider implements Provider {
           log.debug('domain exists; ensured running');
           return id;
         }
+        await this.checkCapacity(h, machine, signal, id);
         const marks: InstanceMarks = {
           managed: true,
           uid: req.uid,
@@ -437,18 +490,53 @@ class KvmProvider implements Provider {
   }
 
   private async ensureRunning(h: HostHandle, name: string, signal: AbortSignal): Promise<void> {
+    const id = formatProviderId(h.config.name, name);
     const state = (await this.call(h, ['domstate', name], signal)).trim();
     if (state === 'running' || state === 'idle' || state === 'blocked') return;
-    await this.tolerate(this.call(h, ['start', name], signal), ['other'], '').then(async () => {
-      const after = (await this.call(h, ['domstate', name], signal)).trim();
-      if (after !== 'running' && after !== 'idle' && after !== 'blocked')
+    try {
+      await this.call(h, ['start', name], signal);
+    } catch (err) {
+      // A start refused for memory is the host's capacity, not a passing fault (the seed retried it forever).
+      if (err instanceof VirshError && err.kind === 'no-memory')
         throw this.ops.fail(
-          'Transient',
+          'QuotaExceeded',
           'create',
-          formatProviderId(h.config.name, name),
-          `domain did not start (state "${after.slice(0, 32)}")`,
+          id,
+          `host "${h.config.name}" has not enough memory to start the domain`,
+          err,
         );
-    });
+      if (!(err instanceof VirshError && err.kind === 'other')) throw err;
+    }
+    const after = (await this.call(h, ['domstate', name], signal)).trim();
+    if (after !== 'running' && after !== 'idle' && after !== 'blocked')
+      throw this.ops.fail('Transient', 'create', id, `domain did not start (state "${after.slice(0, 32)}")`);
+  }
+
+  /**
+   * QuotaExceeded, naming the host, when the machine type cannot run there:
+   * more vCPUs than the host has, more memory than it has in all, or more
+   * than it has free now (free, buffers and page cache; `virsh nodememstats`).
+   */
+  private async checkCapacity(
+    h: HostHandle,
+    machine: { vcpus: number; memoryMiB: number },
+    signal: AbortSignal,
+    instance: string,
+  ): Promise<void> {
+    const node = parseNodeInfo(await this.call(h, ['nodeinfo'], signal));
+    const stats = parseNodeMemStats(
+      await this.tolerate(this.call(h, ['nodememstats'], signal), ['other', 'invalid'], ''),
+    );
+    const wantKiB = machine.memoryMiB * 1024;
+    const host = `host "${h.config.name}"`;
+    let problem: string | undefined;
+    if (node.cpus > 0 && machine.vcpus > node.cpus)
+      problem = `${host} has ${node.cpus} CPUs, the machine type asks for ${machine.vcpus} vCPUs`;
+    else if (node.memoryKiB > 0 && wantKiB > node.memoryKiB)
+      problem = `${host} has ${Math.floor(node.memoryKiB / 1024)} MiB of memory, the machine type asks for ${machine.memoryMiB} MiB`;
+    else if (stats !== undefined && wantKiB > stats.availableKiB)
+      problem = `${host} has ${Math.floor(stats.availableKiB / 1024)} MiB of memory free, the machine type asks for ${machine.memoryMiB} MiB`;
+    if (problem !== undefined) throw this.ops.fail('QuotaExceeded', 'create', instance, problem);
   }
 
   private async poolInfo(h: HostHandle, signal: AbortSignal) {
@@ -527,9 +615,9 @@ class KvmProvider implements Provider {
         );
         if (path !== undefined) return path.trim();
       }
-      // No complete copy: drop what is there, then fetch, streaming through the operator.
-      await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, marker], signal), ['no-volume'], '');
-      await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, base], signal), ['no-volume'], '');
+      // No complete copy: fetch, streaming through the operator, into a staging
+      // volume of this call's own; nothing another worker may be writing is touched.
+      const staging = `${base}.part-${randomBytes(4).toString('hex')}`;
       const started = Date.now();
       log.info({ image: image.key }, 'fetching base image into host pool');
       const bound = AbortSignal.any([signal, AbortSignal.timeout(this.cfg.downloadTimeoutSeconds * 1000)]);
@@ -560,8 +648,10 @@ class KvmProvider implements Provider {
         h,
         ['vol-create', '--pool', pool, '/dev/stdin'],
         signal,
-        Buffer.from(buildRawVolumeXml(base, 0), 'utf8'),
+        Buffer.from(buildRawVolumeXml(staging, 0), 'utf8'),
       );
+      const dropStaging = () =>
+        this.tolerate(this.call(h, ['vol-delete', '--pool', pool, staging], signal), ['no-volume'], '');
       const hash = createHash('sha256');
       let bytes = 0;
       const hashing = new Transform({
@@ -572,16 +662,21 @@ class KvmProvider implements Provider {
         },
       });
       const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(hashing);
-      await this.call(
-        h,
-        ['vol-upload', '--pool', pool, base, '/dev/stdin'],
-        bound,
-        body,
-        this.cfg.downloadTimeoutSeconds * 1000,
-      );
+      try {
+        await this.call(
+          h,
+          ['vol-upload', '--pool', pool, staging, '/dev/stdin'],
+          bound,
+          body,
+          this.cfg.downloadTimeoutSeconds * 1000,
+        );
+      } catch (err) {
+        await dropStaging().catch(() => undefined);
+        throw err;
+      }
       const got = hash.digest('hex');
       if (image.sha256 !== undefined && got !== image.sha256) {
-        await this.tolerate(this.call(h, ['vol-delete', '--pool', pool, base], signal), ['no-volume'], '');
+        await dropStaging();
         throw this.ops.fail(
           'Permanent',
           'create',
@@ -589,8 +684,13 @@ class KvmProvider implements Provider {
           `downloaded image sha256 ${got} does not match the configured sha256`,
         );
       }
-      await this.upload(h, marker, Buffer.from(`${got}\n`, 'utf8'), signal);
-      await this.tolerate(this.call(h, ['pool-refresh', pool], signal), ['other'], '');
+      // Published by renames on the host: the base appears whole or not at
+      // all, a racing worker's identical copy replaces it harmlessly, and the
+      // marker (written last) never names a half-written base.
+      await h.virsh.script(PUBLISH_SCRIPT, [pool, staging, base, marker, got], {
+        signal,
+        timeoutMs: this.callMs,
+      });
       log.info({ image: image.key, bytes, durationMs: Date.now() - started }, 'base image cached');
       return (await this.call(h, ['vol-path', '--pool', pool, base], signal)).trim();
     });
@@ -646,7 +746,11 @@ class KvmProvider implements Provider {
     });
   }
 
-  /** ARP table first (the host's, matched by the domain's MACs), then the guest agent. */
+  /**
+   * ARP table first (the host's, matched by the domain's MACs), then the
+   * guest agent, then the bridge's DHCP leases when the host names its lease
+   * file (a guest without the agent, on a bridge the host has no address on).
+   */
   private async address(
     h: HostHandle,
     domain: string,
@@ -665,7 +769,16 @@ class KvmProvider implements Provider {
       ['other', 'not-running', 'invalid'],
       '',
     );
-    return firstRoutableIPv4(parseDomIfAddr(agent));
+    const fromAgent = firstRoutableIPv4(parseDomIfAddr(agent));
+    const leasesFile = h.config.dhcpLeasesFile;
+    if (fromAgent !== undefined || leasesFile === undefined) return fromAgent;
+    const leases = await h.link.exec(`cat ${shellQuote(leasesFile)}`, {
+      signal,
+      timeoutMs: this.callMs,
+      label: 'cat dhcpLeasesFile',
+    });
+    // A missing file is no lease yet (dnsmasq writes it at the first one), not an error.
+    return firstRoutableIPv4(dnsmasqLeaseLookup(leases.stdout.toString('utf8'), macAddresses(xml)));
   }
 
   // ---- delete ----
@@ -685,7 +798,12 @@ class KvmProvider implements Provider {
           ['no-domain', 'not-running', 'other'],
           '',
         );
-        await this.tolerate(this.call(h, ['undefine', domain, '--nvram'], signal), ['no-domain'], '');
+        // A managed-save image or snapshot metadata makes a bare undefine fail for ever.
+        await this.tolerate(
+          this.call(h, ['undefine', domain, '--nvram', '--managed-save', '--snapshots-metadata'], signal),
+          ['no-domain'],
+          '',
+        );
         const pool = h.config.pool;
         for (const vol of [overlayVolume(domain), seedVolume(domain), marksVolume(domain)])
           await this.tolerate(
@@ -708,19 +826,51 @@ class KvmProvider implements Provider {
 
   // ---- list ----
 
-  listByTag(signal: AbortSignal): Promise<Instance[]> {
+  /**
+   * Every host listed at once; a host that cannot be listed does not hold up
+   * or fail the others: its instances are left out and the host is named in
+   * `unlisted` (so GC and the drift sweep leave them alone). Only when no
+   * host answers is the listing an error.
+   */
+  listByTag(signal: AbortSignal): Promise<Listing> {
     return this.ops.run('list', '', signal, async () => {
-      const all = await Promise.all([...this.hosts.values()].map((h) => this.listHost(h, signal)));
-      return all.flat();
+      const hosts = [...this.hosts.values()];
+      const settled = await Promise.allSettled(hosts.map((h) => this.listHost(h, signal)));
+      const listing: Listing = [];
+      const unlisted: UnlistedScope[] = [];
+      let firstError: unknown;
+      settled.forEach((r, i) => {
+        const h = hosts[i]!;
+        if (r.status === 'fulfilled') {
+          listing.push(...r.value);
+          return;
+        }
+        firstError ??= r.reason;
+        const summary = signal.aborted ? 'aborted by the caller' : classify(r.reason, 'list').summary;
+        unlisted.push({
+          target: h.config.name,
+          idPrefix: formatProviderId(h.config.name, ''),
+          message: summary.slice(0, 512),
+        });
+        this.log.warn({ host: h.config.name, error: summary }, 'list: host could not be listed; left out');
+      });
+      if (unlisted.length === hosts.length) throw firstError;
+      if (unlisted.length > 0) listing.unlisted = unlisted;
+      return listing;
     });
   }
 
   private async listHost(h: HostHandle, signal: AbortSignal): Promise<Instance[]> {
-    const out = await h.virsh.script(LIST_SCRIPT, [h.config.pool], { signal, timeoutMs: this.callMs * 4 });
+    const out = await h.virsh.script(LIST_SCRIPT, [h.config.pool, h.config.dhcpLeasesFile ?? ''], {
+      signal,
+      timeoutMs: this.callMs * 4,
+    });
     const instances: Instance[] = [];
     const domains = new Set<string>();
     const arpAt = out.lastIndexOf('\n@@ARP\n');
     const arp = arpAt < 0 ? '' : out.slice(arpAt + 7);
+    const leasesAt = out.lastIndexOf('\n@@LEASES\n');
+    const leases = leasesAt < 0 || arpAt < leasesAt ? '' : out.slice(leasesAt + 10, arpAt);
     for (const block of out.split('@@DOMAIN ').slice(1)) {
       const name = block.slice(0, block.indexOf('\n'));
       domains.add(name);
@@ -734,7 +884,8 @@ class KvmProvider implements Provider {
       if (mapState(state, '1.1.1.1') === 'Running')
         ip =
           firstRoutableIPv4(arpLookup(arp, macAddresses(xml))) ??
-          firstRoutableIPv4(parseDomIfAddr(block.slice(addrAt, end)));
+          firstRoutableIPv4(parseDomIfAddr(block.slice(addrAt, end))) ??
+          firstRoutableIPv4(dnsmasqLeaseLookup(leases, macAddresses(xml)));
       instances.push(toInstance(formatProviderId(h.config.name, name), mapState(state, ip), ip, marks));
     }
     for (const m of out.matchAll(/^@@SKIP (.*)$/gm)) {

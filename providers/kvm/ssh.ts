@@ -15,7 +15,7 @@ import type { Readable } from 'node:stream';
 // ssh2 is CommonJS and sets `utils` in a way Node's ESM named-export
 // detection cannot see: take it from the default export.
 import ssh2, { type Client as SshClient, type ClientChannel } from 'ssh2';
-import { parseKnownHosts, hostKeyAccepted, type KnownHostEntry } from './known-hosts.js';
+import { parseKnownHosts, hostKeyAccepted, hostKeyAlgorithms, type KnownHostEntry } from './known-hosts.js';
 import { parseAddress } from './config.js';
 import { providerCall } from '../../tracing/seam.js';
 
@@ -197,7 +197,12 @@ export class HostLink {
               ),
             );
         });
+        const algorithms =
+          material.knownHosts === undefined
+            ? undefined
+            : hostKeyAlgorithms(material.knownHosts, target.host, target.port);
         client.connect({
+          ...(algorithms === undefined ? {} : { algorithms: { serverHostKey: algorithms } }),
           host: target.host,
           port: target.port,
           username: this.opts.user,

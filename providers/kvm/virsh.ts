@@ -48,6 +48,7 @@ export type VirshErrorKind =
   | 'invalid'
   | 'auth'
   | 'no-space'
+  | 'no-memory'
   | 'connect'
   | 'not-running'
   | 'other';
@@ -58,6 +59,8 @@ export function virshErrorKind(stderr: string): VirshErrorKind {
   if (/storage volume not found|no storage vol with matching/.test(s)) return 'no-volume';
   if (/storage pool not found|no storage pool with matching/.test(s)) return 'no-pool';
   if (/domain is not running|not running/.test(s)) return 'not-running';
+  // QEMU refusing to start: "cannot set up guest memory 'pc.ram': Cannot allocate memory".
+  if (/cannot allocate memory|cannot set up guest memory|out of memory/.test(s)) return 'no-memory';
   if (/no space left|not enough space|enospc|insufficient/.test(s)) return 'no-space';
   if (/failed to connect to the hypervisor|failed to connect socket|no such file or directory.*sock/.test(s))
     return 'connect';

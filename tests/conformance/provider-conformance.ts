@@ -92,6 +92,8 @@ export function describeProviderConformance(name: string, factory: () => Promise
     const created = new Set<string>();
     const sentinel = `sentinel-${randomUUID()}`;
 
+    /** This run's installation mark: every instance the suite creates carries it. */
+    const installation = `conformance-${randomUUID().slice(0, 8)}`;
     const request = (overrides: Partial<CreateRequest> = {}): CreateRequest => {
       const uid = overrides.uid ?? randomUUID();
       return {
@@ -102,7 +104,7 @@ export function describeProviderConformance(name: string, factory: () => Promise
         placement: { ...subject.placement },
         cloudInit: `#cloud-config\n# ${sentinel}\n`,
         port: subject.port ?? 3128,
-        installation: 'conformance',
+        installation,
         ...overrides,
       };
     };
@@ -147,7 +149,10 @@ export function describeProviderConformance(name: string, factory: () => Promise
       }
     };
 
-    const count = async (): Promise<number> => (await provider.listByTag(live())).length;
+    // Only this run's instances count: another run on the same backend (two
+    // test runs on one libvirtd) or a user's own instances there cannot move it.
+    const count = async (): Promise<number> =>
+      (await provider.listByTag(live())).filter((i) => i.installation === installation).length;
 
     /** Every error the suite provoked, for the sentinel check. */
     const errors: unknown[] = [];

@@ -10,12 +10,12 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync } from 'node:fs';
-import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createReadStream, mkdirSync, readFileSync } from 'node:fs';
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { createServer as createTcpServer, connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -121,7 +121,9 @@ export async function createPool(root: string): Promise<TestPool> {
         const xml = await virsh('dumpxml', d).catch(() => '');
         if (!xml.includes(dir)) continue;
         await virsh('destroy', d).catch(() => undefined);
-        await virsh('undefine', d, '--nvram').catch(() => undefined);
+        await virsh('undefine', d, '--nvram', '--managed-save', '--snapshots-metadata').catch(
+          () => undefined,
+        );
       }
       await virsh('pool-destroy', name).catch(() => undefined);
     },
@@ -150,12 +152,23 @@ export interface TestSshd {
   stop(): Promise<void>;
 }
 
-/** A private sshd on 127.0.0.1 (root login with the run's own key only). */
-export async function startSshd(root: string): Promise<TestSshd> {
+export type HostKeyType = 'ed25519' | 'ecdsa' | 'rsa';
+
+/**
+ * A private sshd on 127.0.0.1 (root login with the run's own key only), with
+ * a host key of each of `hostKeyTypes` (ed25519 alone by default); the first
+ * is the one `knownHostsFile` lists.
+ */
+export async function startSshd(
+  root: string,
+  hostKeyTypes: readonly HostKeyType[] = ['ed25519'],
+): Promise<TestSshd> {
   mkdirSync('/run/sshd', { recursive: true });
-  const dir = join(root, 'ssh');
+  const dir = join(root, `ssh-${hostKeyTypes.join('-')}`);
   mkdirSync(dir, { recursive: true });
-  await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'host_key')]);
+  const hostKeys = hostKeyTypes.map((t, i) => join(dir, i === 0 ? 'host_key' : `host_key_${t}`));
+  for (const [i, t] of hostKeyTypes.entries())
+    await run('ssh-keygen', ['-q', '-t', t, '-N', '', '-f', hostKeys[i]!]);
   const keyFile = join(dir, 'id_ed25519');
   const authorized = join(dir, 'authorized_keys');
   const newClientKey = async () => {
@@ -173,7 +186,7 @@ export async function startSshd(root: string): Promise<TestSshd> {
     [
       `Port ${port}`,
       'ListenAddress 127.0.0.1',
-      `HostKey ${join(dir, 'host_key')}`,
+      ...hostKeys.map((k) => `HostKey ${k}`),
       `PidFile ${join(dir, 'sshd.pid')}`,
       `AuthorizedKeysFile ${authorized}`,
       'PermitRootLogin prohibit-password',
@@ -328,4 +341,87 @@ export async function descendants(pid: number): Promise<number[]> {
     }
   }
   return out;
+}
+
+/** Serves one file (a real guest image) over HTTP on the loopback, streamed from disk. */
+export async function serveFile(
+  path: string,
+): Promise<{ url: string; hits: () => number; close(): Promise<void> }> {
+  const { size } = await stat(path);
+  let hits = 0;
+  const name = `/${basename(path)}`;
+  const server: Server = createServer((req, res) => {
+    if (req.url !== name) return void res.writeHead(404).end();
+    hits++;
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': size });
+    createReadStream(path).pipe(res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}${name}`,
+    hits: () => hits,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+/** The guest image infra/scripts/build-kvm-guest.sh builds (or finds cached): path, sha256, how long it took. */
+export async function guestImage(): Promise<{ path: string; sha256: string; seconds: number }> {
+  const started = Date.now();
+  const { stdout } = await run('bash', [join(REPO, 'infra/scripts/build-kvm-guest.sh')], {
+    timeout: 1_800_000,
+    maxBuffer: 16 << 20,
+  });
+  const path = stdout.trim().split('\n').pop()!;
+  const sha256 = (await readFile(`${path}.sha256`, 'utf8')).trim();
+  return { path, sha256, seconds: (Date.now() - started) / 1000 };
+}
+
+/**
+ * Whether KVM here can run what the provider's `domainType: kvm` domain runs:
+ * OVMF on a q35 machine with the host's CPU passed through, for 3 s. Some
+ * nested hypervisors expose a /dev/kvm on which QEMU starts but the firmware's
+ * first instructions fail ("KVM internal error") or the host CPU's MSRs are
+ * refused; there the tests use software emulation (`domainType: qemu`).
+ */
+export async function kvmRunsFirmware(root: string): Promise<{ usable: boolean; why: string }> {
+  const vars = join(root, 'probe-vars.fd');
+  await writeFile(vars, await readFile('/usr/share/OVMF/OVMF_VARS_4M.fd'));
+  const res = await run(
+    'timeout',
+    [
+      '3',
+      'qemu-system-x86_64',
+      '-accel',
+      'kvm',
+      '-machine',
+      'q35',
+      '-cpu',
+      'host',
+      '-m',
+      '128',
+      '-nodefaults',
+      '-display',
+      'none',
+      '-drive',
+      'if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd',
+      '-drive',
+      `if=pflash,format=raw,file=${vars}`,
+    ],
+    { timeout: 20_000 },
+  ).then(
+    (r) => ({ code: 0, stderr: r.stderr }),
+    (e: { code?: number; stderr?: string }) => ({ code: e.code ?? -1, stderr: e.stderr ?? '' }),
+  );
+  const bad = /KVM internal error|failed to set MSR|Could not access KVM|failed to initialize kvm/i.exec(
+    res.stderr,
+  );
+  // `timeout` ends a healthy firmware that is still running: exit 124.
+  if (res.code !== 124 || bad !== null)
+    return { usable: false, why: (bad?.[0] ?? `qemu exited ${res.code}`) + ' under -accel kvm' };
+  return { usable: true, why: 'OVMF runs under -accel kvm -cpu host' };
 }

@@ -9,11 +9,13 @@
  * domain's MAC (FakeArp), which is what the provider reads from the host's
  * ARP table.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import { CoreV1Api } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
@@ -25,6 +27,12 @@ import { createKvmProvider } from '../../providers/kvm/provider.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import type { CreateRequest, Provider } from '../../providers/types.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import { createDriftActivities } from '../../activities/drift-activities.js';
+import { createGcActivities } from '../../activities/gc-activities.js';
+import { createProviderCircuits } from '../../activities/provider-circuit.js';
+import { unlistedOf } from '../../providers/types.js';
+import { createNamespace, createProxy, kubeConfig, proxyClient, setProxyStatus } from '../helpers/kube.js';
+import { eventually } from '../helpers/temporal.js';
 import {
   createPool,
   descendants,
@@ -151,9 +159,15 @@ async function rejection(p: Promise<unknown>): Promise<ProviderError> {
   throw new Error('expected a rejection');
 }
 
-/** A defined (never started) domain in the test pool, optionally with our metadata. */
-async function defineBare(env: Env, name: string, metadata: string | undefined): Promise<string> {
-  const xml = `<domain type="qemu"><name>${name}</name>${metadata === undefined ? '' : `<metadata>${metadata}</metadata>`}<memory unit="MiB">64</memory><vcpu>1</vcpu><os><type arch="x86_64" machine="q35">hvm</type></os><devices><disk type="file" device="disk"><driver name="qemu" type="raw"/><source file="${join(env.pool.dir, `${name}.absent`)}"/><target dev="vda" bus="virtio"/></disk></devices></domain>`;
+/** A defined (never started) domain in the test pool, optionally with our metadata (and without a disk: one that can start). */
+async function defineBare(
+  env: Env,
+  name: string,
+  metadata: string | undefined,
+  memoryMiB = 64,
+  withDisk = true,
+): Promise<string> {
+  const xml = `<domain type="qemu"><name>${name}</name>${metadata === undefined ? '' : `<metadata>${metadata}</metadata>`}<memory unit="MiB">${memoryMiB}</memory><vcpu>1</vcpu><os><type arch="x86_64" machine="q35">hvm</type></os><devices>${withDisk ? `<disk type="file" device="disk"><driver name="qemu" type="raw"/><source file="${join(env.pool.dir, `${name}.absent`)}"/><target dev="vda" bus="virtio"/></disk>` : ''}</devices></domain>`;
   const file = join(env.root, `${name}.xml`);
   await writeFile(file, xml);
   await virsh('define', file);
@@ -306,6 +320,77 @@ describe('kvm provider against libvirtd over sshd', () => {
     }
   });
 
+  it('a machine type bigger than the host is QuotaExceeded naming the host, before define; a start refused for memory too', async () => {
+    const huge = createKvmProvider({
+      name: 'kvm-huge',
+      // 64 TiB: more than any host here has, so the check before define refuses it.
+      config: kvmConfig(env, { machineTypes: { small: { vcpus: 1, memoryMiB: 64 * 1024 * 1024 } } }),
+      logger: log.logger,
+    });
+    try {
+      const req = request();
+      const err = await rejection(huge.create(req, live()));
+      expect(err.errorClass).toBe('QuotaExceeded');
+      expect(err.message).toContain(`host "${HOST}"`);
+      expect(err.message).toMatch(/MiB of memory/);
+      expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
+    } finally {
+      await huge.close?.();
+    }
+    // A domain of ours already defined (a create resumed) whose start QEMU refuses for memory.
+    const req = request();
+    env.noArp.add(req.name);
+    await defineBare(
+      env,
+      req.name,
+      marksElement({ managed: true, uid: req.uid, installation: 'kvm-test', createdAt: new Date() }),
+      1024 * 1024,
+      false,
+    );
+    const refused = await rejection(provider.create(req, live()));
+    expect(refused.errorClass).toBe('QuotaExceeded');
+    expect(refused.message).toContain(`host "${HOST}"`);
+    await provider.delete(formatProviderId(HOST, req.name), live());
+    expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
+  });
+
+  it('a domain with a managed save and a snapshot is deleted', async () => {
+    const req = request();
+    env.noArp.add(req.name);
+    const id = await provider.create(req, live());
+    await virsh('managedsave', req.name);
+    await virsh('snapshot-create-as', req.name, 'before-delete');
+    expect(await virsh('dominfo', req.name)).toMatch(/Managed save:\s+yes/);
+    expect((await virsh('snapshot-list', req.name, '--name')).trim()).toBe('before-delete');
+    await provider.delete(id, live());
+    expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
+    expect(classOf(await rejection(provider.get(id, live())))).toBe('NotFound');
+  });
+
+  it('two providers (two workers) creating on a cold cache end with one intact base image', async () => {
+    // A key no other test uses: its base is not in the pool yet.
+    const images = { cold: { url: env.image.url, sha256: env.image.sha256, firmware: 'bios' } };
+    const workers = ['kvm-worker-a', 'kvm-worker-b'].map((name) =>
+      createKvmProvider({ name, config: kvmConfig(env, { images }), logger: log.logger }),
+    );
+    try {
+      const reqs = [request(), request()];
+      for (const r of reqs) env.noArp.add(r.name);
+      const ids = await Promise.all(workers.map((w, i) => w.create(reqs[i]!, live())));
+      const vols = await virsh('vol-list', '--pool', env.pool.name);
+      expect(vols).toContain('base-cold.qcow2.sha256');
+      expect(vols).not.toContain('.part-');
+      const digest = createHash('sha256')
+        .update(readFileSync(join(env.pool.dir, 'base-cold.qcow2')))
+        .digest('hex');
+      expect(digest).toBe(env.image.sha256);
+      expect(readFileSync(join(env.pool.dir, 'base-cold.qcow2.sha256'), 'utf8').trim()).toBe(digest);
+      for (const [i, id] of ids.entries()) await workers[i]!.delete(id, live());
+    } finally {
+      for (const w of workers) await w.close?.();
+    }
+  });
+
   it('an image whose digest does not match is Permanent and not cached', async () => {
     const bad = createKvmProvider({
       name: 'kvm-badsum',
@@ -364,6 +449,39 @@ describe('kvm provider against libvirtd over sshd', () => {
       ready: false,
     });
     for (const line of log.lines) expect(line).not.toContain(secret);
+  });
+
+  it("a known_hosts listing only the host's ecdsa or rsa key is accepted (the host also has an ed25519 key)", async () => {
+    for (const type of ['ecdsa', 'rsa'] as const) {
+      const other = await startSshd(env.root, [type, 'ed25519']);
+      expect(readFileSync(other.knownHostsFile, 'utf8')).toContain(
+        type === 'rsa' ? 'ssh-rsa' : 'ecdsa-sha2-',
+      );
+      const p = createKvmProvider({
+        name: `kvm-${type}`,
+        config: kvmConfig(env, {
+          sshKeyFile: other.keyFile,
+          knownHostsFile: other.knownHostsFile,
+          hosts: [
+            {
+              name: HOST,
+              address: other.address,
+              user: 'root',
+              pool: env.pool.name,
+              domainType: 'qemu',
+              network: 'user',
+            },
+          ],
+        }),
+        logger: log.logger,
+      });
+      try {
+        expect((await p.check!(live()))[0]).toMatchObject({ name: HOST, ready: true, reason: 'Reachable' });
+      } finally {
+        await p.close?.();
+        await other.stop();
+      }
+    }
   });
 
   it('check reports the host, libvirt version and pool space; a missing pool is PoolNotFound', async () => {
@@ -425,6 +543,137 @@ describe('kvm provider against libvirtd over sshd', () => {
     // and the connection is still good for the next call
     expect((await provider.check!(live()))[0]!.ready).toBe(true);
     await provider.delete(formatProviderId(HOST, req.name), live());
+  });
+
+  it('a host that is down: the other is listed, checked, created on and read; drift and GC leave the down host alone', async () => {
+    // "down": a port nothing listens on (reserved by listening, then closed).
+    const closed = createTcpServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const downPort = (closed.address() as AddressInfo).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    const lab = {
+      name: HOST,
+      address: env.sshd.address,
+      user: 'root',
+      pool: env.pool.name,
+      domainType: 'qemu',
+      network: 'user',
+    };
+    const two = createKvmProvider({
+      name: 'kvm-two',
+      config: kvmConfig(env, { hosts: [lab, { ...lab, name: 'down', address: `127.0.0.1:${downPort}` }] }),
+      logger: log.logger,
+    });
+    const kc = kubeConfig();
+    const namespace = await createNamespace(kc, 'kvm-two');
+    const api = proxyClient(kc);
+    try {
+      const onLab = request({ placement: { zone: HOST } });
+      const gone = request({ placement: { zone: HOST } });
+      const labId = await two.create(onLab, live());
+      const goneId = await two.create(gone, live());
+      const downId = formatProviderId('down', instanceNameFromUid(randomUUID()));
+
+      // Per-host answers: lab listed and Reachable, down named as unlisted and Unreachable.
+      const listing = await two.listByTag(live());
+      expect(listing.map((i) => i.id)).toEqual(expect.arrayContaining([labId, goneId]));
+      expect(unlistedOf(listing).map((u) => [u.target, u.idPrefix])).toEqual([
+        ['down', 'hosts/down/domains/'],
+      ]);
+      expect(unlistedOf(listing)[0]!.message).not.toBe('');
+      expect((await two.check!(live())).map((t) => [t.name, t.ready, t.reason])).toEqual([
+        [HOST, true, 'Reachable'],
+        ['down', false, 'Unreachable'],
+      ]);
+      expect(classOf(await rejection(two.create(request({ placement: { zone: 'down' } }), live())))).toBe(
+        'Transient',
+      );
+      // Unreachable is never NotFound: the workflow must not take the instance for gone.
+      expect(classOf(await rejection(two.get(downId, live())))).toBe('Transient');
+      await eventually('the lab instance Running with its address', async () =>
+        (await two.get(labId, live())).state === 'Running' ? true : undefined,
+      );
+
+      // Three steady Proxies: one on lab (intact), one on lab whose domain goes away, one on the down host.
+      const steady = async (name: string, providerID: string, ip: string) => {
+        const p = await createProxy(api, namespace, name, {
+          mode: 'Managed',
+          provider: 'kvm-two',
+          placement: {},
+        } as never);
+        await setProxyStatus(api, p, {
+          providerID,
+          ip,
+          conditions: [
+            {
+              type: 'Provisioned',
+              status: 'True',
+              reason: 'Running',
+              message: 'test',
+              lastTransitionTime: new Date().toISOString(),
+              observedGeneration: 1,
+            },
+          ],
+        } as never);
+      };
+      const labIp = (await two.get(labId, live())).ip!;
+      await steady('on-lab', labId, labIp);
+      await steady('gone-lab', goneId, labIp);
+      await steady('on-down', downId, '198.51.100.250');
+      await two.delete(goneId, live());
+      const signalled: string[] = [];
+      const drift = createDriftActivities({
+        registry: {
+          get: (n) => (n === 'kvm-two' ? two : undefined),
+          names: () => ['kvm-two'],
+          close: async () => {},
+        },
+        kubeConfig: kc,
+        logger: log.logger,
+        circuits: createProviderCircuits(),
+        namespaces: [namespace],
+        signal: (workflowId) => {
+          signalled.push(workflowId);
+          return Promise.resolve('signalled');
+        },
+      });
+      const report = await drift.sweepDrift({ listTimeoutMs: 60_000 });
+      // on-lab compared and fine, gone-lab compared and drifted; on-down not compared at all.
+      expect(report.providers).toEqual([
+        expect.objectContaining({
+          provider: 'kvm-two',
+          compared: 2,
+          drifted: 1,
+          signalled: 1,
+          unlisted: ['down'],
+        }),
+      ]);
+      expect(signalled).toHaveLength(1);
+      expect(signalled[0]).toContain('gone-lab');
+      // GC's listing: the lab's instances, nothing of the down host, and the down host named in the log.
+      const gc = createGcActivities({
+        registry: {
+          get: (n) => (n === 'kvm-two' ? two : undefined),
+          names: () => ['kvm-two'],
+          close: async () => {},
+        },
+        kubeConfig: kc,
+        installation: 'kvm-test',
+        logger: log.logger,
+        namespaces: [namespace],
+      });
+      const listed = await gc.gcListInstances({ provider: 'kvm-two', timeoutMs: 60_000 });
+      expect(listed.map((i) => i.id)).toContain(labId);
+      expect(listed.filter((i) => i.id.startsWith('hosts/down/'))).toEqual([]);
+      expect(log.lines.some((l) => l.includes('could not be listed') && l.includes('down'))).toBe(true);
+      await two.delete(labId, live());
+    } finally {
+      await two.close?.();
+      await kc
+        .makeApiClient(CoreV1Api)
+        .deleteNamespace({ name: namespace })
+        .catch(() => undefined);
+    }
   });
 
   it("the seed's kvm-home entry loads, and runs with its host pointed at this sshd", async () => {

@@ -31,12 +31,15 @@ import {
   urlImageKey,
 } from '../../providers/kvm/ids.js';
 import { buildIso9660, readIso9660 } from '../../providers/kvm/iso9660.js';
-import { hostKeyAccepted, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
+import { hostKeyAccepted, hostKeyAlgorithms, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
 import {
   arpLookup,
   checkReason,
   classify,
+  dnsmasqLeaseLookup,
   firstRoutableIPv4,
+  parseNodeInfo,
+  parseNodeMemStats,
   mapState,
   parseDomIfAddr,
   parsePoolInfo,
@@ -131,6 +134,39 @@ describe('kvm config', () => {
     expect(kvmConfigSchema.safeParse({ ...valid, hosts: [base.hosts[0]], images: {} }).success).toBe(true);
   });
 
+  it("host-key algorithms follow the key types known_hosts lists for the host, in the file's order", () => {
+    const entries = parseKnownHosts(`[nas1]:2222 ecdsa-sha2-nistp256 AAAA
+[nas1]:2222 ssh-rsa BBBB
+other ssh-ed25519 CCCC
+@revoked [nas1]:2222 ssh-ed25519 DDDD
+`);
+    expect(hostKeyAlgorithms(entries, 'nas1', 2222)).toEqual([
+      'ecdsa-sha2-nistp256',
+      'rsa-sha2-512',
+      'rsa-sha2-256',
+      'ssh-rsa',
+    ]);
+    expect(hostKeyAlgorithms(entries, 'other', 22)).toEqual(['ssh-ed25519']);
+    expect(hostKeyAlgorithms(entries, 'unknown', 22)).toBeUndefined();
+  });
+
+  it('dhcpLeasesFile is an absolute path of plain characters', () => {
+    const host = { name: 'a', address: 'a:22', user: 'u', bridge: 'br0' };
+    const cfg = (dhcpLeasesFile: string) =>
+      kvmConfigSchema.safeParse({
+        sshKeyFile: '/k',
+        insecureIgnoreHostKey: true,
+        machineTypes: { s: { vcpus: 1, memoryMiB: 64 } },
+        hosts: [{ ...host, dhcpLeasesFile }],
+      });
+    expect(cfg('/var/lib/misc/dnsmasq.br0.leases').success).toBe(true);
+    for (const bad of ['relative.leases', '/x; reboot', "/x'y"]) {
+      const r = cfg(bad);
+      expect(r.success).toBe(false);
+      expect(r.error!.issues[0]!.path.join('.')).toBe('hosts.0.dhcpLeasesFile');
+    }
+  });
+
   it('addresses are host:port', () => {
     expect(parseAddress('nas1.lan:22')).toEqual({ host: 'nas1.lan', port: 22 });
     expect(parseAddress('[::1]:2222')).toEqual({ host: '::1', port: 2222 });
@@ -212,7 +248,9 @@ describe('kvm domain XML', () => {
     expect(bios).toContain('<interface type="user">');
     expect(bios).not.toContain('host-passthrough');
     expect(bios).toContain('org.qemu.guest_agent.0');
-    expect(bios).toContain('<target dev="sda" bus="sata"/>');
+    // The seed on virtio-scsi: kernels without AHCI (Debian's cloud kernel) still see it.
+    expect(bios).toContain('<controller type="scsi" model="virtio-scsi"/>');
+    expect(bios).toContain('<target dev="sda" bus="scsi"/>');
   });
 
   it('overlay volume: qcow2 backed by the base, capacity in bytes', () => {
@@ -352,6 +390,41 @@ describe('kvm state, addresses and pool info', () => {
  -          -                    ipv4         10.1.2.3/24`;
     expect(firstRoutableIPv4(parseDomIfAddr(agent))).toBe('10.1.2.3');
     expect(firstRoutableIPv4(['0.0.0.0', '127.0.0.1'])).toBeUndefined();
+  });
+
+  it("dnsmasq's lease file by MAC, the latest expiry first; other MACs and junk ignored", () => {
+    const leases = `1764770000 52:54:00:aa:bb:cc 198.18.7.20 proxy-a 01:52:54:00:aa:bb:cc
+1764779999 52:54:00:AA:BB:CC 198.18.7.21 proxy-a *
+1764779999 52:54:00:00:00:01 198.18.7.22 * *
+garbage line
+1764779999 52:54:00:aa:bb:cc fe80::1 * *
+`;
+    expect(dnsmasqLeaseLookup(leases, ['52:54:00:aa:bb:cc'])).toEqual(['198.18.7.21', '198.18.7.20']);
+    expect(dnsmasqLeaseLookup(leases, ['52:54:00:99:99:99'])).toEqual([]);
+    expect(dnsmasqLeaseLookup('', ['52:54:00:aa:bb:cc'])).toEqual([]);
+  });
+
+  it('nodeinfo and nodememstats: CPUs, total and available memory', () => {
+    expect(
+      parseNodeInfo(
+        'CPU model:           x86_64\nCPU(s):              2\nMemory size:         20932424 KiB\n',
+      ),
+    ).toEqual({ cpus: 2, memoryKiB: 20932424 });
+    expect(parseNodeInfo('garbage')).toEqual({ cpus: 0, memoryKiB: 0 });
+    expect(
+      parseNodeMemStats(
+        'total  :  24683664 KiB\nfree   :  18709164 KiB\nbuffers:  62560 KiB\ncached :  2562544 KiB\n',
+      ),
+    ).toEqual({ availableKiB: 18709164 + 62560 + 2562544 });
+    expect(parseNodeMemStats('')).toBeUndefined();
+    expect(
+      virshErrorKind(
+        "error: internal error: qemu unexpectedly closed the monitor: qemu-system-x86_64: cannot set up guest memory 'pc.ram': Cannot allocate memory",
+      ),
+    ).toBe('no-memory');
+    expect(classify(new VirshError('start', 'error: Cannot allocate memory', 1), 'create').errorClass).toBe(
+      'QuotaExceeded',
+    );
   });
 
   it('reads pool-info --bytes', () => {
