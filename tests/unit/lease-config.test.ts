@@ -19,7 +19,9 @@ describe('readApiConfig', () => {
       maxLeaseTtlSeconds: 3600,
       defaultLeaseTtlSeconds: 300,
       leaseStore: { kind: 'memory' },
+      poolDemandIntervalMs: 5_000,
     });
+    expect(readApiConfig({}, { poolDemandInterval: '500ms' }).poolDemandIntervalMs).toBe(500);
   });
 
   it('reads the Redis lease store: URL, password from a Secret file, CA for TLS', () => {
@@ -87,6 +89,8 @@ describe('readApiConfig', () => {
     [{}, { leaseCooldown: '0' }, /lease-cooldown must be positive/],
     [{}, { leaseCooldown: '-5m' }, /lease-cooldown/],
     [{}, { leaseCooldown: '15 minutes' }, /invalid duration/],
+    [{}, { poolDemandInterval: '0' }, /pool-demand-interval must be positive/],
+    [{}, { poolDemandInterval: 'often' }, /pool-demand-interval/],
     [{}, { discoveryAddr: '8090' }, /discovery-addr/],
     [{}, { discoveryAddr: ':70000' }, /discovery-addr/],
     [{ DISCOVERY_TOKEN: 'x' }, { discoveryTokenFile: '/nonexistent' }, /not both/],
