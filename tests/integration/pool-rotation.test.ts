@@ -87,13 +87,13 @@ describe('ProxyPool rotation', () => {
       },
       { timeoutMs: 60_000, intervalMs: 250 },
     );
-  /** Deletes the pool, waits for its workflow to end, and offers its history to the replay guard. */
-  const deleteAndRecord = async (name: string, history: string) => {
+  /** Deletes the pool, waits for its workflow to end, and returns its history (for the replay guard). */
+  const deleteAndFetchHistory = async (name: string) => {
     const uid = (await pool(name))!.metadata.uid!;
     await h.deletePoolAndWait(name, 60_000);
     const handle = h.cp.client.workflow.getHandle(poolWorkflowId({ namespace: h.cp.namespace, name, uid }));
     await handle.result();
-    maybeRecord(history, await handle.fetchHistory());
+    return handle.fetchHistory();
   };
   const rotatedEvents = async (name: string): Promise<string> =>
     kubectl([
@@ -169,7 +169,7 @@ describe('ProxyPool rotation', () => {
     });
     expect(notes).toContain('(Banned)');
     expect(notes).not.toContain(sparedName);
-    await deleteAndRecord(name, 'pool-rotate-banned');
+    maybeRecord('pool-rotate-banned', await deleteAndFetchHistory(name));
   });
 
   it('replaces every member past maxAgeSeconds, within maxSurge and never below replicas available', async () => {
@@ -302,6 +302,6 @@ describe('ProxyPool rotation', () => {
       { timeoutMs: 90_000, intervalMs: 250 },
     );
     expect(resumed?.rotation?.lastRotationReason).toBe('MaxAge');
-    await deleteAndRecord(name, 'pool-rotation-paused-resumed');
+    maybeRecord('pool-rotation-paused-resumed', await deleteAndFetchHistory(name));
   });
 });
