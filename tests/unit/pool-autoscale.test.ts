@@ -35,14 +35,13 @@ describe('recommendReplicas', () => {
     expect(recommendReplicas({ activeLeases: 20, denials: 0 }, 5, 5, spec)).toBe(5);
     expect(recommendReplicas({ activeLeases: 21, denials: 0 }, 6, 5, spec)).toBe(6);
     expect(recommendReplicas({ activeLeases: 0, denials: 0 }, 5, 5, spec)).toBe(2);
-    expect(recommendReplicas({ activeLeases: 10_000, denials: 0 }, 40, 5, spec)).toBe(40);
+    expect(recommendReplicas({ activeLeases: 10_000, denials: 0 }, 2, 5, spec)).toBe(40);
   });
 
-  it('grows as fast as allowed while requests are refused, even at full utilization: doubling, or +4', () => {
-    expect(recommendReplicas({ activeLeases: 50, denials: 3 }, 10, 5, spec)).toBe(20);
+  it('asks for as many as allowed while requests are refused, even at full utilization', () => {
+    expect(recommendReplicas({ activeLeases: 50, denials: 3 }, 10, 5, spec)).toBe(40);
     // One refusal where the arithmetic says "enough": still more.
-    expect(recommendReplicas({ activeLeases: 4, denials: 1 }, 2, 5, spec)).toBe(6);
-    expect(recommendReplicas({ activeLeases: 10, denials: 500 }, 30, 5, spec)).toBe(40);
+    expect(recommendReplicas({ activeLeases: 4, denials: 1 }, 2, 5, spec)).toBe(40);
   });
 
   it('keeps the size when members take no leases (maxLeases 0): no capacity to size by', () => {
@@ -66,18 +65,38 @@ describe('aggregateDemand', () => {
 });
 
 describe('decideReplicas (stabilization windows)', () => {
-  it('scales up once every recommendation of the scale-up window agrees, and says when to look again', () => {
+  it('scales up once every recommendation of the scale-up window agrees, a doubling (or +4) a step, and says when to look again', () => {
     const state = initialAutoscale(spec, 2);
     applyDemandReport(state, report({ activeLeases: 8 }), 0, 5, spec); // 2
-    applyDemandReport(state, report({ activeLeases: 40 }), 1_000, 5, spec); // 10, limited to +4: 6
+    applyDemandReport(state, report({ activeLeases: 40 }), 1_000, 5, spec); // 10
     // At 5 s the window (10 s) still holds the 2 in force at its start.
     expect(decideReplicas(state, 5_000, spec, { scaleUpAllowed: true })).toEqual({
       replicas: 2,
       recheckAtMs: 11_000,
     });
+    // Then 10 is wanted, 6 (2 + 4) is the step.
     expect(decideReplicas(state, 11_000, spec, { scaleUpAllowed: true }).replicas).toBe(6);
-    // Paused (provider not ready): no scale-up.
+    // Paused (provider not ready), or the last step's members not up yet: no scale-up.
     expect(decideReplicas(state, 11_000, spec, { scaleUpAllowed: false }).replicas).toBe(2);
+    expect(decideReplicas(state, 11_000, spec, { scaleUpAllowed: true, lastStepReady: false }).replicas).toBe(
+      2,
+    );
+    state.replicas = 6;
+    expect(decideReplicas(state, 12_000, spec, { scaleUpAllowed: true, lastStepReady: true }).replicas).toBe(
+      10,
+    );
+  });
+
+  it('steps up at once, step after step, while refusals last and each step is up', () => {
+    const state = initialAutoscale(spec, 3);
+    applyDemandReport(state, report({ activeLeases: 15, denials: 9 }), 0, 5, spec);
+    applyDemandReport(state, report({ activeLeases: 15, denials: 20 }), 10_000, 5, spec);
+    const sizes: number[] = [];
+    for (let t = 10_000; t <= 13_000; t += 1_000) {
+      state.replicas = decideReplicas(state, t, spec, { scaleUpAllowed: true, lastStepReady: true }).replicas;
+      sizes.push(state.replicas);
+    }
+    expect(sizes).toEqual([7, 14, 28, 40]);
   });
 
   it('scales down only after the scale-down window saw nothing higher: no flapping on a dip', () => {

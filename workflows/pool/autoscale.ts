@@ -5,8 +5,10 @@
  * stabilization windows so the pool never flaps.
  *
  * - A recommendation is `ceil(held / (maxLeases x target))`, or, while
- *   requests are refused, the fastest growth allowed; clamped to [min, max]
- *   and to at most doubling (or +4) per step.
+ *   requests are refused, maxReplicas; clamped to [min, max].
+ * - A step up is at most a doubling (or +4), and the next step waits until
+ *   the last one's members are up, so refusals while new members boot do
+ *   not compound.
  * - Scaling up takes the lowest recommendation of the scale-up window, and
  *   scaling down the highest of the scale-down window: a size is changed
  *   only when every recommendation of its window agrees, so at most one
@@ -36,14 +38,18 @@ export function recommendReplicas(
   const clamp = (n: number) => Math.min(spec.maxReplicas, Math.max(spec.minReplicas, n));
   // A member that takes no leases gives no capacity: the demand cannot size the pool.
   if (maxLeasesPerMember <= 0) return clamp(current);
-  const perMember = maxLeasesPerMember * spec.targetUtilization;
-  const fastest = Math.max(current * 2, current + 4);
-  let wanted = Math.ceil((demand.activeLeases + demand.denials) / perMember - 1e-9);
   // Refused requests mean the pool is short now, and how short is unknown
   // (a refused crawler retries at its own pace, so refusals per report
-  // undercount it): grow as fast as allowed while they last.
-  if (demand.denials > 0) wanted = fastest;
-  return clamp(Math.min(wanted, fastest));
+  // undercount it): as large as allowed; the step limit in decideReplicas
+  // makes that a doubling per step while members come up.
+  if (demand.denials > 0) return spec.maxReplicas;
+  const perMember = maxLeasesPerMember * spec.targetUtilization;
+  return clamp(Math.ceil(demand.activeLeases / perMember - 1e-9));
+}
+
+/** The largest step up from `current`: double, or four more. */
+export function fastestGrowth(current: number): number {
+  return Math.max(current * 2, current + 4);
 }
 
 /** Held leases and refusals across reporters: a shared store is seen whole by each (max), private ones add up. */
@@ -115,7 +121,12 @@ export function decideReplicas(
   state: AutoscaleState,
   nowMs: number,
   spec: PoolAutoscaling,
-  limits: { scaleUpAllowed: boolean },
+  limits: {
+    /** False while the provider is not ready: no scale-up. */
+    scaleUpAllowed: boolean;
+    /** The members of the last step are up (a step's refusals say nothing until they are). */
+    lastStepReady?: boolean;
+  },
 ): ScaleDecision {
   const recs = state.recommendations;
   const current = Math.min(spec.maxReplicas, Math.max(spec.minReplicas, state.replicas));
@@ -132,7 +143,8 @@ export function decideReplicas(
   const upFloor = Math.min(...inForce(spec.scaleUpStabilizationMs));
   const downCeiling = Math.max(...inForce(spec.scaleDownStabilizationMs));
   let replicas = current;
-  if (upFloor > current && limits.scaleUpAllowed) replicas = upFloor;
+  if (upFloor > current && limits.scaleUpAllowed && limits.lastStepReady !== false)
+    replicas = Math.min(upFloor, fastestGrowth(current));
   else if (downCeiling < current) replicas = downCeiling;
   // The next moment a recommendation leaves a window and the answer may move.
   let recheckAtMs: number | undefined;

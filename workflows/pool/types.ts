@@ -135,6 +135,8 @@ export interface PoolState {
   looks?: number;
   /** When the last look was taken (workflow time, epoch ms). */
   lastLookMs?: number;
+  /** Members available (Ready, not draining) at the last look. */
+  lastAvailable?: number;
   /** The autoscaler's state (absent while the pool has no spec.autoscaling). */
   autoscale?: AutoscaleState;
   /** Rotation's state: ban tallies, members marked for replacement, the last rotation. */

@@ -27,7 +27,7 @@ import { POOL_ACTIVITY_OPTIONS } from './activity-options.js';
 import { applyDemandReport, aggregateDemand, decideReplicas, initialAutoscale } from './autoscale.js';
 import { poolChangedSignal, poolDemandSignal, poolStateQuery } from './messages.js';
 import { bannedOut, initialRotation, markBanned, markDue, recordBans } from './rotation.js';
-import { applyPoolDesired, memberName, planPool, poolConditions } from './state.js';
+import { applyPoolDesired, available, memberName, planPool, poolConditions } from './state.js';
 import {
   DEFAULT_POOL_TIMING,
   type PoolDemandReport,
@@ -144,6 +144,7 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
       state.desired = { ...state.desired, templateHash: seen.templateHash };
     }
     const nowMs = Date.now();
+    state.lastAvailable = seen.members.filter(available).length;
     state.looks = (state.looks ?? 0) + 1;
     state.lastLookMs = nowMs;
     providerReady = seen.provider?.ready ?? true;
@@ -266,7 +267,10 @@ function takeDemand(
   if (autoscaling) {
     const scale = (state.autoscale ??= initialAutoscale(autoscaling, state.desired.replicas));
     applyDemandReport(scale, report, nowMs, maxLeasesPerMember, autoscaling);
-    const decision = decideReplicas(scale, nowMs, autoscaling, { scaleUpAllowed: providerReady });
+    const decision = decideReplicas(scale, nowMs, autoscaling, {
+      scaleUpAllowed: providerReady,
+      lastStepReady: lastStepReady(scale, state.lastAvailable),
+    });
     if (decision.replicas !== scale.replicas) changed = true;
     recheckAtMs = decision.recheckAtMs;
   }
@@ -291,7 +295,10 @@ function keepSize(state: PoolState, nowMs: number, providerReady: boolean, timer
     return state.desired.replicas;
   }
   const scale = (state.autoscale ??= initialAutoscale(spec, state.desired.replicas));
-  const decision = decideReplicas(scale, nowMs, spec, { scaleUpAllowed: providerReady });
+  const decision = decideReplicas(scale, nowMs, spec, {
+    scaleUpAllowed: providerReady,
+    lastStepReady: lastStepReady(scale, state.lastAvailable),
+  });
   if (decision.replicas !== scale.replicas) {
     log.info('autoscaling', { pool: state.ref, from: scale.replicas, to: decision.replicas });
     scale.replicas = decision.replicas;
@@ -299,6 +306,11 @@ function keepSize(state: PoolState, nowMs: number, providerReady: boolean, timer
   }
   if (decision.recheckAtMs !== undefined) timers.push(decision.recheckAtMs);
   return scale.replicas;
+}
+
+/** At least 90 % of the size kept is available (all of it below ten members). */
+function lastStepReady(scale: { replicas: number }, available: number | undefined): boolean {
+  return available === undefined || available >= scale.replicas - Math.floor(scale.replicas / 10);
 }
 
 /** Members to replace for age or bans; none while the provider is not ready (rotation pauses). */
