@@ -16,6 +16,7 @@
  * workflow that was not running yet).
  */
 import type { Logger } from 'pino';
+import { createPeriodic } from './periodic.js';
 import { Counter, type Registry } from 'prom-client';
 import { storeKey, type LeaseStore } from './lease-store.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
@@ -66,10 +67,7 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
   const resendMs = opts.resendMs ?? 10_000;
   const now = opts.now ?? Date.now;
   const watched = new Map<string, Watched>();
-  let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> | undefined;
   let sent = 0;
-  let passes = 0;
   const checks = opts.registry
     ? new Counter({
         name: 'egress_drain_checks_total',
@@ -133,31 +131,12 @@ export function createDrainNotifier(opts: DrainNotifierOptions): DrainNotifier {
     );
   }
 
-  function schedule(): void {
-    timer = setTimeout(() => {
-      running = check()
-        .catch((error: unknown) =>
-          log.warn({ err: error instanceof Error ? error.message : String(error) }, 'drain check failed'),
-        )
-        .finally(() => {
-          passes++;
-          running = undefined;
-          if (timer) schedule();
-        });
-    }, checkEveryMs);
-    timer.unref();
-  }
+  const periodic = createPeriodic(check, checkEveryMs, log, 'drain check failed');
 
   return {
-    start() {
-      if (!timer) schedule();
-    },
-    async stop() {
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-      await running;
-    },
+    start: () => periodic.start(),
+    stop: () => periodic.stop(),
     sent: () => sent,
-    passes: () => passes,
+    passes: () => periodic.passes(),
   };
 }

@@ -19,6 +19,7 @@
  * driving the scale subresource instead.
  */
 import type { Logger } from 'pino';
+import { createPeriodic } from './periodic.js';
 import { Counter, type Registry } from 'prom-client';
 import type { ProxyPool } from '../resources/proxy-schema.js';
 import { recommendReplicas } from '../workflows/pool/autoscale.js';
@@ -99,10 +100,7 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
   const now = opts.now ?? Date.now;
   const pending = new Map<string, PoolPending>();
   const lastSent = new Map<string, PoolSent>();
-  let timer: NodeJS.Timeout | undefined;
-  let running: Promise<void> | undefined;
   let sent = 0;
-  let passes = 0;
   const denialsMetric = opts.registry
     ? new Counter({
         name: 'egress_pool_lease_denials_total',
@@ -216,33 +214,11 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
     );
   }
 
-  function schedule(): void {
-    timer = setTimeout(() => {
-      running = tick()
-        .catch((error: unknown) =>
-          log.warn(
-            { err: error instanceof Error ? error.message : String(error) },
-            'pool demand tick failed',
-          ),
-        )
-        .finally(() => {
-          passes++;
-          running = undefined;
-          if (timer) schedule();
-        });
-    }, tickMs);
-    timer.unref();
-  }
+  const periodic = createPeriodic(tick, tickMs, log, 'pool demand tick failed');
 
   return {
-    start() {
-      if (!timer) schedule();
-    },
-    async stop() {
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-      await running;
-    },
+    start: () => periodic.start(),
+    stop: () => periodic.stop(),
     noteDenied(selector, pool) {
       // Which pools would have served it: those with a member the request selects.
       const seen = new Set<string>();
@@ -268,6 +244,6 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
       if (bans.length > 10 * MAX_BANS_PER_REPORT) bans.splice(0, bans.length - 10 * MAX_BANS_PER_REPORT);
     },
     sent: () => sent,
-    passes: () => passes,
+    passes: () => periodic.passes(),
   };
 }
