@@ -40,7 +40,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { loadavg, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
@@ -67,6 +67,7 @@ import { DEFAULT_POOL_TIMING } from '../../workflows/pool/types.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
 import { runLeaseRamp } from '../helpers/lease-load.js';
+import { sampleLoad } from './plane.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -372,18 +373,6 @@ async function countWindow(from: number, to: number): Promise<WindowCount> {
 }
 
 /** The 1-minute load average, sampled every 10 s while a window runs: the figures carry their machine's load. */
-function sampleLoad(): { stop: () => string } {
-  const samples: number[] = [loadavg()[0]!];
-  const timer = setInterval(() => samples.push(loadavg()[0]!), 10_000);
-  return {
-    stop: () => {
-      clearInterval(timer);
-      samples.push(loadavg()[0]!);
-      return `load average ${Math.min(...samples).toFixed(1)}-${Math.max(...samples).toFixed(1)}`;
-    },
-  };
-}
-
 function report(label: string, c: WindowCount, windowMs: number, load: string): number {
   const hours = windowMs / 3_600_000;
   const per = (n: number) => n / c.proxies / hours;
