@@ -15,10 +15,10 @@ export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
  * stderr (progress such as "building Kubernetes ... 5-15 minutes") goes to
  * ours, so a first run never looks hung.
  */
-async function script(name: string, env: NodeJS.ProcessEnv): Promise<string> {
+async function script(name: string, env: NodeJS.ProcessEnv, args: string[] = []): Promise<string> {
   const path = join(INFRA_SCRIPTS, name);
   return new Promise((resolve, reject) => {
-    const child = spawn('bash', [path], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn('bash', [path, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let stdout = '';
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk: string) => (stdout += chunk));
@@ -49,4 +49,22 @@ export async function ensureKubeBinaries(env: NodeJS.ProcessEnv = process.env): 
 export async function ensureJaeger(env: NodeJS.ProcessEnv = process.env): Promise<string> {
   if (env.JAEGER_BIN && existsSync(env.JAEGER_BIN)) return env.JAEGER_BIN;
   return script('build-jaeger.sh', env);
+}
+
+/**
+ * What a one-node cluster (local-servers/node.ts) needs, installed or built
+ * on first use: Debian's containerd, runc and CNI plugins (root only), the
+ * kubelet and kube-scheduler beside the apiserver's binaries, and the node
+ * images. Returns the kube bin directory and the images directory.
+ */
+export async function ensureNodeTools(
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ binDir: string; imagesDir: string; seconds: { binaries: number; images: number } }> {
+  await script('install-node.sh', env);
+  let t = Date.now();
+  const binDir = await script('build-kube.sh', env, ['node']);
+  const binaries = (Date.now() - t) / 1000;
+  t = Date.now();
+  const imagesDir = await script('build-node-images.sh', env);
+  return { binDir, imagesDir, seconds: { binaries, images: (Date.now() - t) / 1000 } };
 }

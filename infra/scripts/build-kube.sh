@@ -14,7 +14,14 @@
 # would each `rm -rf` the other's output. The build runs under an exclusive
 # flock on $CACHE_ROOT/kube/build.lock (lib/go-build.sh); a second caller
 # waits for it and then finds the first one's stamp and reuses its build.
+#
+# `build-kube.sh node` also builds kubelet and kube-scheduler (the one-node
+# cluster of tests/helpers/kube-node.ts and `dev --node`), added to the same
+# cached build; without the argument they are neither built nor required.
 set -euo pipefail
+
+WITH_NODE=0
+[[ "${1:-}" == node ]] && WITH_NODE=1
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 # The go directive of k8s.io/kubernetes@v1.36.3's go.mod: the oldest Go that
@@ -34,8 +41,14 @@ base_built() {
 }
 # kube-controller-manager came later: a cache built before it gets only that
 # binary added (minutes), never a rebuild of the others.
-built() {
+kcm_built() {
   base_built && [[ -x "$OUT/bin/kube-controller-manager" ]]
+}
+node_built() {
+  [[ -x "$OUT/bin/kubelet" && -x "$OUT/bin/kube-scheduler" ]]
+}
+built() {
+  kcm_built && { ((WITH_NODE == 0)) || node_built; }
 }
 
 if built; then
@@ -55,6 +68,8 @@ fi
 ONLY_KCM=0
 if base_built; then
   ONLY_KCM=1
+  KCM_MISSING=1
+  kcm_built && KCM_MISSING=0
 else
   rm -rf "$OUT"
 fi
@@ -62,7 +77,7 @@ mkdir -p "$OUT/bin"
 gb_workdir
 
 if ((ONLY_KCM)); then
-  gb_say "adding kube-controller-manager v$K8S_VERSION to the cached build; takes a few minutes"
+  gb_say "adding $( ((KCM_MISSING)) && echo "kube-controller-manager ")$( ((WITH_NODE)) && echo "kubelet and kube-scheduler ")v$K8S_VERSION to the cached build; takes a few minutes"
 else
   gb_say "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl, etcd); first run takes 5-20 minutes"
 fi
@@ -111,6 +126,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
 go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >get.log 2>&1 ||
@@ -128,6 +145,13 @@ if ((ONLY_KCM == 0)); then
 fi
 # Built under another name and renamed: a killed build never leaves a
 # half-written binary that built() would take for a finished one.
-go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/.kube-controller-manager.tmp" k8s.io/kubernetes/cmd/kube-controller-manager
-mv "$OUT/bin/.kube-controller-manager.tmp" "$OUT/bin/kube-controller-manager"
+build_renamed() {
+  go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/bin/.$1.tmp" "k8s.io/kubernetes/cmd/$1"
+  mv "$OUT/bin/.$1.tmp" "$OUT/bin/$1"
+}
+[[ -x "$OUT/bin/kube-controller-manager" ]] || build_renamed kube-controller-manager
+if ((WITH_NODE)); then
+  [[ -x "$OUT/bin/kube-scheduler" ]] || build_renamed kube-scheduler
+  [[ -x "$OUT/bin/kubelet" ]] || build_renamed kubelet
+fi
 echo "$OUT/bin"

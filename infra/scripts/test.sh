@@ -14,15 +14,20 @@ bash infra/scripts/check-prereqs.sh
 # the kvm end-to-end test's Debian guest image (mmdebstrap, 1.5-2 minutes) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
 # tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
-# for the alert rules' test (Go, minutes) into the cache; later runs reuse
-# them.
+# for the alert rules' test (Go, minutes), and for the kubernetes provider's
+# real node: containerd, runc and the CNI plugins (apt-get), kubelet and
+# kube-scheduler (Go, a minute or two after the apiserver's build) and the
+# Squid and pause images (mmdebstrap, 1-2 minutes) into the cache; later
+# runs reuse them.
 start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
 bash infra/scripts/install-libvirt.sh >/dev/null
 bash infra/scripts/build-kvm-guest.sh >/dev/null
 bash infra/scripts/install-redis.sh >/dev/null
-bash infra/scripts/build-kube.sh >/dev/null
+bash infra/scripts/build-kube.sh node >/dev/null
+bash infra/scripts/install-node.sh >/dev/null
+bash infra/scripts/build-node-images.sh >/dev/null
 bash infra/scripts/build-jaeger.sh >/dev/null
 bash infra/scripts/build-promtool.sh >/dev/null
 echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"

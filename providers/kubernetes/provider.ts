@@ -49,7 +49,7 @@ import {
 import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
-import { formatProviderId, instanceFromPod, parseProviderId } from './state.js';
+import { formatProviderId, instanceFromPod, parseProviderId, podFailure } from './state.js';
 import { reuseConnections } from '../../kube/connections.js';
 import { providerCall } from '../../tracing/seam.js';
 import { boundedCall, CallEnded } from '../bounded-call.js';
@@ -377,6 +377,10 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
         api.readNamespacedPod({ namespace, name }, o),
       );
+      // What the kubelet or the scheduler reports as wrong ends the wait for
+      // Running with its reason, rather than an endless Provisioning.
+      const failure = podFailure(pod);
+      if (failure) throw this.ops.fail(failure.errorClass, 'get', id, failure.message);
       return instanceFromPod(pod, namespace);
     });
   }

@@ -6,7 +6,7 @@
  * change of the configured namespace.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { MARK_INSTALLATION, MARK_UID, type Instance, type InstanceState } from '../types.js';
+import { MARK_INSTALLATION, MARK_UID, type ErrorClass, type Instance, type InstanceState } from '../types.js';
 import { DNS1123_LABEL } from './config.js';
 
 export function formatProviderId(namespace: string, name: string): string {
@@ -63,6 +63,103 @@ export function stateFromPod(pod: V1Pod): InstanceState {
     default:
       return 'Stopped';
   }
+}
+
+/** A failure the kubelet or the scheduler reports for a pod: `get` throws it instead of answering Provisioning. */
+export interface PodFailure {
+  errorClass: Extract<ErrorClass, 'Permanent' | 'Transient' | 'QuotaExceeded'>;
+  message: string;
+}
+
+/**
+ * A container that crashes sooner than this after starting, while the
+ * kubelet backs off restarting it, is crash-looping on what it was given
+ * (the image, the command, the memory limit): Permanent. One that ran longer
+ * crashed on something else (a load spike): it is restarted, and reads
+ * Provisioning meanwhile.
+ */
+export const CRASH_LOOP_RUN_SECONDS = 60;
+
+/** Registry answers that mean the image reference itself is wrong, as opposed to a registry that cannot be reached. */
+const IMAGE_ABSENT =
+  /not found|manifest unknown|name unknown|repository does not exist|pull access denied|404/i;
+
+/** Kubelet waiting reasons that no retry fixes: the pod spec or the image must change. */
+const CONFIG_WAITING_REASONS = new Set([
+  'InvalidImageName',
+  'ErrImageNeverPull',
+  'CreateContainerConfigError',
+  'CreateContainerError',
+  'RunContainerError',
+]);
+
+/** Kubelet and scheduler messages quoted in errors: one line, bounded. */
+function quote(message: string | undefined): string {
+  const line = (message ?? '').replace(/\s+/g, ' ').trim();
+  return line.length > 300 ? `${line.slice(0, 297)}...` : line;
+}
+
+/**
+ * What the kubelet and the scheduler say is wrong with the pod, classified
+ * by the contract's taxonomy (§5), or undefined when nothing is (the pod is
+ * starting, running, or being restarted after a crash it may recover from):
+ *
+ * | Reported                                              | Class         |
+ * |-------------------------------------------------------|---------------|
+ * | PodScheduled=False, reason Unschedulable               | QuotaExceeded (no node has room: capacity) |
+ * | ErrImagePull / ImagePullBackOff, registry says absent   | Permanent (the image reference is wrong)   |
+ * | ErrImagePull / ImagePullBackOff, anything else         | Transient (the registry may come back)     |
+ * | InvalidImageName, ErrImageNeverPull, Create/RunContainerError, CreateContainerConfigError | Permanent |
+ * | CrashLoopBackOff after a run shorter than CRASH_LOOP_RUN_SECONDS | Permanent; OOMKilled names the memory limit |
+ *
+ * Only a pod that is not being deleted and has not ended is judged (those
+ * are Terminated already).
+ */
+export function podFailure(pod: V1Pod): PodFailure | undefined {
+  if (pod.metadata?.deletionTimestamp) return undefined;
+  const phase = pod.status?.phase;
+  if (phase !== 'Pending' && phase !== 'Running') return undefined;
+  const scheduled = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');
+  if (scheduled?.status === 'False' && scheduled.reason === 'Unschedulable') {
+    return { errorClass: 'QuotaExceeded', message: `no node can take the pod: ${quote(scheduled.message)}` };
+  }
+  for (const status of [
+    ...(pod.status?.initContainerStatuses ?? []),
+    ...(pod.status?.containerStatuses ?? []),
+  ]) {
+    const waiting = status.state?.waiting;
+    const reason = waiting?.reason;
+    if (!reason) continue;
+    const what = `container ${status.name} (image ${status.image || '?'})`;
+    if (reason === 'ErrImagePull' || reason === 'ImagePullBackOff') {
+      const absent = IMAGE_ABSENT.test(waiting.message ?? '');
+      return {
+        errorClass: absent ? 'Permanent' : 'Transient',
+        message: `${what}: ${reason}${absent ? ', the registry has no such image' : ''}: ${quote(waiting.message)}`,
+      };
+    }
+    if (CONFIG_WAITING_REASONS.has(reason)) {
+      return { errorClass: 'Permanent', message: `${what}: ${reason}: ${quote(waiting.message)}` };
+    }
+    if (reason === 'CrashLoopBackOff') {
+      const last = status.lastState?.terminated;
+      if (!last) continue;
+      const started = toDate(last.startedAt)?.getTime();
+      const finished = toDate(last.finishedAt)?.getTime();
+      const ranSeconds = started !== undefined && finished !== undefined ? (finished - started) / 1000 : 0;
+      if (ranSeconds >= CRASH_LOOP_RUN_SECONDS) continue;
+      const exit = `exited ${last.exitCode}${last.reason ? ` (${last.reason})` : ''} after ${Math.round(ranSeconds)} s, ${status.restartCount} restart(s)`;
+      const limit = pod.spec?.containers.find((c) => c.name === status.name)?.resources?.limits?.memory;
+      const hint =
+        last.reason === 'OOMKilled'
+          ? `: killed for exceeding its memory limit${limit ? ` ${limit}` : ''}; raise the provider's resources.memoryLimit`
+          : last.message
+            ? `: ${quote(last.message)}`
+            : '';
+      return { errorClass: 'Permanent', message: `${what} keeps crashing: ${exit}${hint}` };
+    }
+  }
+  return undefined;
 }
 
 /** UID and installation from the labels, CreatedAt from metadata.creationTimestamp: read back every time. */

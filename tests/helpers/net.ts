@@ -1,6 +1,7 @@
 import { createServer, request, type Server } from 'node:http';
 import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 
 /** A plain HTTP server on the loopback that answers every request 200 with `body`. */
 export async function startTarget(
@@ -179,4 +180,51 @@ export class TcpRelay {
     for (const s of this.sockets) s.destroy();
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+}
+
+/** CONNECT through the proxy, then TLS to the target and a GET: both statuses. */
+export function connectThrough(
+  proxy: { host: string; port: number },
+  target: URL,
+  ca: string,
+): Promise<{ connect: number; get: number }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(proxy.port, proxy.host);
+    const timer = setTimeout(() => socket.destroy(new Error('CONNECT timed out')), 10_000);
+    socket.once('error', (e: Error) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    socket.once('connect', () =>
+      socket.write(`CONNECT ${target.host} HTTP/1.1\r\nHost: ${target.host}\r\n\r\n`),
+    );
+    let head = '';
+    const onData = (d: Buffer) => {
+      head += d.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      socket.off('data', onData);
+      const connectStatus = Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1] ?? 0);
+      if (connectStatus !== 200) {
+        clearTimeout(timer);
+        socket.destroy();
+        resolve({ connect: connectStatus, get: 0 });
+        return;
+      }
+      const tls = tlsConnect({ socket, ca, host: target.hostname });
+      tls.once('secureConnect', () =>
+        tls.write(`GET / HTTP/1.1\r\nHost: ${target.host}\r\nConnection: close\r\n\r\n`),
+      );
+      let body = '';
+      tls.on('data', (c: Buffer) => (body += c.toString('latin1')));
+      tls.once('error', (e: Error) => {
+        clearTimeout(timer);
+        reject(e);
+      });
+      tls.once('end', () => {
+        clearTimeout(timer);
+        resolve({ connect: connectStatus, get: Number(/^HTTP\/1\.[01] (\d{3})/.exec(body)?.[1] ?? 0) });
+      });
+    };
+    socket.on('data', onData);
+  });
 }

@@ -39,9 +39,9 @@ export interface SelfSignedCert {
   cert: string;
 }
 
-/** A certificate for 127.0.0.1 that is its own CA (a trust anchor when passed as `ca`). */
-export async function selfSignedCert(): Promise<SelfSignedCert> {
-  const pems = await generate([{ name: 'commonName', value: '127.0.0.1' }], {
+/** A certificate for `ip` (127.0.0.1 by default) that is its own CA (a trust anchor when passed as `ca`). */
+export async function selfSignedCert(ip = '127.0.0.1'): Promise<SelfSignedCert> {
+  const pems = await generate([{ name: 'commonName', value: ip }], {
     keyType: 'ec',
     curve: 'P-256',
     algorithm: 'sha256',
@@ -49,15 +49,16 @@ export async function selfSignedCert(): Promise<SelfSignedCert> {
       { name: 'basicConstraints', cA: true },
       { name: 'keyUsage', digitalSignature: true, keyCertSign: true },
       { name: 'extKeyUsage', serverAuth: true },
-      { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
+      { name: 'subjectAltName', altNames: [{ type: 7, ip }] },
     ],
   });
   return { key: pems.private, cert: pems.cert };
 }
 
 export async function startProbeTarget(
-  options: { tls?: SelfSignedCert; status?: number } = {},
+  options: { tls?: SelfSignedCert; status?: number; host?: string } = {},
 ): Promise<ProbeTarget> {
+  const host = options.host ?? '127.0.0.1';
   const requests: SeenRequest[] = [];
   const state = { status: options.status ?? 204 };
   const handler = (req: IncomingMessage, res: ServerResponse) => {
@@ -72,10 +73,10 @@ export async function startProbeTarget(
     ? createHttpsServer({ key: options.tls.key, cert: options.tls.cert }, handler)
     : createHttpServer(handler);
   server.keepAliveTimeout = 1_000;
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const port = (server.address() as AddressInfo).port;
   return {
-    url: `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}/`,
+    url: `${options.tls ? 'https' : 'http'}://${host}:${port}/`,
     port,
     get status() {
       return state.status;
@@ -184,7 +185,7 @@ export async function startTcpRelay(target: string): Promise<TcpRelay> {
     client.pipe(upstream);
     upstream.pipe(client);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     address,

@@ -140,6 +140,31 @@ describe('infra/scripts/build-kube.sh', () => {
     for (const b of ['kube-apiserver', 'etcd', 'kubectl']) expect(existsSync(join(out, 'bin', b))).toBe(true);
     expect(existsSync(join(out, '.complete'))).toBe(true);
   });
+  it('with `node`, adds only kubelet and kube-scheduler to a stamped build, keeping the others', () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    const out = join(cache, 'kube', 'v0.0.4');
+    mkdirSync(join(out, 'bin'), { recursive: true });
+    const base = ['kube-apiserver', 'kube-controller-manager', 'etcd', 'kubectl'];
+    for (const b of base) writeFileSync(join(out, 'bin', b), '#!/bin/sh\n', { mode: 0o755 });
+    writeFileSync(join(out, '.complete'), 'k8s=v0.0.4\n');
+    const env = {
+      ...process.env,
+      EGRESS_PROXIES_CACHE: cache,
+      K8S_VERSION: '0.0.4',
+      GOPROXY: 'off',
+      GOFLAGS: '',
+    };
+    // Without `node` the build is complete as it is.
+    const plain = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh')], { encoding: 'utf8', env });
+    expect(plain.status).toBe(0);
+    expect(plain.stdout.trim()).toBe(join(out, 'bin'));
+    const node = spawnSync('bash', [join(SCRIPTS, 'build-kube.sh'), 'node'], { encoding: 'utf8', env });
+    expect(node.stderr).toContain('build-kube: adding kubelet and kube-scheduler v0.0.4 to the cached build');
+    expect(node.status).not.toBe(0);
+    for (const b of base) expect(existsSync(join(out, 'bin', b))).toBe(true);
+    expect(existsSync(join(out, '.complete'))).toBe(true);
+  });
 });
 
 describe('infra/scripts/build-kube.sh, one build at a time', () => {

@@ -18,8 +18,6 @@
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
-import { connect as netConnect } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGcActivities } from '../../activities/gc-activities.js';
@@ -32,6 +30,7 @@ import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpe
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createGuestNetwork, type GuestNetwork } from '../helpers/guest-net.js';
 import { proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { connectThrough } from '../helpers/net.js';
 import { createProxy, deleteProxy, editProxySpec, getProxy } from '../helpers/kube-objects.js';
 import {
   createPool,
@@ -70,53 +69,6 @@ runcmd:
   # The image leaves Squid off until its configuration is here.
   - systemctl enable --now squid
 `;
-}
-
-/** CONNECT through the proxy, then TLS to the target and a GET: both statuses. */
-function connectThrough(
-  proxy: { host: string; port: number },
-  target: URL,
-  ca: string,
-): Promise<{ connect: number; get: number }> {
-  return new Promise((resolve, reject) => {
-    const socket = netConnect(proxy.port, proxy.host);
-    const timer = setTimeout(() => socket.destroy(new Error('CONNECT timed out')), 10_000);
-    socket.once('error', (e: Error) => {
-      clearTimeout(timer);
-      reject(e);
-    });
-    socket.once('connect', () =>
-      socket.write(`CONNECT ${target.host} HTTP/1.1\r\nHost: ${target.host}\r\n\r\n`),
-    );
-    let head = '';
-    const onData = (d: Buffer) => {
-      head += d.toString('latin1');
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
-      const connectStatus = Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1] ?? 0);
-      if (connectStatus !== 200) {
-        clearTimeout(timer);
-        socket.destroy();
-        resolve({ connect: connectStatus, get: 0 });
-        return;
-      }
-      const tls = tlsConnect({ socket, ca, host: target.hostname });
-      tls.once('secureConnect', () =>
-        tls.write(`GET / HTTP/1.1\r\nHost: ${target.host}\r\nConnection: close\r\n\r\n`),
-      );
-      let body = '';
-      tls.on('data', (c: Buffer) => (body += c.toString('latin1')));
-      tls.once('error', (e: Error) => {
-        clearTimeout(timer);
-        reject(e);
-      });
-      tls.once('end', () => {
-        clearTimeout(timer);
-        resolve({ connect: connectStatus, get: Number(/^HTTP\/1\.[01] (\d{3})/.exec(body)?.[1] ?? 0) });
-      });
-    };
-    socket.on('data', onData);
-  });
 }
 
 describe('kvm: a real guest boots, serves CONNECT, is replaced and deleted', () => {

@@ -29,6 +29,7 @@ import {
   formatProviderId,
   instanceFromPod,
   parseProviderId,
+  podFailure,
   stateFromPod,
 } from '../../providers/kubernetes/state.js';
 import type { CreateRequest } from '../../providers/types.js';
@@ -236,6 +237,133 @@ describe('stateFromPod', () => {
   ];
   it.each(table)('%s', (_title, pod, state) => {
     expect(stateFromPod(pod)).toBe(state);
+  });
+});
+
+describe('podFailure: what the kubelet and the scheduler report, classified', () => {
+  const t0 = new Date('2030-01-01T00:00:00Z');
+  const after = (s: number) => new Date(t0.getTime() + s * 1000);
+  const waiting = (reason: string, message?: string, extra: object = {}): V1Pod => ({
+    spec: { containers: [{ name: 'squid', resources: { limits: { memory: '5Mi' } } }] },
+    status: {
+      phase: 'Pending',
+      containerStatuses: [
+        {
+          name: 'squid',
+          image: 'reg.example/squid:1',
+          imageID: '',
+          ready: false,
+          restartCount: 3,
+          state: { waiting: { reason, ...(message ? { message } : {}) } },
+          ...extra,
+        },
+      ],
+    },
+  });
+  const crashed = (ranSeconds: number, reason: string, exitCode: number) =>
+    waiting('CrashLoopBackOff', 'back-off 20s restarting failed container', {
+      lastState: { terminated: { exitCode, reason, startedAt: t0, finishedAt: after(ranSeconds) } },
+    });
+  const table: Array<[string, V1Pod, string | undefined, RegExp?]> = [
+    [
+      'Unschedulable',
+      {
+        status: {
+          phase: 'Pending',
+          conditions: [
+            {
+              type: 'PodScheduled',
+              status: 'False',
+              reason: 'Unschedulable',
+              message: '0/1 nodes are available: 1 Insufficient cpu.',
+            },
+          ],
+        },
+      },
+      'QuotaExceeded',
+      /no node can take the pod: 0\/1 nodes are available: 1 Insufficient cpu/,
+    ],
+    [
+      'an image the registry does not have',
+      waiting(
+        'ErrImagePull',
+        'failed to resolve reference "reg.example/squid:1": reg.example/squid:1: not found',
+      ),
+      'Permanent',
+      /ErrImagePull, the registry has no such image.*not found/,
+    ],
+    [
+      'a registry that cannot be reached',
+      waiting('ImagePullBackOff', 'dial tcp 127.0.0.1:1: connect: connection refused'),
+      'Transient',
+      /ImagePullBackOff: dial tcp/,
+    ],
+    [
+      'an invalid image name',
+      waiting('InvalidImageName', "couldn't parse image name"),
+      'Permanent',
+      /InvalidImageName/,
+    ],
+    [
+      'a container the runtime cannot start',
+      waiting('RunContainerError', 'exec: "/bin/sh": not found'),
+      'Permanent',
+      /RunContainerError/,
+    ],
+    [
+      'a crash loop on start',
+      crashed(0, 'Error', 127),
+      'Permanent',
+      /keeps crashing: exited 127 \(Error\) after 0 s, 3 restart\(s\)/,
+    ],
+    [
+      'killed for its memory limit',
+      crashed(1, 'OOMKilled', 137),
+      'Permanent',
+      /OOMKilled.*memory limit 5Mi; raise the provider's resources.memoryLimit/,
+    ],
+    ['a crash after a long run (restarted, may recover)', crashed(3_600, 'Error', 1), undefined],
+    ['starting', waiting('ContainerCreating'), undefined],
+    [
+      'running',
+      {
+        status: {
+          phase: 'Running',
+          containerStatuses: [
+            {
+              name: 'squid',
+              image: 'x',
+              imageID: '',
+              ready: true,
+              restartCount: 0,
+              state: { running: { startedAt: t0 } },
+            },
+          ],
+        },
+      },
+      undefined,
+    ],
+    [
+      'a crash loop on a pod being deleted',
+      { ...crashed(0, 'Error', 1), metadata: { deletionTimestamp: t0 } },
+      undefined,
+    ],
+    [
+      'a pod that has ended',
+      { ...crashed(0, 'Error', 1), status: { ...crashed(0, 'Error', 1).status, phase: 'Failed' } },
+      undefined,
+    ],
+  ];
+  it.each(table)('%s', (_title, pod, errorClass, message) => {
+    const failure = podFailure(pod);
+    expect(failure?.errorClass).toBe(errorClass);
+    if (message) expect(failure?.message).toMatch(message);
+  });
+
+  it('quotes at most 300 characters of a message, on one line', () => {
+    const failure = podFailure(waiting('RunContainerError', `line one\n${'x'.repeat(1_000)}`));
+    expect(failure?.message).not.toContain('\n');
+    expect(failure!.message.length).toBeLessThan(420);
   });
 });
 
