@@ -11,7 +11,8 @@
  * it ends (process.ts), and a second `dev` on a held directory refuses to
  * start (instance.ts).
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -22,7 +23,13 @@ import { acquireStartLock, lockInstance, reapServers } from './local-servers/ins
 import { startLocalKubeApiServer } from './local-servers/kube.js';
 import { preferredOrFreePort } from './local-servers/ports.js';
 import { startTemporalDevServer } from './local-servers/temporal.js';
-import { ensureJaeger, ensureKubeBinaries, ensureTemporalCli } from './local-servers/tools.js';
+import {
+  ensureJaeger,
+  ensureKubeBinaries,
+  ensureNodeTools,
+  ensureTemporalCli,
+} from './local-servers/tools.js';
+import { startLocalNode, type LocalNode } from './local-servers/node.js';
 import { startJaeger } from './local-servers/jaeger.js';
 import { startIpEcho } from './local-servers/ip-echo.js';
 import { packageVersion } from './version.js';
@@ -33,6 +40,8 @@ import { startApi, startBridge, startGateway, startWorker, type Running } from '
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 /** The IP-echo target's preferred port (next to the lease API's 8090); a port in use is replaced. */
 const IP_ECHO_PORT = 8091;
+/** dev --node's pod network when free (infra/samples/proxy-kubernetes-node.yaml probes its gateway). */
+const DEV_NODE_POD_CIDR = '10.244.0.0/24';
 
 /**
  * Runs what `planCommand('dev', ...)` planned: every part gets its own
@@ -69,10 +78,16 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     let kubeconfigPath = dev.kubeconfig;
     let kubectlHint = 'kubectl';
 
-    const [temporalCli, kubeBinDir, jaegerBin] = await Promise.all([
+    if (dev.node && process.getuid?.() !== 0) {
+      throw new Error(
+        '--node needs root: containerd, runc and the kubelet create cgroups, network namespaces, mounts and a bridge',
+      );
+    }
+    const [temporalCli, kubeBinDir, jaegerBin, nodeTools] = await Promise.all([
       temporalAddress ? Promise.resolve('') : ensureTemporalCli(env),
       kubeconfigPath ? Promise.resolve('') : ensureKubeBinaries(env),
       dev.tracing ? ensureJaeger(env) : Promise.resolve(''),
+      dev.node ? ensureNodeTools(env) : Promise.resolve(undefined),
     ]);
     starting = await acquireStartLock(
       join(tmpdir(), `egress-proxies-dev-start-${process.getuid?.() ?? 0}.lock`),
@@ -108,6 +123,32 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     }
     const kc = loadKubeConfig(kubeconfigPath);
     await installCrds(kc);
+
+    // --node: a kubelet on this apiserver. Its name is kept in the instance
+    // directory, so after a restart the same Node comes back and its kubelet
+    // restarts the pods bound to it, as a rebooted node does.
+    let node: LocalNode | undefined;
+    if (nodeTools) {
+      const idFile = join(root, 'node-id');
+      const id = existsSync(idFile) ? readFileSync(idFile, 'utf8').trim() : randomBytes(3).toString('hex');
+      writeFileSync(idFile, id);
+      const started = await startLocalNode({
+        binDir: nodeTools.binDir,
+        imagesDir: nodeTools.imagesDir,
+        kubeconfigPath,
+        dataDir: join(root, 'node'),
+        pidDir,
+        id,
+        // The sample's probe URL names this network's gateway; another is taken when it is in use here.
+        preferredPodCidr: DEV_NODE_POD_CIDR,
+      });
+      node = started;
+      stops.push(() => started.stop());
+      logger.info(
+        { node: node.name, podCidr: node.podCidr, seconds: Number(node.startSeconds.toFixed(1)) },
+        'node Ready',
+      );
+    }
 
     // --tracing: a local Jaeger receives this process's spans (it overrides an endpoint from OTEL_*).
     let tracingConfig: TracingConfig | undefined = plan.tracing;
@@ -151,6 +192,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     const metrics = new Registry();
     const worker = await startWorker({ ...workerConfig, ...servers }, kc, logger, {
       dev: true,
+      ...(node ? { devNode: { kubeconfig: kubeconfigPath, image: node.images.squid } } : {}),
       metrics,
       tracing,
     });
@@ -187,6 +229,13 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     // `local` proxy it answers with that proxy's own address, its egress IP.
     const echo = await startIpEcho({ host: '127.0.0.1', port: await preferredOrFreePort(IP_ECHO_PORT) });
     stops.push(() => echo.close());
+    // With a node, the echo answers on its gateway too: the one host address a pod reaches (the sample's probe URL).
+    let nodeEcho: Awaited<ReturnType<typeof startIpEcho>> | undefined;
+    if (node) {
+      const started = await startIpEcho({ host: node.gateway, port: IP_ECHO_PORT });
+      nodeEcho = started;
+      stops.push(() => started.close());
+    }
     starting.release();
 
     const banner = [
@@ -196,6 +245,12 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       `  Kubernetes   export KUBECONFIG=${kubeconfigPath}`,
       `               ${kubectlHint} apply -f infra/samples/proxy-local.yaml && ${kubectlHint} get px -w`,
       `               ${kubectlHint} apply -f infra/samples/proxypool-local.yaml && ${kubectlHint} get proxypools -w`,
+      ...(node
+        ? [
+            `  Node         ${node.name} Ready, pods on ${node.podCidr} (bridge ${node.bridge}); IP echo for pods ${nodeEcho?.url ?? ''}`,
+            `               provider \`kubernetes\`: ${kubectlHint} apply -f infra/samples/proxy-kubernetes-node.yaml${node.gateway === '10.244.0.1' ? '' : ` (edit its probeURL to ${nodeEcho?.url ?? ''})`}`,
+          ]
+        : ['  Node         none: `kubernetes` Proxies stay Pending (dev --node runs a real one)']),
       ...parts.map((p) => `  ${p.name.padEnd(12)} ${p.describe()}`),
       `  IP echo      ${echo.url} answers {"ip":"<caller>"}; through a local proxy, its egress IP`,
       ...(jaegerUi

@@ -244,12 +244,19 @@ function gatewayConnectionOptions(cmd: Command): Command {
 
 /** `dev` only: a local trace backend. */
 function devOptions(cmd: Command): Command {
-  return cmd.addOption(
-    new Option(
-      '--tracing',
-      'also start Jaeger (built from the Go module proxy on first use) and send traces to it; its UI address is in the banner',
-    ),
-  );
+  return cmd
+    .addOption(
+      new Option(
+        '--tracing',
+        'also start Jaeger (built from the Go module proxy on first use) and send traces to it; its UI address is in the banner',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--node',
+        'also run a one-node Kubernetes cluster (kubelet, containerd, a Squid image built from Debian packages; root only, a few minutes on first use): `kubernetes` Proxies run real Squid pods',
+      ),
+    );
 }
 
 /**

@@ -10,7 +10,7 @@
  */
 import { join, resolve } from 'node:path';
 import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
-import { readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
+import { ConfigError, readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
 import {
   DEV_GATEWAY_ADDR,
   readGatewayConfig,
@@ -122,6 +122,8 @@ export interface DevServersConfig {
   gatewayAddrGiven: boolean;
   /** `--tracing`: start a local Jaeger and send this process's spans to it (overrides an OTLP endpoint in the environment). */
   tracing?: boolean;
+  /** `--node`: run a kubelet node on the local apiserver, and a `kubernetes` provider whose pods run on it. */
+  node?: boolean;
 }
 
 export interface CommandPlan {
@@ -135,7 +137,7 @@ export interface CommandPlan {
   tracing?: TracingConfig;
 }
 
-export type CommandFlags = CommonFlags & ApiFlags & GatewayFlags & { tracing?: boolean };
+export type CommandFlags = CommonFlags & ApiFlags & GatewayFlags & { tracing?: boolean; node?: boolean };
 
 /** The service name of each command's spans when OTEL_SERVICE_NAME is unset. */
 const SERVICE_NAMES: Record<CommandName, string> = {
@@ -195,11 +197,22 @@ export function planCommand(
     };
   }
   if (command === 'dev') {
+    if (flags.node && flags.kubeconfig) {
+      throw new ConfigError(
+        '--node: the node joins the apiserver dev starts; it cannot be used with --kubeconfig (a cluster of your own has its nodes)',
+      );
+    }
+    if (flags.node && flags.providersConfig) {
+      throw new ConfigError(
+        "--node: it adds a `kubernetes` provider to dev's embedded providers config; with --providers-config, point a kubernetes entry at the node yourself",
+      );
+    }
     plan.dev = {
       root: devRoot,
       apiAddrGiven: flags.discoveryAddr !== undefined,
       gatewayAddrGiven: flags.gatewayAddr !== undefined,
       ...(flags.tracing ? { tracing: true } : {}),
+      ...(flags.node ? { node: true } : {}),
       ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),
       ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
     };

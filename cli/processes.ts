@@ -119,7 +119,13 @@ export async function startWorker(
   config: WorkerConfig,
   kc: KubeConfig,
   logger: Logger,
-  opts: { dev?: boolean; metrics?: Registry; tracing?: Tracing } = {},
+  opts: {
+    dev?: boolean;
+    /** dev --node: the node's kubernetes provider joins the embedded config. */
+    devNode?: { kubeconfig: string; image: string };
+    metrics?: Registry;
+    tracing?: Tracing;
+  } = {},
 ): Promise<Running> {
   const plugins = (opts.tracing ?? TRACING_OFF).temporalPlugins;
   // Everything that can be checked without a connection first: a bad flag
@@ -127,7 +133,7 @@ export async function startWorker(
   const schedulesConfig = preflightWorkerConfig(config);
   let providersConfig: ProvidersConfig;
   if (config.providersConfig) providersConfig = await loadProvidersConfig(config.providersConfig);
-  else if (opts.dev) providersConfig = devProvidersConfig();
+  else if (opts.dev) providersConfig = devProvidersConfig(opts.devNode);
   else throw new Error('--providers-config (or PROVIDERS_CONFIG) is required for the worker');
   const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
 

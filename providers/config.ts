@@ -240,8 +240,21 @@ providers:
     type: local
 `;
 
-export function devProvidersConfig(): ProvidersConfig {
-  return parseProvidersConfig(DEV_PROVIDERS_YAML, '<embedded dev providers config>');
+/**
+ * `dev`'s providers: `local`, and with `dev --node` a `kubernetes` provider
+ * on the node's cluster (the dev apiserver itself) running the Squid image
+ * imported into the node. Its pods go in their Proxy's namespace.
+ */
+export function devProvidersConfig(node?: { kubeconfig: string; image: string }): ProvidersConfig {
+  const yaml = node
+    ? `${DEV_PROVIDERS_YAML}  - name: kubernetes
+    type: kubernetes
+    kubernetes:
+      kubeconfig: ${JSON.stringify(node.kubeconfig)}
+      image: ${JSON.stringify(node.image)}
+`
+    : DEV_PROVIDERS_YAML;
+  return parseProvidersConfig(yaml, '<embedded dev providers config>');
 }
 
 /** The built providers, by configured name. */

@@ -24,11 +24,12 @@
  * in the node's cgroups, every process whose command line names the data
  * directory, every mount under it, the bridge, the cgroups.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
@@ -64,6 +65,13 @@ export interface LocalNodeOptions {
   images?: ReadonlyArray<keyof typeof NODE_IMAGES>;
   /** Bound on the whole start (default 120 s). */
   timeoutMs?: number;
+  /**
+   * Six hex digits naming the node, its bridge and cgroups; random by
+   * default. A fixed one (dev's) brings the same Node back after a restart.
+   */
+  id?: string;
+  /** A /24 to use for the pods when no address or route here overlaps it; otherwise a free one is chosen. */
+  preferredPodCidr?: string;
 }
 
 export interface LocalNode {
@@ -89,6 +97,8 @@ interface NodeRecord {
   dataDir: string;
   bridge: string;
   cgroupRoot: string;
+  /** The node-reaper watching the owner: spared by the reap it would run itself. */
+  reaperPid?: number;
 }
 
 const RECORD = 'node.json';
@@ -225,9 +235,10 @@ function mountsUnder(dir: string): string[] {
  * half-started, or its starter SIGKILLed. Idempotent; safe on a directory
  * with no record (does nothing).
  */
-export async function reapNode(dataDir: string): Promise<void> {
+export async function reapNode(dataDir: string, opts: { owner?: number } = {}): Promise<void> {
   const record = readRecord(dataDir);
   if (!record) return;
+  if (opts.owner !== undefined && record.ownerPid !== opts.owner) return;
   const cgroups = cgroupDirs(record.cgroupRoot);
   // The pods' processes first: with them gone the shims exit, and no
   // container restarts while its mounts are taken away.
@@ -238,7 +249,7 @@ export async function reapNode(dataDir: string): Promise<void> {
     await new Promise((r) => setTimeout(r, 100));
   }
   for (let pass = 0; pass < 20; pass++) {
-    const pids = pidsMentioning(`${record.dataDir}/`);
+    const pids = pidsMentioning(`${record.dataDir}/`).filter((p) => p !== record.reaperPid);
     if (pids.length === 0) break;
     killAll(pids);
     await new Promise((r) => setTimeout(r, 100));
@@ -249,6 +260,31 @@ export async function reapNode(dataDir: string): Promise<void> {
   await sh('ip', ['link', 'delete', record.bridge]).catch(() => undefined);
   for (const dir of cgroups) removeCgroupTree(dir);
   rmSync(join(dataDir, RECORD), { force: true });
+  if (record.reaperPid !== undefined && !ancestry().has(record.reaperPid)) {
+    try {
+      process.kill(record.reaperPid, 'SIGTERM');
+    } catch {
+      // gone already
+    }
+  }
+}
+
+/**
+ * Starts node-reaper.ts for this node, detached (its own session: no signal
+ * to our group reaches it, and it outlives us), its stdin the pipe whose end
+ * we hold. Under tsx the .ts runs through the same loader as this process.
+ */
+function startReaper(dataDir: string): number | undefined {
+  const self = import.meta.url;
+  const script = fileURLToPath(new URL(self.endsWith('.ts') ? './node-reaper.ts' : './node-reaper.js', self));
+  const child = spawn(process.execPath, [...process.execArgv, script, dataDir, String(process.pid)], {
+    detached: true,
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
+  child.unref();
+  // The pipe stays open (that is the point) without keeping our event loop alive.
+  (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+  return child.pid;
 }
 
 /**
@@ -275,10 +311,15 @@ export async function reapOrphanNodes(root: string): Promise<void> {
   }
 }
 
-/** A /24 inside 10.200.0.0/13 that no address or route of this host already overlaps. */
-async function choosePodNetwork(): Promise<{ cidr: string; gateway: string }> {
+/** `preferred` (a /24) if free, else a /24 inside 10.200.0.0/13 that no address or route of this host already overlaps. */
+async function choosePodNetwork(preferred?: string): Promise<{ cidr: string; gateway: string }> {
   const taken = await sh('ip', ['-4', '-o', 'route', 'show', 'table', 'all']).catch(() => '');
   const addrs = await sh('ip', ['-4', '-o', 'addr', 'show']).catch(() => '');
+  const wanted = preferred ? /^(\d+\.\d+\.\d+\.)0\/24$/.exec(preferred)?.[1] : undefined;
+  if (preferred && !wanted) throw new Error(`preferred pod network ${preferred} is not an a.b.c.0/24`);
+  if (wanted && !taken.includes(wanted) && !addrs.includes(wanted)) {
+    return { cidr: `${wanted}0/24`, gateway: `${wanted}1` };
+  }
   for (let attempt = 0; attempt < 50; attempt++) {
     const b = 200 + (randomBytes(1)[0]! % 8);
     const c = randomBytes(1)[0]!;
@@ -416,12 +457,16 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
   rmSync(dataDir, { recursive: true, force: true });
   mkdirSync(dataDir, { recursive: true });
 
-  const id = randomBytes(3).toString('hex');
+  const id = opts.id ?? randomBytes(3).toString('hex');
+  if (!/^[0-9a-f]{6}$/.test(id))
+    throw new Error(`node id ${JSON.stringify(id)} is not six lowercase hex digits`);
   const name = `egress-node-${id}`;
   const bridge = `epn${id}`;
   const cgroupRoot = `/egress-node-${id}`;
   const record: NodeRecord = { id, ownerPid: process.pid, dataDir, bridge, cgroupRoot };
   writeFileSync(join(dataDir, RECORD), JSON.stringify(record));
+  const reaperPid = startReaper(dataDir);
+  if (reaperPid !== undefined) writeFileSync(join(dataDir, RECORD), JSON.stringify({ ...record, reaperPid }));
 
   const servers: ManagedProcess[] = [];
   const stop = async () => {
@@ -430,7 +475,7 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
   };
 
   try {
-    const { cidr, gateway } = await choosePodNetwork();
+    const { cidr, gateway } = await choosePodNetwork(opts.preferredPodCidr);
     // The bridge and its address before the kubelet starts: the node's
     // InternalIP and the kubelet's listen address are the gateway.
     await sh('ip', ['link', 'add', bridge, 'type', 'bridge']);
