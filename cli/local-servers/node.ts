@@ -19,10 +19,11 @@
  * What outlives a SIGKILL of its starter: the containerd shims (they
  * daemonize) and the pods' processes, the mounts, the bridge and the cgroups.
  * `node.json` in the data directory records the names, and `reapNode` (run
- * by stop(), by the next start on the same directory, and by the tests'
- * start for any node whose owner died) removes each of them: the processes
- * in the node's cgroups, every process whose command line names the data
- * directory, every mount under it, the bridge, the cgroups.
+ * by stop(), by the next start on the same directory, by the tests' start
+ * for any node whose owner died, and by node-reaper.ts when the owner dies
+ * however it dies) removes each of them: the processes in the node's
+ * cgroups, every process whose command line names the data directory,
+ * every mount under it, the bridge, the cgroups.
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
