@@ -17,7 +17,8 @@
  * ends in the contract's class with their reason, not in an endless
  * Provisioning: an image the registry does not have (a registry of the
  * test's own on the loopback), a container that crashes (an image without
- * squid), one killed for its memory limit, and requests no node can hold.
+ * squid), one killed for its memory limit, requests no node can hold, and a
+ * registry that cannot be reached (Transient).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -102,6 +103,8 @@ describe.concurrent('kubernetes provider on a real node', () => {
         'providers:\n' +
         entry('k8s-node', `      image: ${node.images.squid}\n`) +
         entry('k8s-absent', `      image: ${registry.host}/egress-proxies/squid:never-pushed\n`) +
+        // A registry nobody listens for (port 1 on the loopback): it may come back.
+        entry('k8s-unreachable', '      image: 127.0.0.1:1/egress-proxies/squid:any\n') +
         entry('k8s-crash', `      image: ${node.images.nosquid}\n`) +
         // Below what Squid needs to start (it peaks near 8 MiB): the kernel kills it at start, every time.
         entry(
@@ -251,6 +254,14 @@ describe.concurrent('kubernetes provider on a real node', () => {
     expect(message).toContain('never-pushed');
     // The kubelet did ask the registry (containerd resolving the tag), and was told no.
     expect(registry.requests.some((r) => r.includes('/manifests/never-pushed'))).toBe(true);
+  });
+
+  it('a registry that cannot be reached is a TransientError with containerd’s error', async () => {
+    await createProxy(cp.api, cp.namespace, 'unreachable', proxySpec('k8s-unreachable'));
+    const message = await failureOf('unreachable', 'TransientError');
+    expect(message).toMatch(/ErrImagePull|ImagePullBackOff/);
+    // containerd's own words (the quote is cut at 300 characters, before its `connection refused`).
+    expect(message).toContain('failed to resolve reference "127.0.0.1:1/egress-proxies/squid:any"');
   });
 
   it('a container that crashes on start is a PermanentError with its exit, not an endless Provisioning', async () => {
