@@ -765,8 +765,7 @@ export class ProxmoxProvider implements Provider {
           vmid >= min &&
           vmid <= max &&
           r.lock !== 'clone' &&
-          (r.name === undefined || INSTANCE_NAME.test(r.name)) &&
-          !splitTags(r.tags).some((t) => t.startsWith(TAG_UID));
+          (r.name === undefined || INSTANCE_NAME.test(r.name));
         if (!tagMarks.managed && !untaggedInRange) continue;
         let name = r.name !== undefined && INSTANCE_NAME.test(r.name) ? r.name : undefined;
         let marks: Marks | undefined = tagMarks.managed ? tagMarks : undefined;
@@ -901,7 +900,7 @@ export class ProxmoxProvider implements Provider {
     this.visibility = { at: Date.now(), missing: vmPrivs.has('VM.Audit') ? [] : ['VM.Audit'] };
     if (missing.length === 0)
       return { name: 'token', address: this.cfg.url, ready: true, reason: 'Reachable' };
-    const blind = vmPrivs.size === 0;
+    const blind = !vmPrivs.has('VM.Audit');
     return {
       name: 'token',
       address: this.cfg.url,
@@ -909,7 +908,7 @@ export class ProxmoxProvider implements Provider {
       reason: 'Forbidden',
       message: (
         (blind
-          ? `the token has no privileges on ${scope}: it sees no VMs, so orphan GC skips this provider (a privilege-separated token needs ACLs of its own). `
+          ? `the token lacks VM.Audit on ${scope}: it sees no VMs, so orphan GC skips this provider (a privilege-separated token needs ACLs of its own). `
           : '') + `missing: ${missing.join(', ')}`
       ).slice(0, 1024),
       details: { missing: String(missing.length) },
