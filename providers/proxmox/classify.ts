@@ -9,6 +9,10 @@ import { CallEnded } from '../bounded-call.js';
 import type { ErrorClass } from '../types.js';
 import { PveHttpError, PveTaskError, PveTaskTimeout, PveTransportError, TLS_TRUST_CODES } from './client.js';
 
+/** Storage full, as qemu-img, LVM and ZFS word it inside PVE's task and API errors. */
+const NO_SPACE =
+  /No space left on device|not enough space|insufficient free space|insufficient space|out of space/i;
+
 export interface Classification {
   errorClass: ErrorClass;
   summary: string;
@@ -78,7 +82,7 @@ export function classify(err: unknown): Classification {
   if (err instanceof PveTaskTimeout)
     return { errorClass: 'Transient', summary: `PVE task ${err.taskType} did not finish in time` };
   if (err instanceof PveTaskError) {
-    if (/No space left on device|not enough space|insufficient space|out of space/i.test(text(err)))
+    if (NO_SPACE.test(text(err)))
       return { errorClass: 'QuotaExceeded', summary: `PVE task ${err.taskType}: storage full` };
     if (isLockContention(err))
       return { errorClass: 'Transient', summary: `PVE task ${err.taskType}: lock timeout; retried` };
@@ -114,8 +118,7 @@ export function classify(err: unknown): Classification {
       // NotFound only after /cluster/resources agrees: the provider checks that itself.
       return { errorClass: 'Transient', summary: `${where}: VM not on that node` };
     if (isLockContention(err)) return { errorClass: 'Transient', summary: `${where}: VM or storage locked` };
-    if (/No space left on device|not enough space/i.test(err.reason))
-      return { errorClass: 'QuotaExceeded', summary: `${where}: storage full` };
+    if (NO_SPACE.test(err.reason)) return { errorClass: 'QuotaExceeded', summary: `${where}: storage full` };
     return { errorClass: 'Transient', summary: `${where}: HTTP ${err.status}` };
   }
   return { errorClass: 'Transient', summary: 'unexpected failure' };
