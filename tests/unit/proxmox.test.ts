@@ -4,7 +4,9 @@
  * them from qemu-server, pve-manager, pve-storage and users' reports), the
  * agent-address filter, and the config block's validation.
  */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { parseProvidersConfig } from '../../providers/config.js';
 import { CallEnded } from '../../providers/bounded-call.js';
 import {
   classify,
@@ -208,6 +210,12 @@ describe('proxmox config block', () => {
     machineTypes: { small: { cores: 1, memoryMiB: 1024 } },
     nodes: [{ name: 'pve1', templates: { 'debian-12': 9000 }, isoStorage: 'local' }],
   };
+  it('the sample config (infra/samples/providers-proxmox.yaml) is valid', () => {
+    const file = 'infra/samples/providers-proxmox.yaml';
+    const parsed = parseProvidersConfig(readFileSync(file, 'utf8'), file);
+    expect(parsed.providers[0]).toMatchObject({ name: 'homelab', type: 'proxmox' });
+  });
+
   it('fills the defaults', () => {
     const c = proxmoxConfigSchema.parse(base);
     expect(c.vmidRange).toEqual({ min: 100_000, max: 199_999 });
