@@ -24,6 +24,12 @@ export const TAG_MANAGED = 'egress-managed';
 export const TAG_UID = 'egress-uid-';
 export const TAG_INSTALLATION = 'egress-inst-';
 export const TAG_CREATED = 'egress-ct-';
+/**
+ * The last address `get` read from the guest agent: the cluster list has no
+ * addresses, so this is how one listByTag call can tell the drift sweep a
+ * VM's address. Not a mark: GC never reads it.
+ */
+export const TAG_IP = 'egress-ip-';
 /** Every mark tag starts with it; a template's copies are dropped from clones. */
 export const TAG_PREFIX = 'egress-';
 export const DESCRIPTION_MARK = 'egress-proxies:';
@@ -80,6 +86,20 @@ export function markTags(m: { uid: string; installation: string; createdAt: Date
   if (m.installation !== '') tags.push(TAG_INSTALLATION + m.installation);
   tags.push(TAG_CREATED + String(Math.floor(m.createdAt.getTime() / 1000)));
   return tags;
+}
+
+/** The address in the `egress-ip-` tag, if a well-formed IPv4 is there. */
+export function ipFromTags(text: string | undefined): string | undefined {
+  const v = splitTags(text)
+    .find((t) => t.startsWith(TAG_IP))
+    ?.slice(TAG_IP.length);
+  return v !== undefined && /^\d{1,3}(?:\.\d{1,3}){3}$/.test(v) ? v : undefined;
+}
+
+/** `text` with its address tag set to `ip` (removed when undefined), other tags unchanged. */
+export function withIpTag(text: string | undefined, ip: string | undefined): string {
+  const kept = splitTags(text).filter((t) => !t.startsWith(TAG_IP));
+  return [...kept, ...(ip === undefined ? [] : [TAG_IP + ip])].join(';');
 }
 
 /** The tag list to write: the VM's own non-mark tags (a template's included) and our marks. */

@@ -39,6 +39,8 @@ import {
   descriptionMark,
   formatProviderId,
   INSTANCE_NAME,
+  ipFromTags,
+  withIpTag,
   markTags,
   marksFromDescription,
   marksFromTags,
@@ -642,8 +644,11 @@ export class ProxmoxProvider implements Provider {
       else if (status.qmpstatus !== undefined && status.qmpstatus !== 'running') state = 'Stopped';
       else {
         conf ??= await this.config(node, vmid, signal);
-        ip = await this.agentIp(node, vmid, net0Mac(conf.net0), signal);
+        const agent = await this.agentIp(node, vmid, net0Mac(conf.net0), signal);
+        ip = agent.ip;
         state = ip === undefined ? 'Provisioning' : 'Running';
+        if (agent.answered && ipFromTags(status.tags) !== ip)
+          await this.recordIp(node, vmid, status.tags, ip, signal);
       }
       return {
         id,
@@ -656,7 +661,12 @@ export class ProxmoxProvider implements Provider {
     });
   }
 
-  private async agentIp(node: string, vmid: number, mac: string | undefined, signal: AbortSignal) {
+  private async agentIp(
+    node: string,
+    vmid: number,
+    mac: string | undefined,
+    signal: AbortSignal,
+  ): Promise<{ answered: boolean; ip?: string }> {
     try {
       const result = await this.client.get<unknown>(
         '/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces',
@@ -664,11 +674,41 @@ export class ProxmoxProvider implements Provider {
         {},
         signal,
       );
-      return agentAddress(result, mac);
+      const ip = agentAddress(result, mac);
+      return { answered: true, ...(ip === undefined ? {} : { ip }) };
     } catch (err) {
       // No agent yet (booting, not installed): no address, not an error.
-      if (isAgentNotRunning(err)) return undefined;
+      if (isAgentNotRunning(err)) return { answered: false };
       throw err;
+    }
+  }
+
+  /**
+   * Writes the agent's answer into the `egress-ip-` tag, so that listByTag
+   * (one cluster list, no agent calls) can give the drift sweep the address.
+   * Best effort: a refusal (a lock, say) only delays it to the next get.
+   */
+  private async recordIp(
+    node: string,
+    vmid: number,
+    tags: string | undefined,
+    ip: string | undefined,
+    signal: AbortSignal,
+  ): Promise<void> {
+    try {
+      await this.client.call(
+        'PUT',
+        '/nodes/{node}/qemu/{vmid}/config',
+        `${vmPath(node, vmid)}/config`,
+        { tags: withIpTag(tags, ip) },
+        signal,
+      );
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.log.debug(
+        { vmid, error: classify(err).summary },
+        'recording the address tag failed; next get retries',
+      );
     }
   }
 
@@ -787,9 +827,15 @@ export class ProxmoxProvider implements Provider {
           marks ??= marksFromDescription(conf.description);
         }
         if (name === undefined || marks === undefined) continue;
+        // For the drift sweep: the cluster list's status (RRD, ~10 s behind) and the address get recorded.
+        const ip = ipFromTags(r.tags);
+        let state: InstanceState = 'Provisioning';
+        if (r.lock === undefined && r.status === 'running' && ip !== undefined) state = 'Running';
+        else if (r.lock === undefined && r.status === 'stopped') state = 'Stopped';
         out.push({
           id: formatProviderId(vmid, name),
-          state: 'Provisioning', // GC and drift read marks only; get tells the state
+          state,
+          ...(state === 'Running' ? { ip } : {}),
           uid: marks.uid,
           installation: marks.installation,
           ...(marks.createdAt === undefined ? {} : { createdAt: marks.createdAt }),

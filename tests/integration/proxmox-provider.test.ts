@@ -20,7 +20,9 @@ import { CoreV1Api } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { generate } from 'selfsigned';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDriftActivities } from '../../activities/drift-activities.js';
 import { createGcActivities } from '../../activities/gc-activities.js';
+import { createProviderCircuits } from '../../activities/provider-circuit.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { classOf, ProviderError } from '../../providers/errors.js';
 import { instanceNameFromUid } from '../../providers/names.js';
@@ -32,7 +34,7 @@ import { createProxmoxProvider, type ProxmoxProvider } from '../../providers/pro
 import type { CreateRequest, Provider } from '../../providers/types.js';
 import { sightingKey, sweepProvider } from '../../workflows/gc/orphans.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
-import { createNamespace, kubeConfig } from '../helpers/kube.js';
+import { createNamespace, createProxy, kubeConfig, proxyClient, setProxyStatus } from '../helpers/kube.js';
 import {
   ALL_STORAGE_PRIVILEGES,
   ALL_VM_PRIVILEGES,
@@ -369,6 +371,77 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     expect([...fake.vms.values()].filter((v) => v.config.name === req.name)).toHaveLength(1);
     expect((await provider.get(id, live())).uid).toBe(req.uid);
     await provider.delete(id, live());
+  });
+
+  it('joins the drift sweep: one cluster listing, Running with the address get recorded, a stopped VM drifts', async () => {
+    const kc = kubeConfig();
+    const namespace = await createNamespace(kc, 'pve-drift');
+    const api = proxyClient(kc);
+    try {
+      const ids = await Promise.all([0, 1].map(() => createRetrying(provider, request(installation))));
+      const ips: string[] = [];
+      for (const id of ids) {
+        await until('Running', () => Date.now() - fake.vms.get(vmidOf(id))!.createdAt > fake.timing.rrdLagMs);
+        let got = await provider.get(id, live());
+        while (got.state !== 'Running') got = await provider.get(id, live());
+        ips.push(got.ip!);
+      }
+      for (const [i, id] of ids.entries()) {
+        const p = await createProxy(api, namespace, `pve-${i}`, {
+          mode: 'Managed',
+          provider: provider.name,
+          placement: {},
+        } as never);
+        await setProxyStatus(api, p, {
+          providerID: id,
+          ip: ips[i],
+          conditions: [
+            {
+              type: 'Provisioned',
+              status: 'True',
+              reason: 'Running',
+              message: 'test',
+              lastTransitionTime: new Date().toISOString(),
+              observedGeneration: 1,
+            },
+          ],
+        } as never);
+      }
+      fake.vms.get(vmidOf(ids[1]!))!.status = 'stopped';
+      const signalled: string[] = [];
+      const drift = createDriftActivities({
+        registry: {
+          get: (n) => (n === provider.name ? provider : undefined),
+          names: () => [provider.name],
+          close: async () => {},
+        },
+        kubeConfig: kc,
+        logger: log.logger,
+        circuits: createProviderCircuits(),
+        namespaces: [namespace],
+        signal: (workflowId) => {
+          signalled.push(workflowId);
+          return Promise.resolve('signalled');
+        },
+      });
+      const before = fake.requests.length;
+      const report = await drift.sweepDrift({ listTimeoutMs: 10_000 });
+      expect(report.providers).toEqual([
+        expect.objectContaining({ provider: provider.name, compared: 2, drifted: 1, signalled: 1 }),
+      ]);
+      expect(signalled).toHaveLength(1);
+      expect(signalled[0]).toContain('pve-1');
+      // The whole sweep cost one cluster listing (and the cached permission answer): no per-VM call.
+      const calls = fake.requests.slice(before);
+      expect(calls.filter((c) => c === 'GET /cluster/resources')).toHaveLength(1);
+      expect(calls.filter((c) => c.includes('{vmid}'))).toEqual([]);
+      for (const id of ids) await provider.delete(id, live());
+    } finally {
+      await kc
+        .makeApiClient(CoreV1Api)
+        .deleteNamespace({ name: namespace })
+        .catch(() => undefined);
+    }
   });
 
   it('a privilege-separated token that sees no VMs: listByTag refuses, GC does nothing, check says why', async () => {

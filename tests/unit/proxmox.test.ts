@@ -25,6 +25,7 @@ import {
   candidateVmids,
   descriptionMark,
   formatProviderId,
+  ipFromTags,
   markTags,
   marksFromDescription,
   marksFromTags,
@@ -32,6 +33,7 @@ import {
   parseProviderId,
   PVE_TAG,
   taggable,
+  withIpTag,
 } from '../../providers/proxmox/marks.js';
 import { agentAddress, net0Mac } from '../../providers/proxmox/provider.js';
 
@@ -94,6 +96,15 @@ describe('proxmox ids and marks', () => {
       'egress-inst-i1',
       'egress-ct-1000',
     ]);
+  });
+
+  it('the address tag is set, replaced and removed without touching the other tags', () => {
+    const t = withIpTag('base-image;egress-managed;egress-uid-u1', '10.0.0.7');
+    expect(ipFromTags(t)).toBe('10.0.0.7');
+    for (const tag of t.split(';')) expect(PVE_TAG.test(tag)).toBe(true);
+    expect(withIpTag(t, '10.0.0.8')).toBe('base-image;egress-managed;egress-uid-u1;egress-ip-10.0.0.8');
+    expect(withIpTag(t, undefined)).toBe('base-image;egress-managed;egress-uid-u1');
+    expect(ipFromTags('egress-ip-not.an.ip')).toBeUndefined();
   });
 
   it('the description mark carries the same facts for a VM without tags yet', () => {
