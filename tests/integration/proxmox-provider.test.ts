@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Writable } from 'node:stream';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
@@ -31,6 +32,8 @@ import { ProxmoxClient } from '../../providers/proxmox/client.js';
 import { proxmoxConfigSchema } from '../../providers/proxmox/config.js';
 import { formatProviderId, parseProviderId } from '../../providers/proxmox/marks.js';
 import { createProxmoxProvider, type ProxmoxProvider } from '../../providers/proxmox/provider.js';
+import { withTracing } from '../../providers/tracing.js';
+import { installTracer, type SpanAttributes, type TracerImpl } from '../../tracing/seam.js';
 import type { CreateRequest, Provider } from '../../providers/types.js';
 import { sightingKey, sweepProvider } from '../../workflows/gc/orphans.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
@@ -615,6 +618,39 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     } finally {
       await Promise.all([wrongCa.close(), wrongPin.close(), wrongSecret.close()]);
     }
+  });
+
+  it('every PVE request is a child span of the operation span, named by its path template, with no values', async () => {
+    type Rec = { name: string; attributes: SpanAttributes; parent?: string };
+    const spans: Rec[] = [];
+    const current = new AsyncLocalStorage<string>();
+    const tracer: TracerImpl = {
+      withSpan(name, attributes, _options, fn) {
+        const parent = current.getStore();
+        spans.push({ name, attributes, ...(parent === undefined ? {} : { parent }) });
+        return current.run(name, () => fn({ setAttributes: () => undefined }));
+      },
+      activeOperation: () => undefined,
+      activeIds: () => undefined,
+    };
+    const id = await createRetrying(provider, request(installation));
+    installTracer(tracer);
+    try {
+      await withTracing(provider).get(id, live());
+    } finally {
+      installTracer(undefined);
+    }
+    expect(spans[0]).toMatchObject({ name: 'proxmox get' });
+    const children = spans.slice(1);
+    expect(children.length).toBeGreaterThan(0);
+    for (const c of children) {
+      expect(c.parent).toBe('proxmox get');
+      expect(c.name).toMatch(/^proxmox (GET|PUT|POST|DELETE) \/[a-z0-9/{}-]*$/);
+    }
+    expect(children.map((c) => c.name)).toContain('proxmox GET /nodes/{node}/qemu/{vmid}/status/current');
+    expect(JSON.stringify(spans)).not.toContain(String(vmidOf(id)));
+    expect(JSON.stringify(spans)).not.toContain(token.secret);
+    await provider.delete(id, live());
   });
 
   it('the providers config builds a proxmox entry (no dialling) and names a bad field', () => {
