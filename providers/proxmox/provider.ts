@@ -154,16 +154,33 @@ export function agentAddress(result: unknown, mac: string | undefined): string |
   return undefined;
 }
 
-/** A counting semaphore (per node for clones, per storage for uploads). */
+/** A counting semaphore (per node for clones, per storage for uploads); a waiter leaves on abort. */
 class Slots {
   private free: number;
   private readonly waiting: Array<() => void> = [];
   constructor(size: number) {
     this.free = size;
   }
-  async run<T>(fn: () => Promise<T>): Promise<T> {
+  async run<T>(signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
     if (this.free > 0) this.free--;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else
+      await new Promise<void>((resolve, reject) => {
+        const wake = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        const onAbort = () => {
+          const i = this.waiting.indexOf(wake);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(signal.reason as Error);
+        };
+        if (signal.aborted) {
+          onAbort();
+          return;
+        }
+        this.waiting.push(wake);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
     try {
       return await fn();
     } finally {
@@ -452,7 +469,7 @@ export class ProxmoxProvider implements Provider {
           continue;
         }
         try {
-          await this.cloneSlots.get(node.name)!.run(async () => {
+          await this.cloneSlots.get(node.name)!.run(signal, async () => {
             const upid = await this.client.call<string>(
               'POST',
               '/nodes/{node}/qemu/{vmid}/clone',
@@ -573,7 +590,7 @@ export class ProxmoxProvider implements Provider {
       let slots = this.uploadSlots.get(node.isoStorage);
       if (slots === undefined)
         this.uploadSlots.set(node.isoStorage, (slots = new Slots(UPLOADS_PER_STORAGE)));
-      await slots.run(async () => {
+      await slots.run(signal, async () => {
         const upid = await this.client.upload(node.name, node.isoStorage, file, iso, signal);
         await this.client.waitTask(node.name, upid, this.taskMs, signal);
       });

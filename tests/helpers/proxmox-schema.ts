@@ -309,7 +309,14 @@ function checkData(schema: Prop, data: unknown, at: string, out: string[]): void
   }
 }
 
-/** The privileges a PVE permission check needs, with its paths filled in; `all` when any user may. */
+/**
+ * The privileges a PVE permission check needs, with its paths filled in;
+ * `all` when any user may. A simplification of PVE's checker: a nested
+ * group is flattened into the top-level `and`/`or`, and a `require_param`
+ * leaf counts only when its parameter is given. That is exact for the calls
+ * this provider makes (clone: VM.Clone on the template and VM.Allocate on
+ * the new VMID, the pool leaf only with `pool`).
+ */
 export function permissionNeeds(
   info: MethodInfo,
   params: Record<string, string>,

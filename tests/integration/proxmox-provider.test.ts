@@ -137,6 +137,17 @@ async function until(what: string, condition: () => boolean, ms = 5_000): Promis
   }
 }
 
+/** Polls get until Running (deadline 5 s) and returns the address. */
+async function runningIp(provider: Provider, id: string): Promise<string> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const got = await provider.get(id, live());
+    if (got.state === 'Running') return got.ip!;
+    if (Date.now() > deadline) throw new Error(`${id} not Running in time (${got.state})`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 function vmidOf(id: string): number {
   return parseProviderId(id)!.vmid;
 }
@@ -250,7 +261,9 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
 
   it('ten parallel creates from one template end with 10 VMs, distinct VMIDs, and no orphans', async () => {
     fake.faults.stealNextClones = 2;
-    // More clones in flight per node than PVE's storage lock tolerates: some clone tasks time out.
+    // More clones in flight per node than PVE's storage lock tolerates: some clone tasks time out
+    // (clones long enough that the first four overlap whatever the machine's load).
+    fake.timing.cloneMs = 120;
     fake.faults.storageLockSlots = 2;
     const busy = providerFor(fake, token, log.logger, {
       nodes: NODES.map((n) => ({
@@ -267,6 +280,7 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     const ids = await Promise.all(reqs.map((r) => createRetrying(busy, r)));
     await busy.close();
     fake.faults.storageLockSlots = 1000;
+    fake.timing.cloneMs = 60;
     const failedClones = [...fake.tasks.values()].filter(
       (t) => t.type === 'qmclone' && t.exit?.includes("can't lock"),
     ).length;
@@ -385,9 +399,7 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
       const ips: string[] = [];
       for (const id of ids) {
         await until('Running', () => Date.now() - fake.vms.get(vmidOf(id))!.createdAt > fake.timing.rrdLagMs);
-        let got = await provider.get(id, live());
-        while (got.state !== 'Running') got = await provider.get(id, live());
-        ips.push(got.ip!);
+        ips.push(await runningIp(provider, id));
       }
       for (const [i, id] of ids.entries()) {
         const p = await createProxy(api, namespace, `pve-${i}`, {
