@@ -220,9 +220,10 @@ for (const version of SCHEMA_VERSIONS) {
   });
 
   describe(`proxmox fake (PVE ${version}): schema`, () => {
-    it('every request the provider sent and every answer the fake gave matched the schema', () => {
+    it('every request the provider sent and every answer the fake gave matched the schema', (ctx) => {
       if (!fake.schemaChecked) {
         console.log(`proxmox: PVE ${version} schema absent: schema checks skipped`);
+        ctx.skip(`PVE ${version} schema absent (../shared/proxmox or EP_PROXMOX_SCHEMA_DIR)`);
         return;
       }
       console.log(
@@ -504,9 +505,10 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     }
   });
 
-  it('PVE refuses unknown parameters and bad tags (400 naming the field); the provider reports them Permanent', async () => {
+  it('PVE refuses unknown parameters and bad tags (400 naming the field); the provider reports them Permanent', async (ctx) => {
     if (!fake.schemaChecked) {
       console.log('proxmox: schema absent: refusal test skipped');
+      ctx.skip('PVE schema absent (../shared/proxmox or EP_PROXMOX_SCHEMA_DIR)');
       return;
     }
     const client = new ProxmoxClient({
