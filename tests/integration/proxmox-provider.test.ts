@@ -15,7 +15,9 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { spawn } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
@@ -37,6 +39,7 @@ import { installTracer, type SpanAttributes, type TracerImpl } from '../../traci
 import type { CreateRequest, Provider } from '../../providers/types.js';
 import { sightingKey, sweepProvider } from '../../workflows/gc/orphans.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import type { CreateChildArgs } from '../helpers/proxmox-create-child.js';
 import { createNamespace, createProxy, kubeConfig, proxyClient, setProxyStatus } from '../helpers/kube.js';
 import {
   ALL_STORAGE_PRIVILEGES,
@@ -73,14 +76,9 @@ function secretFile(token: FakeToken): string {
   return f;
 }
 
-function providerFor(
-  fake: ProxmoxFake,
-  token: FakeToken,
-  logger: Logger,
-  overrides: Record<string, unknown> = {},
-  name = 'pve',
-): ProxmoxProvider {
-  const config = proxmoxConfigSchema.parse({
+/** The `proxmox:` block for this fake and token (test timings). */
+function providerConfig(fake: ProxmoxFake, token: FakeToken, overrides: Record<string, unknown> = {}) {
+  return {
     url: fake.url,
     tokenId: token.id,
     tokenSecretFile: secretFile(token),
@@ -97,7 +95,17 @@ function providerFor(
     taskTimeoutSeconds: 20,
     taskPollMillis: 10,
     ...overrides,
-  });
+  };
+}
+
+function providerFor(
+  fake: ProxmoxFake,
+  token: FakeToken,
+  logger: Logger,
+  overrides: Record<string, unknown> = {},
+  name = 'pve',
+): ProxmoxProvider {
+  const config = proxmoxConfigSchema.parse(providerConfig(fake, token, overrides));
   return createProxmoxProvider({ name, config, logger });
 }
 
@@ -306,33 +314,51 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     for (const r of reqs) expect(fake.storage.get('pve1/local')!.has(`${r.name}-cidata.iso`)).toBe(false);
   });
 
-  it('a create abandoned mid-clone leaves nothing behind after GC (and the same Proxy would have resumed it)', async () => {
+  it('a worker killed (SIGKILL) mid-clone leaves nothing behind after GC', async () => {
     const kc = kubeConfig();
     const namespace = await createNamespace(kc, 'pve-gc');
     try {
-      fake.timing.cloneMs = 400;
+      // Long enough to see the clone lock and kill the worker inside it, whatever the load.
+      fake.timing.cloneMs = 600;
       const req = request(installation);
-      const controller = new AbortController();
-      const pending = provider.create(req, controller.signal).then(
-        () => undefined,
-        (err: unknown) => err,
+      const args: CreateChildArgs = { config: providerConfig(fake, token), request: req };
+      const child = spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          fileURLToPath(new URL('../helpers/proxmox-create-child.ts', import.meta.url)),
+          JSON.stringify(args),
+        ],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      const exited = new Promise<NodeJS.Signals | null>((r) =>
+        child.once('exit', (_code, signal) => r(signal)),
       );
       // The worker dies while PVE runs the clone: the new VMID exists, locked, nameless.
-      await until('a VM locked by its clone', () => [...fake.vms.values()].some((v) => v.lock === 'clone'));
+      await until(
+        'the child worker inside the clone',
+        () => {
+          if (child.exitCode !== null) throw new Error(`create child exited ${child.exitCode}: ${err}`);
+          return [...fake.vms.values()].some((v) => v.lock === 'clone');
+        },
+        30_000,
+      );
       const cloning = [...fake.vms.values()].find((v) => v.lock === 'clone')!;
-      controller.abort();
-      const err = await pending;
-      expect(err).toBeInstanceOf(ProviderError);
-      expect((err as ProviderError).errorClass).toBe('Transient');
+      child.kill('SIGKILL');
+      expect(await exited).toBe('SIGKILL');
+      expect(out).toContain('CREATE-STARTED');
+      expect(out).not.toContain('CREATE-RETURNED');
       // PVE finishes the clone on its own: a VM with our name and the template's tags, none of ours.
       await until('the clone task to end', () => cloning.lock === undefined);
       fake.timing.cloneMs = 60;
       expect(cloning.config.name).toBe(req.name);
       expect(cloning.config.tags).not.toContain('egress-managed');
       const id = formatProviderId(cloning.vmid, req.name);
-
-      // A second, unrelated cut-off create: its Proxy still lives, so GC keeps it.
-      const liveReq = request(installation);
 
       // GC as the workflow runs it: the real activities and the real rules, two sweeps (first sighting, confirmed).
       const gc = createGcActivities({
@@ -348,7 +374,7 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
       });
       const sweep = async (previous: Set<string>) => {
         const listed = await gc.gcListInstances({ provider: provider.name, timeoutMs: 10_000 });
-        const liveUids = new Set([...(await gc.gcListLiveProxyUids()), liveReq.uid]);
+        const liveUids = new Set(await gc.gcListLiveProxyUids());
         return sweepProvider(provider.name, listed, {
           live: liveUids,
           installation,
@@ -367,6 +393,7 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
       expect(fake.vmByName(req.name)).toBeUndefined();
       expect(fake.storage.get('pve1/local')!.has(`${req.name}-cidata.iso`)).toBe(false);
     } finally {
+      fake.timing.cloneMs = 60;
       await kc
         .makeApiClient(CoreV1Api)
         .deleteNamespace({ name: namespace })
