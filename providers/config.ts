@@ -29,6 +29,8 @@ import { gcpConfigSchema, type GcpConfig } from './gcp/config.js';
 import { createGcpProvider } from './gcp/provider.js';
 import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
 import { createKvmProvider } from './kvm/provider.js';
+import { proxmoxConfigSchema, type ProxmoxConfig } from './proxmox/config.js';
+import { createProxmoxProvider } from './proxmox/provider.js';
 import type { Provider } from './types.js';
 import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
 import { withTracing } from './tracing.js';
@@ -100,6 +102,11 @@ export const PROVIDER_TYPES = {
     configSchema: kvmConfigSchema,
     build: (name: string, config: KvmConfig, deps: ProviderDeps) =>
       createKvmProvider({ name, config, logger: deps.logger }),
+  }),
+  proxmox: defineType({
+    configSchema: proxmoxConfigSchema,
+    build: (name: string, config: ProxmoxConfig, deps: ProviderDeps) =>
+      createProxmoxProvider({ name, config, logger: deps.logger }),
   }),
 } as const;
 
