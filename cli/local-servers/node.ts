@@ -47,6 +47,16 @@ export const NODE_IMAGES = {
   pause: { file: 'pause.oci.tar', ref: 'egress-proxies.local/pause:1' },
 } as const;
 
+/** The kernel tunables the kubelet writes at start (container_manager_linux.go setupKernelTunables). */
+const KUBELET_TUNABLES = [
+  'vm/overcommit_memory',
+  'vm/panic_on_oom',
+  'kernel/panic',
+  'kernel/panic_on_oops',
+  'kernel/keys/root_maxkeys',
+  'kernel/keys/root_maxbytes',
+];
+
 /** Where Debian's containernetworking-plugins installs the CNI plugins. */
 const CNI_BIN_DIR = '/usr/lib/cni';
 const CGROUP_FS = '/sys/fs/cgroup';
@@ -306,10 +316,28 @@ export async function reapOrphanNodes(root: string): Promise<void> {
     const entry = join(root, e.name);
     const dir = existsSync(join(entry, RECORD)) ? entry : join(entry, 'node');
     const record = readRecord(dir);
-    if (!record || processRunning(record.ownerPid)) continue;
-    await reapNode(dir);
+    // A node already reaped (by its reaper) leaves no record: the entry's
+    // owner.json, written by whoever made the entry, says whose it was.
+    const owner = record?.ownerPid ?? readOwner(entry);
+    if (owner === undefined || processRunning(owner)) continue;
+    if (record) await reapNode(dir);
     rmSync(entry, { recursive: true, force: true });
   }
+}
+
+/** The pid in `<dir>/owner.json`, if there is one. */
+function readOwner(dir: string): number | undefined {
+  try {
+    const pid = (JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as { pid?: unknown }).pid;
+    return typeof pid === 'number' ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Marks `dir` (an entry under a root reapOrphanNodes looks at) as this process's. */
+export function claimNodeEntry(dir: string): void {
+  writeFileSync(join(dir, 'owner.json'), JSON.stringify({ pid: process.pid }));
 }
 
 /** `preferred` (a /24) if free, else a /24 inside 10.200.0.0/13 that no address or route of this host already overlaps. */
@@ -533,10 +561,34 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
     );
     mkdirSync(join(dataDir, 'kubelet'), { recursive: true });
     const kubeletLog = join(dataDir, 'kubelet.log');
+    // The kubelet sets six kernel tunables at start (vm.overcommit_memory=1,
+    // kernel.panic=10, kernel.panic_on_oops=1...), host-wide: a test node
+    // would change the machine for everything else (QEMU then accepts a 1 TiB
+    // guest). It runs in a mount namespace of its own where those files are
+    // bind mounts of copies in the node's directory: it writes the copies.
+    const sysctlDir = join(dataDir, 'sysctl');
+    mkdirSync(sysctlDir, { recursive: true });
+    const binds: string[] = [];
+    for (const tunable of KUBELET_TUNABLES) {
+      const source = join('/proc/sys', tunable);
+      if (!existsSync(source)) continue;
+      const copy = join(sysctlDir, tunable.replace(/\//g, '.'));
+      writeFileSync(copy, readFileSync(source));
+      binds.push(`mount --bind '${copy}' '${source}'`);
+    }
     const kubelet = spawnServer(
       'kubelet',
-      join(opts.binDir, 'kubelet'),
+      'unshare',
       [
+        '--mount',
+        // Mounts made on the host (containerd's, for pods) still reach the kubelet's view.
+        '--propagation',
+        'slave',
+        '--',
+        'sh',
+        '-c',
+        `${[...binds, 'exec "$0" "$@"'].join(' && ')}`,
+        join(opts.binDir, 'kubelet'),
         `--config=${join(dataDir, 'kubelet.yaml')}`,
         `--kubeconfig=${kubeconfigPath}`,
         `--root-dir=${join(dataDir, 'kubelet')}`,

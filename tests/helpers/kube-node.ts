@@ -17,7 +17,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
-import { reapOrphanNodes, startLocalNode, type LocalNode } from '../../cli/local-servers/node.js';
+import {
+  claimNodeEntry,
+  reapOrphanNodes,
+  startLocalNode,
+  type LocalNode,
+} from '../../cli/local-servers/node.js';
 import { ensureNodeTools } from '../../cli/local-servers/tools.js';
 
 export interface NodeCluster {
@@ -38,6 +43,7 @@ export async function startNodeCluster(): Promise<NodeCluster> {
   await reapOrphanNodes(NODES_ROOT);
   // One directory per cluster: the apiserver's and the node's, reaped together.
   const runDir = mkdtempSync(join(NODES_ROOT, 'run-'));
+  claimNodeEntry(runDir);
   const apiDir = join(runDir, 'api');
   const nodeDir = join(runDir, 'node');
   let t = Date.now();

@@ -20,7 +20,7 @@
  * squid), one killed for its memory limit, requests no node can hold, and a
  * registry that cannot be reached (Transient).
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,6 +37,16 @@ import { selfSignedCert, startProbeTarget, type ProbeTarget } from '../helpers/p
 import { eventually } from '../helpers/temporal.js';
 
 const POD_NAMESPACE = 'proxies';
+
+/** Host-wide tunables a kubelet sets at start; a test node must leave the machine's as they were. */
+function hostTunables(): Record<string, string> {
+  const paths = ['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops'];
+  return Object.fromEntries(
+    paths
+      .filter((p) => existsSync(`/proc/sys/${p}`))
+      .map((p) => [p, readFileSync(`/proc/sys/${p}`, 'utf8').trim()]),
+  );
+}
 const READY_DEADLINE_MS = 120_000;
 
 /** A registry that has no image at all: every manifest is MANIFEST_UNKNOWN, as a registry answers for a tag never pushed. */
@@ -79,8 +89,10 @@ describe.concurrent('kubernetes provider on a real node', () => {
   let api: CliProcess;
   let apiUrl: string;
   let caDir: string | undefined;
+  let tunablesBefore: Record<string, string>;
 
   beforeAll(async () => {
+    tunablesBefore = hostTunables();
     cluster = await startNodeCluster();
     const { node } = cluster;
     console.log(
@@ -146,6 +158,8 @@ describe.concurrent('kubernetes provider on a real node', () => {
 
   it('a Squid pod scheduled on the node goes Ready, serves CONNECT and a lease, is replaced, and is deleted', async () => {
     const { node, core } = cluster;
+    // The kubelet wrote its tunables into its own mount namespace, not the machine's.
+    expect(hostTunables()).toEqual(tunablesBefore);
     const started = Date.now();
     const created = await createProxy(cp.api, cp.namespace, 'squid', proxySpec('k8s-node'));
     const uid = created.metadata.uid!;
