@@ -385,7 +385,10 @@ class GcpProviderImpl implements GcpProvider {
     const agent = await endpointAgent(this.config, resolved.credential);
     this.agent?.destroy();
     this.agent = agent;
-    const auth = agent === undefined ? resolved : new ComputeAuth(resolved.inner, resolved.credential, agent);
+    const auth =
+      agent === undefined
+        ? resolved
+        : new ComputeAuth(resolved.inner, resolved.credential, agent, resolved.impersonation);
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
       const url = new URL(this.config.endpoint);

@@ -19,7 +19,7 @@
  *              safety poll, 6 h by default).
  *
  * Everything periodic runs SCALE (6) times faster than shipped so it is
- * measured in minutes: sweep 20 s, checks 10 s, GC 60 s, the read budget
+ * measured in minutes: sweep 20 s, checks 10 s, GC 100 s, the read budget
  * 6 × 0.75 calls per VM-hour, listMaxAgeSeconds and the check's reuse
  * window a sixth (GC's own reuse window, 150 s, is not scaled: it never
  * decides, since the budget keeps a list at least one sweep period). The
@@ -63,7 +63,7 @@ const { values: args } = parseArgs({
 const N = Number(args.n);
 const WINDOW_MS = parseDuration(args.window);
 /** Compressed intervals, and the shipped defaults they are scaled to. */
-const RUN = { sweepMs: 20_000, checksMs: 10_000, gcMs: 60_000, safetyMs: Math.round(WINDOW_MS / 2) };
+const RUN = { sweepMs: 20_000, checksMs: 10_000, gcMs: 100_000, safetyMs: Math.round(WINDOW_MS / 2) };
 const SHIPPED = {
   sweepMs: DRIFT_SWEEP_DEFAULTS.intervalMs,
   checksMs: 60_000,
