@@ -48,9 +48,10 @@ export interface GcActivityDeps {
    */
   namespaces?: readonly string[];
   /**
-   * A provider's listing made this recently (the drift sweep's, every 2 min
-   * by default) answers GC's list instead of a call of its own. Default
-   * 150 s; 0: only within the provider's own read budget.
+   * How much older than the provider's own read budget allows (0 without a
+   * budget) a listing it made may be and still answer GC's list instead of
+   * a call of its own: the drift sweep lists every 2 min by default, so
+   * 150 s takes the sweep's. 0: only within the budget.
    */
   listReuseMs?: number;
 }

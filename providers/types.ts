@@ -96,9 +96,10 @@ export function isUnlisted(listing: Listing, id: string | undefined): boolean {
  * How fresh a listByTag must be. Absent: a listing made for this call (a
  * lookup that must see an instance made a moment ago). A periodic reader
  * (the drift sweep, orphan GC) may instead accept a listing the provider
- * made recently: one made within `reuse.withinMs`, or within the provider's
- * own read budget (the gcp provider's `listCallsPerVmHour`). A provider
- * that keeps no listing ignores this and lists.
+ * made recently: one still fresh by the provider's own read budget (the gcp
+ * provider's `listCallsPerVmHour`; none without one), or up to
+ * `reuse.withinMs` older than that. A provider that keeps no listing
+ * ignores this and lists.
  */
 export interface ListOptions {
   reuse?: { withinMs: number };

@@ -114,17 +114,24 @@ export interface GcpProviderOptions {
   /** Instances per aggregatedList page in listByTag (default 500). */
   listPageSize?: number;
   /**
-   * How long a listByTag that succeeded answers check() without a call of
-   * its own (default 150 s: the drift sweep's 2 min and a margin), or longer
-   * while the read budget keeps the listing (see `listReuseMs`); 0: only
-   * within the budget. Any failed Compute call since ends it.
+   * How long past its read budget (see `listReuseMs`; 0 with the budget
+   * off) a listByTag that succeeded answers check() without a call of its
+   * own: default 150 s, the drift sweep's 2 min and a margin, by when the
+   * sweep has listed again. Any failed Compute call since ends it.
    */
   checkReuseMs?: number;
 }
 
+/**
+ * A periodic reader fires on a schedule's grid: a list made at one fire is
+ * due again at the fire its budget names, not one later because that fire's
+ * activity started a few milliseconds earlier than the last one's.
+ */
+const LIST_DUE_SLACK_MS = 2_000;
+
 /** The last complete listByTag, while nothing since has made it stale. */
 interface KeptListing {
-  /** When it finished (Date.now()). */
+  /** When it started (Date.now()): what it shows is at most this old. */
   at: number;
   latencyMillis: number;
   instances: Instance[];
@@ -329,7 +336,7 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   /**
-   * How long the kept listing may answer a periodic reader, by the entry's
+   * How long the kept listing is fresh for a periodic reader, by the entry's
    * read budget: the listing's pages may be spent `listCallsPerVmHour`
    * times per listed VM per hour, so a small fleet lists less often (5 VMs
    * at 0.75: every 16 min) and a large one on every drift sweep; never
@@ -926,7 +933,10 @@ class GcpProviderImpl implements GcpProvider {
     const kept = this.lastList;
     if (options?.reuse !== undefined && kept !== undefined && !signal.aborted) {
       const ageMs = Date.now() - kept.at;
-      if (ageMs < Math.max(options.reuse.withinMs, this.listReuseMs(kept))) {
+      // The budget says when the list is due again (the sweep, withinMs 0, lists then); a
+      // caller with a window of its own (GC) takes it that much longer, by when the
+      // sweep has listed, so it never lists just before the sweep would.
+      if (ageMs + LIST_DUE_SLACK_MS < this.listReuseMs(kept) + options.reuse.withinMs) {
         this.log.debug(
           { count: kept.instances.length, ageSeconds: Math.round(ageMs / 1000) },
           'list: answered from the kept listing',
@@ -959,7 +969,7 @@ class GcpProviderImpl implements GcpProvider {
       // Kept unless something made listings stale while this one ran (an insert, a delete, a failure).
       if (epoch === this.listEpoch)
         this.lastList = {
-          at: Date.now(),
+          at: started,
           latencyMillis: Date.now() - started,
           instances: out.map((i) => ({ ...i })),
           pages,
@@ -1025,10 +1035,7 @@ class GcpProviderImpl implements GcpProvider {
     // failing since, proved the same (credentials, the API,
     // compute.instances.list), so the check reuses it instead of a call.
     const recent = this.lastList;
-    if (
-      recent !== undefined &&
-      Date.now() - recent.at < Math.max(this.checkReuseMs, this.listReuseMs(recent))
-    ) {
+    if (recent !== undefined && Date.now() - recent.at < this.listReuseMs(recent) + this.checkReuseMs) {
       return [
         {
           ...target,
