@@ -42,7 +42,7 @@ import { startControlPlane, type ControlPlane } from '../helpers/control-plane.j
 import { FakeCompute } from '../helpers/gcp-fake.js';
 import { FakeTokenSource } from '../helpers/gcp-token-source.js';
 import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kube.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 
@@ -1666,7 +1666,7 @@ describe('gcp: the read budget of the periodic lists (drift sweep, orphan GC, ch
     }
   });
 
-  it("a caller's own window (GC: 150 s) applies without a budget; listMaxAgeSeconds bounds a tiny fleet's wait", async () => {
+  it("a caller's own window (GC: 150 s) adds to the budget's; listMaxAgeSeconds bounds a tiny fleet's wait", async () => {
     const unbudgeted = providerFor(fake, captured.logger, { config: { listCallsPerVmHour: 0 } });
     const capped = providerFor(fake, captured.logger, { config: { listMaxAgeSeconds: 600 } });
     try {
@@ -1687,7 +1687,10 @@ describe('gcp: the read budget of the periodic lists (drift sweep, orphan GC, ch
       vi.setSystemTime(t0 + 590_000);
       await capped.listByTag(live(), REUSE);
       expect(lists(from)).toBe(0);
-      vi.setSystemTime(t0 + 610_000);
+      // Due for the sweep at 600 s; GC takes it 150 s longer (by then the sweep has listed).
+      vi.setSystemTime(t0 + 700_000);
+      await capped.listByTag(live(), { reuse: { withinMs: 150_000 } });
+      expect(lists(from)).toBe(0);
       await capped.listByTag(live(), REUSE);
       expect(lists(from)).toBe(1);
     } finally {
@@ -1923,6 +1926,9 @@ describe("the seed's gcp-eu providers-config entry", () => {
           provisioningModel: 'STANDARD',
           blockProjectSshKeys: true,
           internalOnly: false,
+          // The read budget of the periodic lists (issue 26, second pass), at its defaults.
+          listCallsPerVmHour: 0.75,
+          listMaxAgeSeconds: 3600,
         },
       },
     ]);
@@ -2125,6 +2131,25 @@ describe("the seed's gcp-eu providers-config entry", () => {
         expect(seen.deletionRequested).toBe(true);
         expect(seen.lastError?.type).toBe('Transient');
         expect(seen.lastError?.message).toContain('(token source answered 404)');
+        // The status says what holds the deletion up, not just "Deleting" (patch deletion-shows-error).
+        const blocked = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-token',
+          'the blocked deletion shown',
+          (p) =>
+            Boolean(
+              p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.reason === 'DeletionBlocked'),
+            ),
+        );
+        expect(blocked.status?.phase).toBe('Deleting');
+        expect(blocked.status?.conditions?.find((c) => c.type === 'Provisioned')?.message).toContain(
+          'the instance cannot be deleted yet (retried): ',
+        );
+        expect(blocked.status?.conditions?.find((c) => c.type === 'Provisioned')?.message).toContain(
+          '(token source answered 404)',
+        );
+        expect(blocked.status?.message).toContain('could not obtain an access token');
         // The finalizer is kept: the Proxy is still there, Deleting; the VM runs on; no DELETE reached Compute.
         const still = await getProxy(cp.api, cp.namespace, 'gcp-token');
         expect(still.metadata?.deletionTimestamp).toBeTruthy();
@@ -2142,6 +2167,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
           { timeoutMs: 60_000 },
         );
         expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+        maybeRecord('proxy-deletion-blocked-shown', await handle.fetchHistory());
       } finally {
         if (saved === undefined) delete process.env.GCE_METADATA_HOST;
         else process.env.GCE_METADATA_HOST = saved;
