@@ -456,6 +456,8 @@ class GcpProviderImpl implements GcpProvider {
     }
     const project = parsed.project ?? this.config.project;
     if (project !== this.config.project) {
+      // A project new to this worker: the kept list did not cover it.
+      if (!this.otherProjects.has(project)) this.forgetList();
       this.otherProjects.add(project);
       this.log.debug(
         { instance: id, project, configuredProject: this.config.project },

@@ -1247,9 +1247,10 @@ describe('gcp: the project is part of the providerID', () => {
       expect(fake.requests.slice(before).map((r) => r.path)).toEqual([
         '/compute/v1/projects/project-bravo/aggregated/instances',
       ]);
-      // A Proxy's get names A (as the sweep's first "gone" for it would make happen).
+      // A Proxy's get names A (as the sweep's first "gone" for it would make happen); the
+      // list kept from before (B only) no longer answers the sweep.
       await b.get(id, live());
-      const listed = (await b.listByTag(live())).map((i) => i.id);
+      const listed = (await b.listByTag(live(), { reuse: { withinMs: 0 } })).map((i) => i.id);
       expect(listed).toEqual(
         expect.arrayContaining([id, `projects/project-alpha/zones/${ZONE}/instances/${orphan.name}`]),
       );
