@@ -99,7 +99,9 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
           try {
             const instances = await withDeadline<Listing>(
               listTimeoutMs,
-              (abort) => deps.registry.get(name)!.listByTag(abort),
+              // A listing the provider made recently may answer, within its own read budget
+              // (the gcp provider's listCallsPerVmHour); nothing beyond that.
+              (abort) => deps.registry.get(name)!.listByTag(abort, { reuse: { withinMs: 0 } }),
               () => new Error(`listByTag did not answer within ${listTimeoutMs} ms`),
             );
             if (!Array.isArray(instances)) throw new Error('listByTag returned a non-array');

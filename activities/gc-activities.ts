@@ -47,7 +47,17 @@ export interface GcActivityDeps {
    * set is their Proxies, listed one namespace at a time. All namespaces when unset.
    */
   namespaces?: readonly string[];
+  /**
+   * How much older than the provider's own read budget allows (0 without a
+   * budget) a listing it made may be and still answer GC's list instead of
+   * a call of its own: the drift sweep lists every 2 min by default, so
+   * 150 s takes the sweep's. 0: only within the budget.
+   */
+  listReuseMs?: number;
 }
+
+/** How recent a listing GC reuses by default: the drift sweep's default 2 min and a margin. */
+export const GC_LIST_REUSE_MS = 150_000;
 
 /** Why a listed value is not an Instance we can vouch for, or undefined when it is one. */
 function invalidInstance(value: unknown): string | undefined {
@@ -89,6 +99,7 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
   const proxies = createProxyClient(deps.kubeConfig);
   const log = deps.logger.child({ component: 'orphan-gc' });
   const pageSize = deps.proxyPageSize ?? 500;
+  const listReuseMs = deps.listReuseMs ?? GC_LIST_REUSE_MS;
 
   const lookup = (name: string): Provider => {
     const provider = deps.registry.get(name);
@@ -111,7 +122,10 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
       try {
         const listed = await withDeadline(
           timeoutMs,
-          (signal) => provider.listByTag(signal),
+          // A recent listing is as good as a new one here: every instance in it
+          // existed when it was made, before the live set is read (the workflow's
+          // order), and each deletion re-reads the instance's marks first.
+          (signal) => provider.listByTag(signal, { reuse: { withinMs: listReuseMs } }),
           () =>
             nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
         );

@@ -7,7 +7,7 @@
  *
  * Instance creation and release come from the activities that do them
  * (createInstance, removeProxyFinalizer); the rest from here:
- * Provisioned → Running, Replacing, Deleting and each error reason; Healthy
+ * Provisioned → Running, Replacing, Deleting, DeletionBlocked and each error reason; Healthy
  * → True or False; Ready → True.
  */
 import type { Condition, ProxyStatus } from '../resources/proxy-schema.js';
@@ -18,6 +18,7 @@ const PROVISIONED: Record<string, Pick<ProxyEvent, 'type' | 'action'>> = {
   Running: { type: 'Normal', action: 'Provision' },
   Replacing: { type: 'Normal', action: 'Replace' },
   Deleting: { type: 'Normal', action: 'Delete' },
+  DeletionBlocked: { type: 'Warning', action: 'Delete' },
   QuotaExceeded: { type: 'Warning', action: 'Provision' },
   PermanentError: { type: 'Warning', action: 'Provision' },
   ProviderNotConfigured: { type: 'Warning', action: 'Provision' },

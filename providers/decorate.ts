@@ -18,7 +18,7 @@ export function aroundEachCall(provider: Provider, around: AroundCall): Provider
     create: (req, signal) => around('create', () => provider.create(req, signal)),
     get: (id, signal) => around('get', () => provider.get(id, signal)),
     delete: (id, signal) => around('delete', () => provider.delete(id, signal)),
-    listByTag: (signal) => around('list', () => provider.listByTag(signal)),
+    listByTag: (signal, options) => around('list', () => provider.listByTag(signal, options)),
   };
   if (provider.check) wrapped.check = (signal) => provider.check!(signal);
   if (provider.idAliases) wrapped.idAliases = (id) => provider.idAliases!(id);

@@ -92,6 +92,19 @@ export function isUnlisted(listing: Listing, id: string | undefined): boolean {
   return id !== undefined && unlistedOf(listing).some((u) => id.startsWith(u.idPrefix));
 }
 
+/**
+ * How fresh a listByTag must be. Absent: a listing made for this call (a
+ * lookup that must see an instance made a moment ago). A periodic reader
+ * (the drift sweep, orphan GC) may instead accept a listing the provider
+ * made recently: one still fresh by the provider's own read budget (the gcp
+ * provider's `listCallsPerVmHour`; none without one), or up to
+ * `reuse.withinMs` older than that. A provider that keeps no listing
+ * ignores this and lists.
+ */
+export interface ListOptions {
+  reuse?: { withinMs: number };
+}
+
 export interface TargetStatus {
   name: string;
   address?: string;
@@ -138,7 +151,7 @@ export interface Provider {
    * provider's hosts) may answer for the parts it reached and name the others
    * in `unlisted`: their instances are unknown, never gone.
    */
-  listByTag(signal: AbortSignal): Promise<Listing>;
+  listByTag(signal: AbortSignal, options?: ListOptions): Promise<Listing>;
   /** Never throws: every failure is a target with ready=false. One entry per target, stable order. */
   check?(signal: AbortSignal): Promise<TargetStatus[]>;
   /**

@@ -29,7 +29,7 @@ import type { AuthClient, GoogleAuth } from 'google-auth-library';
 import type { ErrorClass } from '../types.js';
 
 /** What check() reports for a credentials failure (the shared reasons, contract §8). */
-export type CredentialsCheckReason = 'Unauthorized' | 'Unreachable';
+export type CredentialsCheckReason = 'Unauthorized' | 'Forbidden' | 'Unreachable';
 
 /** OAuth error codes that mean the credential itself was refused: retrying cannot help. */
 export const REFUSED_OAUTH_ERRORS = ['invalid_grant', 'invalid_client', 'unauthorized_client'];
@@ -174,9 +174,39 @@ function isKeyDecodeError(err: unknown): boolean {
   return typeof library === 'string' && /DECODER|PEM|asn1|RSA/i.test(library);
 }
 
+/** A service account impersonated through another identity (`gcp.credentials.impersonate`). */
+export interface Impersonation {
+  /** The service account's email. */
+  target: string;
+  /** The identity that impersonates it, as describeCredential names it. */
+  source: string;
+}
+
+/** The request a token failure came from was the IAM Credentials API's generateAccessToken. */
+function isImpersonationCall(err: unknown): boolean {
+  const url = (err as { config?: { url?: unknown } } | null)?.config?.url;
+  return (typeof url === 'string' || url instanceof URL) && String(url).endsWith(':generateAccessToken');
+}
+
 /** Errors of obtaining a token from a resolved credential (`AuthClient.getRequestHeaders`). */
-export function tokenError(err: unknown, credential: string): CredentialsError {
+export function tokenError(
+  err: unknown,
+  credential: string,
+  impersonation?: Impersonation,
+): CredentialsError {
   if (err instanceof CredentialsError) return err;
+  const status = tokenStatus(err);
+  // IAM's 403 for generateAccessToken: the source identity may not act as the account (or it does not
+  // exist). Granting the role is a change in IAM, not something a retry waits out.
+  if (impersonation !== undefined && status === 403 && isImpersonationCall(err)) {
+    return new CredentialsError(
+      'Permanent',
+      'Forbidden',
+      `the IAM Credentials API refused to let ${impersonation.source} impersonate service account ${impersonation.target} (403): ` +
+        `grant it roles/iam.serviceAccountTokenCreator on ${impersonation.target} (permission iam.serviceAccounts.getAccessToken), ` +
+        'and check that the account exists and is enabled',
+    );
+  }
   const oauth = oauthError(err);
   if (oauth !== undefined && REFUSED_OAUTH_ERRORS.includes(oauth)) {
     return new CredentialsError(
@@ -192,7 +222,6 @@ export function tokenError(err: unknown, credential: string): CredentialsError {
       `the private key of ${credential} does not parse; replace the credential`,
     );
   }
-  const status = tokenStatus(err);
   const code = systemCode(err);
   const detail =
     status !== undefined
@@ -231,6 +260,8 @@ export class ComputeAuth {
      * endpoint is trusted by its own CA (`gcp.endpointCaFile`).
      */
     private readonly agent?: Agent,
+    /** Set when `inner` impersonates a service account: IAM's refusal is then named as such. */
+    readonly impersonation?: Impersonation,
   ) {}
 
   get universeDomain(): string {
@@ -241,7 +272,7 @@ export class ComputeAuth {
     try {
       return await this.inner.getRequestHeaders(url === undefined ? undefined : String(url));
     } catch (err) {
-      throw tokenError(err, this.credential);
+      throw tokenError(err, this.credential, this.impersonation);
     }
   }
 

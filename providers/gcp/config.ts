@@ -24,6 +24,11 @@
  *       email: proxy-vm@my-project.iam.gserviceaccount.com
  *       scopes: [https://www.googleapis.com/auth/cloud-platform]
  *
+ * the read budget of the periodic lists (issue 26; docs/providers/gcp.md):
+ *
+ *     listCallsPerVmHour: 0.75     # 0: the drift sweep lists on every pass
+ *     listMaxAgeSeconds: 3600      # a small fleet is still listed at least this often
+ *
  * They live here, not in the Proxy's placement, on purpose: they are facts
  * of the project and its network (which subnetwork, whether the org allows
  * external IPs, which identity), the same for every Proxy of one entry, and
@@ -140,6 +145,24 @@ export const gcpConfigSchema = z
           .default(DEFAULT_VM_SCOPES),
       })
       .optional(),
+    /**
+     * The read budget of the entry's periodic lists (drift sweep, orphan GC,
+     * checks): Compute calls per listed VM per hour. The last list answers
+     * them until its pages have been "spent" at this rate, so 5 VMs at 0.75
+     * are listed every 16 min and 40 or more on every sweep. 0: no budget
+     * (every sweep lists; GC and checks still reuse a list of the last 150 s).
+     */
+    listCallsPerVmHour: z
+      .number({ error: 'must be a number of calls per VM-hour' })
+      .min(0, 'must be 0 (off) or more')
+      .max(1_000_000)
+      .default(0.75),
+    /** However small the fleet, a list at least this often (the longest drift-detection delay). */
+    listMaxAgeSeconds: z
+      .int('must be a whole number of seconds')
+      .min(60, 'must be at least 60')
+      .max(86_400, 'must be at most 86400 (a day)')
+      .default(3_600),
     /** This entry's own identity; unset: Application Default Credentials. */
     credentials: z
       .strictObject({

@@ -53,6 +53,8 @@ export class EntryCredentials {
     return new ComputeAuth(
       impersonated,
       `service account ${own.impersonate} impersonated by ${base.credential}`,
+      undefined,
+      { target: own.impersonate, source: base.credential },
     );
   }
 }

@@ -52,6 +52,7 @@ import {
   type CreateRequest,
   type ErrorClass,
   type Instance,
+  type ListOptions,
   type Provider,
   type ProviderOperation,
   type TargetStatus,
@@ -113,11 +114,29 @@ export interface GcpProviderOptions {
   /** Instances per aggregatedList page in listByTag (default 500). */
   listPageSize?: number;
   /**
-   * How long a listByTag that succeeded answers check() without a call of
-   * its own (default 150 s: the drift sweep's 2 min and a margin); 0: every
-   * check calls. Any failed Compute call since ends it.
+   * How long past its read budget (see `listReuseMs`; 0 with the budget
+   * off) a listByTag that succeeded answers check() without a call of its
+   * own: default 150 s, the drift sweep's 2 min and a margin, by when the
+   * sweep has listed again. Any failed Compute call since ends it.
    */
   checkReuseMs?: number;
+}
+
+/**
+ * A periodic reader fires on a schedule's grid: a list made at one fire is
+ * due again at the fire its budget names, not one later because that fire's
+ * activity started a few milliseconds earlier than the last one's.
+ */
+const LIST_DUE_SLACK_MS = 2_000;
+
+/** The last complete listByTag, while nothing since has made it stale. */
+interface KeptListing {
+  /** When it started (Date.now()): what it shows is at most this old. */
+  at: number;
+  latencyMillis: number;
+  instances: Instance[];
+  /** The aggregated-list pages it took (at least one per project listed). */
+  pages: number;
 }
 
 export interface GcpProvider extends Provider {
@@ -190,8 +209,15 @@ class GcpProviderImpl implements GcpProvider {
   private readonly operationWaitMs: number;
   private readonly pageSize: number;
   private readonly checkReuseMs: number;
-  /** The last listByTag that succeeded, while no Compute call has failed since: what check() may reuse. */
-  private lastList: { at: number; latencyMillis: number } | undefined;
+  /**
+   * The last listByTag that succeeded, while nothing has made it stale: no
+   * Compute call failed since, this provider inserted or deleted nothing
+   * since, and no get saw one of its VMs otherwise. check(), and the drift
+   * sweep and GC (`reuse`), may answer from it (see listReuseMs).
+   */
+  private lastList: KeptListing | undefined;
+  /** Bumped whenever lastList goes stale: a listing started before the bump is not kept. */
+  private listEpoch = 0;
   private readonly frame: OperationFrame;
   /** fail() and run() in this provider's frame. */
   private readonly ops: Operations;
@@ -286,8 +312,7 @@ class GcpProviderImpl implements GcpProvider {
     const bounded = () =>
       boundedCall(signal, timeoutMs, 'Compute API call', fn).catch((err: unknown) => {
         // A failure other than "no such thing" or the caller giving up: the next check must ask Compute itself.
-        if (httpStatus(err) !== 404 && !(err instanceof CallEnded && err.by === 'caller'))
-          this.lastList = undefined;
+        if (httpStatus(err) !== 404 && !(err instanceof CallEnded && err.by === 'caller')) this.forgetList();
         throw err;
       });
     return providerCall(this, request, bounded, {
@@ -302,6 +327,46 @@ class GcpProviderImpl implements GcpProvider {
   /** Per-request options: no SDK retries (the activity retry policy owns retries) and our timeout. */
   private get callOptions() {
     return { timeout: this.callTimeoutMs, maxRetries: 0 };
+  }
+
+  /** The kept listing is no longer what Compute would answer (or a call failed): list again next time. */
+  private forgetList(): void {
+    this.lastList = undefined;
+    this.listEpoch += 1;
+  }
+
+  /**
+   * How long the kept listing is fresh for a periodic reader, by the entry's
+   * read budget: the listing's pages may be spent `listCallsPerVmHour`
+   * times per listed VM per hour, so a small fleet lists less often (5 VMs
+   * at 0.75: every 16 min) and a large one on every drift sweep; never
+   * longer than `listMaxAgeSeconds`. 0 when the budget is off.
+   */
+  private listReuseMs(kept: KeptListing): number {
+    const budget = this.config.listCallsPerVmHour;
+    if (budget <= 0) return 0;
+    const perListMs = (kept.pages * 3_600_000) / (budget * Math.max(1, kept.instances.length));
+    return Math.min(perListMs, this.config.listMaxAgeSeconds * 1000);
+  }
+
+  /**
+   * A get saw this VM (or its absence): when the kept listing says
+   * otherwise, it is stale (a VM that started, stopped, moved or went away
+   * since), and the next periodic reader lists again rather than report
+   * drift the Proxy's own poll has already seen.
+   */
+  private noteSeen(id: string, seen: Instance | undefined): void {
+    const kept = this.lastList;
+    if (kept === undefined) return;
+    const listed = kept.instances.find((i) => i.id === id);
+    if (listed === undefined && seen === undefined) return;
+    if (
+      listed === undefined ||
+      seen === undefined ||
+      listed.state !== seen.state ||
+      (listed.ip ?? '') !== (seen.ip ?? '')
+    )
+      this.forgetList();
   }
 
   /**
@@ -327,7 +392,10 @@ class GcpProviderImpl implements GcpProvider {
     const agent = await endpointAgent(this.config, resolved.credential);
     this.agent?.destroy();
     this.agent = agent;
-    const auth = agent === undefined ? resolved : new ComputeAuth(resolved.inner, resolved.credential, agent);
+    const auth =
+      agent === undefined
+        ? resolved
+        : new ComputeAuth(resolved.inner, resolved.credential, agent, resolved.impersonation);
     const opts: NonNullable<ConstructorParameters<typeof InstancesClient>[0]> = { fallback: true };
     if (this.config.endpoint !== undefined) {
       const url = new URL(this.config.endpoint);
@@ -388,6 +456,8 @@ class GcpProviderImpl implements GcpProvider {
     }
     const project = parsed.project ?? this.config.project;
     if (project !== this.config.project) {
+      // A project new to this worker: the kept list did not cover it.
+      if (!this.otherProjects.has(project)) this.forgetList();
       this.otherProjects.add(project);
       this.log.debug(
         { instance: id, project, configuredProject: this.config.project },
@@ -454,44 +524,46 @@ class GcpProviderImpl implements GcpProvider {
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.ops.run('create', instance, signal, async () => {
-      const zones = candidateZones(this.validate(req, instance), this.config.zones);
-      // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
-      const budget: InsertBudget = {};
-      if (zones.length > 1) {
-        // A retried create must not make a second VM of this name in an
-        // earlier zone that has capacity again: look for it first (one call).
-        const placed = await this.placedZone(req.name, zones, signal);
-        if (placed !== undefined) return this.insertIn(req, placed, budget, signal);
-      }
-      const stockedOut: string[] = [];
-      let last: ProviderError | undefined;
-      for (const zone of zones) {
-        try {
-          return await this.insertIn(req, zone, budget, signal);
-        } catch (err) {
-          // No capacity or quota in this zone: the next one of the region, if any.
-          if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
-          stockedOut.push(zone);
-          last = err;
-          if (zones.length > 1) {
-            this.log.warn(
-              { instance: req.name, zone, next: zones[stockedOut.length] },
-              'create: no capacity or quota in the zone',
-            );
-          }
+    return this.ops.run('create', instance, signal, () => this.creating(req, instance, signal));
+  }
+
+  private async creating(req: CreateRequest, instance: string, signal: AbortSignal): Promise<string> {
+    const zones = candidateZones(this.validate(req, instance), this.config.zones);
+    // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
+    const budget: InsertBudget = {};
+    if (zones.length > 1) {
+      // A retried create must not make a second VM of this name in an
+      // earlier zone that has capacity again: look for it first (one call).
+      const placed = await this.placedZone(req.name, zones, signal);
+      if (placed !== undefined) return this.insertIn(req, placed, budget, signal);
+    }
+    const stockedOut: string[] = [];
+    let last: ProviderError | undefined;
+    for (const zone of zones) {
+      try {
+        return await this.insertIn(req, zone, budget, signal);
+      } catch (err) {
+        // No capacity or quota in this zone: the next one of the region, if any.
+        if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
+        stockedOut.push(zone);
+        last = err;
+        if (zones.length > 1) {
+          this.log.warn(
+            { instance: req.name, zone, next: zones[stockedOut.length] },
+            'create: no capacity or quota in the zone',
+          );
         }
       }
-      // (zones is never empty, so last is set here.)
-      if (last === undefined) throw this.ops.fail('Transient', 'create', req.name, 'no zone to try');
-      if (zones.length === 1) throw last;
-      throw this.ops.fail(
-        'QuotaExceeded',
-        'create',
-        req.name,
-        `no capacity or quota in any zone tried (${stockedOut.join(', ')}); last: ${innerMessage(last)}`,
-      );
-    });
+    }
+    // (zones is never empty, so last is set here.)
+    if (last === undefined) throw this.ops.fail('Transient', 'create', req.name, 'no zone to try');
+    if (zones.length === 1) throw last;
+    throw this.ops.fail(
+      'QuotaExceeded',
+      'create',
+      req.name,
+      `no capacity or quota in any zone tried (${stockedOut.join(', ')}); last: ${innerMessage(last)}`,
+    );
   }
 
   /** The candidate zone already holding a VM of this name (a retried create), from one filtered aggregated list. */
@@ -534,7 +606,10 @@ class GcpProviderImpl implements GcpProvider {
     try {
       const [lro] = await this.call(signal, 'create', 'instances.insert', () =>
         instances.insert({ project: this.config.project, zone, instanceResource: body }, this.callOptions),
-      );
+      ).finally(() => {
+        // Whatever the answer, a VM may now exist that the kept listing (or one running) lacks.
+        this.forgetList();
+      });
       operation = (lro as { latestResponse?: Operation }).latestResponse ?? {};
     } catch (err) {
       // A synchronous 404 here (image, network, machine type) is never NotFound: classified as insert's.
@@ -711,14 +786,16 @@ class GcpProviderImpl implements GcpProvider {
         );
         const out = toInstance(inst, project, zone);
         this.log.debug({ instance: id, status: inst.status, state: out.state, ip: out.ip }, 'get');
+        this.noteSeen(out.id, out);
         return out;
       } catch (err) {
         // Only Compute's own 404 for this VM means gone: not one for the project or zone, not a token source's.
         if (!isInstanceNotFound(err, project, zone, name)) throw this.failIn('get', id, project, err);
         this.logApiError('get', id, err);
       }
-      // Gone: a delete remembered for it is over.
+      // Gone: a delete remembered for it is over, and a kept listing showing it is stale.
       this.deletes.delete(vmKey(project, zone, name));
+      this.noteSeen(formatProviderId(project, zone, name), undefined);
       // Gone, unless an insert is still being processed: then the name is
       // taken and a NotFound would make the control plane create again.
       const pending = (await this.unfinishedOperations('get', project, zone, name, signal)).find(
@@ -764,7 +841,10 @@ class GcpProviderImpl implements GcpProvider {
       try {
         const [lro] = await this.call(signal, 'delete', 'instances.delete', () =>
           instances.delete({ project, zone, instance: name }, this.callOptions),
-        );
+        ).finally(() => {
+          // The VM is going: the kept listing (or one running) still shows it Running.
+          this.forgetList();
+        });
         const op = (lro as { latestResponse?: Operation }).latestResponse ?? {};
         if (op.name) this.trackDelete(key, op.name);
         this.log.info({ instance: id, operation: op.name }, 'delete submitted');
@@ -851,15 +931,34 @@ class GcpProviderImpl implements GcpProvider {
    * made. Another project that cannot be listed is left out with a warning,
    * like an unreachable zone (absence from a listing is never "gone" for GC).
    */
-  listByTag(signal: AbortSignal): Promise<Instance[]> {
+  listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
+    const kept = this.lastList;
+    if (options?.reuse !== undefined && kept !== undefined && !signal.aborted) {
+      const ageMs = Date.now() - kept.at;
+      // The budget says when the list is due again (the sweep, withinMs 0, lists then); a
+      // caller with a window of its own (GC) takes it that much longer, by when the
+      // sweep has listed, so it never lists just before the sweep would.
+      if (ageMs + LIST_DUE_SLACK_MS < this.listReuseMs(kept) + options.reuse.withinMs) {
+        this.log.debug(
+          { count: kept.instances.length, ageSeconds: Math.round(ageMs / 1000) },
+          'list: answered from the kept listing',
+        );
+        return Promise.resolve(kept.instances.map((i) => ({ ...i })));
+      }
+    }
     return this.ops.run('list', '', signal, async () => {
       const out: Instance[] = [];
       const started = Date.now();
-      out.push(...(await this.listProject(this.config.project, signal)));
-      this.lastList = { at: Date.now(), latencyMillis: Date.now() - started };
+      const epoch = this.listEpoch;
+      let pages = 0;
+      const listed = await this.listProject(this.config.project, signal);
+      out.push(...listed);
+      pages += Math.max(1, Math.ceil(listed.length / this.pageSize));
       for (const project of [...this.otherProjects].sort()) {
         try {
-          out.push(...(await this.listProject(project, signal)));
+          const more = await this.listProject(project, signal);
+          out.push(...more);
+          pages += Math.max(1, Math.ceil(more.length / this.pageSize));
         } catch (err) {
           if (signal.aborted) throw err;
           const c = this.logApiError('list', '', err);
@@ -869,6 +968,14 @@ class GcpProviderImpl implements GcpProvider {
           );
         }
       }
+      // Kept unless something made listings stale while this one ran (an insert, a delete, a failure).
+      if (epoch === this.listEpoch)
+        this.lastList = {
+          at: started,
+          latencyMillis: Date.now() - started,
+          instances: out.map((i) => ({ ...i })),
+          pages,
+        };
       return out;
     });
   }
@@ -925,11 +1032,12 @@ class GcpProviderImpl implements GcpProvider {
     if (signal.aborted) {
       return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
     }
-    // The drift sweep lists every 2 min and the checks run every minute: a
-    // list that just succeeded proved the same (credentials, the API,
+    // The drift sweep lists every 2 min (or less often, by the read budget)
+    // and the checks run every minute: a list that succeeded, with no call
+    // failing since, proved the same (credentials, the API,
     // compute.instances.list), so the check reuses it instead of a call.
     const recent = this.lastList;
-    if (recent !== undefined && Date.now() - recent.at < this.checkReuseMs) {
+    if (recent !== undefined && Date.now() - recent.at < this.listReuseMs(recent) + this.checkReuseMs) {
       return [
         {
           ...target,
@@ -982,7 +1090,7 @@ class GcpProviderImpl implements GcpProvider {
   async close(): Promise<void> {
     const clients = this.clients;
     this.clients = undefined;
-    this.lastList = undefined;
+    this.forgetList();
     this.agent?.destroy();
     this.agent = undefined;
     if (clients === undefined) return;

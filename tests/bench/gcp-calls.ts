@@ -1,7 +1,7 @@
 /**
  * Compute Engine calls per proxy-hour at steady state (issue 26, item 7).
  *
- *   npm run bench:gcp-calls -- [--n 50] [--window 2m] [--fleets 20,50,200,1000]
+ *   npm run bench:gcp-calls -- [--n 50] [--window 4m]
  *
  * Starts its own Temporal dev server and kube-apiserver, runs the real
  * worker (drift sweep on) and bridge in this process with one `gcp`
@@ -10,20 +10,23 @@
  * Running with their IP, then counts the HTTP requests the fake receives
  * over a window, by what sent them:
  *
- *   drift sweep and orphan GC  one aggregated list each per fire (pages of 500);
- *   provider checks            one aggregated-list page (maxResults 1) per
- *                              round, unless a list answered recently (see
- *                              the provider: the check reuses it);
- *   per Proxy                  instances.get and operations from the Proxy's
- *                              own polls (the safety poll, 6 h by default).
+ *   fleet      aggregated lists (pages of 500) of the drift sweep and orphan
+ *              GC, and the provider checks' one-page calls (maxResults 1):
+ *              each answered from the provider's kept list while the read
+ *              budget allows (gcp.listCallsPerVmHour, 0.75 by default), so
+ *              their number depends on N and on time, not on fires;
+ *   per Proxy  instances.get and operations from the Proxy's own polls (the
+ *              safety poll, 6 h by default).
  *
- * The Schedules and the safety poll run compressed (sweep 20 s, checks
- * 10 s, GC 60 s, safety poll half the window) so each is measured in
- * minutes; the figures are then scaled to the shipped defaults (sweep
- * 2 min, checks 60 s, GC 10 min, safety poll 6 h): calls per fire (or per
- * Proxy per poll) measured, times fires per hour at the defaults. "Ready"
- * here is Running with an IP: the prober's verdict, which also makes a
- * Proxy Ready, calls nothing at Compute.
+ * Everything periodic runs SCALE (6) times faster than shipped so it is
+ * measured in minutes: sweep 20 s, checks 10 s, GC 100 s, the read budget
+ * 6 × 0.75 calls per VM-hour, listMaxAgeSeconds and the check's reuse
+ * window a sixth (GC's own reuse window, 150 s, is not scaled: it never
+ * decides, since the budget keeps a list at least one sweep period). The
+ * fleet's calls per hour measured are divided by SCALE to give the shipped
+ * rate. The safety poll runs every half window and is scaled by its own
+ * ratio to 6 h. "Ready" here is Running with an IP: the prober's verdict,
+ * which also makes a Proxy Ready, calls nothing at Compute.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -54,15 +57,13 @@ import { FakeCompute, type RecordedRequest } from '../helpers/gcp-fake.js';
 const { values: args } = parseArgs({
   options: {
     n: { type: 'string', default: '50' },
-    window: { type: 'string', default: '2m' },
-    fleets: { type: 'string', default: '20,50,200,1000' },
+    window: { type: 'string', default: '4m' },
   },
 });
 const N = Number(args.n);
 const WINDOW_MS = parseDuration(args.window);
-const FLEETS = args.fleets.split(',').map(Number);
 /** Compressed intervals, and the shipped defaults they are scaled to. */
-const RUN = { sweepMs: 20_000, checksMs: 10_000, gcMs: 60_000, safetyMs: Math.round(WINDOW_MS / 2) };
+const RUN = { sweepMs: 20_000, checksMs: 10_000, gcMs: 100_000, safetyMs: Math.round(WINDOW_MS / 2) };
 const SHIPPED = {
   sweepMs: DRIFT_SWEEP_DEFAULTS.intervalMs,
   checksMs: 60_000,
@@ -70,6 +71,10 @@ const SHIPPED = {
   safetyMs: DEFAULT_TIMING.safetyPollMs,
 };
 const HOUR = 3_600_000;
+const SCALE = SHIPPED.sweepMs / RUN.sweepMs;
+if (SHIPPED.checksMs / RUN.checksMs !== SCALE || SHIPPED.gcMs / RUN.gcMs !== SCALE)
+  throw new Error('every periodic interval must be compressed by the same factor');
+const BUDGET = gcpConfigSchema.parse({ project: 'bench-project' });
 if (!(N > 0) || WINDOW_MS < 2 * RUN.gcMs) throw new Error('--n must be positive and --window at least 2m');
 
 Runtime.install({ logger: new DefaultLogger('ERROR') });
@@ -94,9 +99,15 @@ const auth = new OAuth2Client();
 auth.setCredentials({ access_token: fake.token, expiry_date: Date.now() + 24 * HOUR });
 const gcp = createGcpProvider({
   name: 'gcp',
-  config: gcpConfigSchema.parse({ project: fake.project, ...fake.connection }),
+  config: gcpConfigSchema.parse({
+    project: fake.project,
+    ...fake.connection,
+    listCallsPerVmHour: BUDGET.listCallsPerVmHour * SCALE,
+    listMaxAgeSeconds: Math.round(BUDGET.listMaxAgeSeconds / SCALE),
+  }),
   logger,
   authClient: auth,
+  checkReuseMs: Math.round(150_000 / SCALE),
 });
 const registry: ProviderRegistry = {
   get: (n) => (n === 'gcp' ? gcp : undefined),
@@ -146,7 +157,7 @@ const fires = async (): Promise<Record<'sweep' | 'checks' | 'gc', number>> => {
 };
 
 console.log(
-  `# gcp calls benchmark: N=${N}, ${process.version}; run with sweep ${RUN.sweepMs / 1000} s, checks ${RUN.checksMs / 1000} s, GC ${RUN.gcMs / 1000} s, safety poll ${RUN.safetyMs / 1000} s; scaled to sweep ${SHIPPED.sweepMs / 1000} s, checks ${SHIPPED.checksMs / 1000} s, GC ${SHIPPED.gcMs / 1000} s, safety poll ${SHIPPED.safetyMs / HOUR} h`,
+  `# gcp calls benchmark: N=${N}, ${process.version}; run ${SCALE}x compressed (sweep ${RUN.sweepMs / 1000} s, checks ${RUN.checksMs / 1000} s, GC ${RUN.gcMs / 1000} s, read budget ${BUDGET.listCallsPerVmHour * SCALE} calls/VM-h, list max age ${Math.round(BUDGET.listMaxAgeSeconds / SCALE)} s; safety poll ${RUN.safetyMs / 1000} s); scaled to sweep ${SHIPPED.sweepMs / 1000} s, checks ${SHIPPED.checksMs / 1000} s, GC ${SHIPPED.gcMs / 1000} s, budget ${BUDGET.listCallsPerVmHour}, max age ${BUDGET.listMaxAgeSeconds} s, safety poll ${SHIPPED.safetyMs / HOUR} h`,
 );
 await core.createNamespace({ body: { metadata: { name: NS } } });
 const t0 = Date.now();
@@ -204,37 +215,26 @@ for (const r of window) {
 const sweepFires = toFires.sweep - fromFires.sweep;
 const gcFires = toFires.gc - fromFires.gc;
 const checkFires = toFires.checks - fromFires.checks;
-const listsPerFire = count('list') / Math.max(1, sweepFires + gcFires);
-const checkPerRound = count('check') / Math.max(1, checkFires);
+const windowHours = (to - from) / HOUR;
+// The fleet part: every list and check call in the window, per compressed hour, then per shipped hour.
+const fleetPerHour = (count('list') + count('check')) / windowHours / SCALE;
 // The safety poll ran every RUN.safetyMs; at the default it runs every SHIPPED.safetyMs.
-const perProxyPerHour = (count('proxy') / N) * (HOUR / (to - from)) * (RUN.safetyMs / SHIPPED.safetyMs);
-const fleetPerHour = (pages: number) =>
-  listsPerFire * pages * (HOUR / SHIPPED.sweepMs + HOUR / SHIPPED.gcMs) +
-  checkPerRound * (HOUR / SHIPPED.checksMs);
+const perProxyPerHour = (count('proxy') / N / windowHours) * (RUN.safetyMs / SHIPPED.safetyMs);
+const perProxyHour = fleetPerHour / N + perProxyPerHour;
 
 console.log(
   `\nwindow ${((to - from) / 1000).toFixed(0)} s, load ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)} (1-min avg)`,
 );
 console.log(`  requests by path: ${JSON.stringify(Object.fromEntries([...byPath].sort()))}`);
 console.log(
-  `  drift sweep + GC: ${sweepFires} + ${gcFires} fires, ${count('list')} aggregated-list pages (${listsPerFire.toFixed(2)} per fire at N=${N})`,
-);
-console.log(
-  `  provider checks: ${checkFires} rounds, ${count('check')} calls (${checkPerRound.toFixed(2)} per round)`,
+  `  fleet: ${sweepFires} sweep, ${gcFires} GC and ${checkFires} check fires; ${count('list')} aggregated-list pages, ${count('check')} check calls: ${fleetPerHour.toFixed(2)} calls per hour at the shipped rates`,
 );
 console.log(
   `  per Proxy: ${count('proxy')} calls in the window with a ${RUN.safetyMs / 1000} s safety poll; ${perProxyPerHour.toFixed(3)} per proxy-hour at ${SHIPPED.safetyMs / HOUR} h`,
 );
 console.log(
-  '\nCompute calls per Ready proxy-hour at the shipped defaults (fleet part / N + per-Proxy part):',
+  `\nCompute calls per Ready proxy-hour at the shipped defaults, N=${N}: ${perProxyHour.toFixed(3)}${perProxyHour <= 1 ? '' : '  (> 1)'}`,
 );
-for (const n of FLEETS) {
-  const pages = Math.max(1, Math.ceil(n / 500));
-  const perProxyHour = fleetPerHour(pages) / n + perProxyPerHour;
-  console.log(
-    `  N=${String(n).padStart(5)}: ${perProxyHour.toFixed(3)}${perProxyHour <= 1 ? '' : '  (> 1)'}`,
-  );
-}
 
 await bridge.stop();
 worker.shutdown();

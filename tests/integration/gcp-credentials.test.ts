@@ -149,18 +149,21 @@ describe('gcp: each provider entry may run as its own identity', () => {
     );
   });
 
-  it('an impersonation the ADC identity may not do fails that entry only, naming both identities; nothing reaches Compute', async () => {
+  it('an impersonation IAM refuses (403) is Permanent for that entry only, naming both identities and the role; nothing reaches Compute', async () => {
     const denied = entry('gcp-denied', { impersonate: SA_DENIED, impersonationEndpoint: tokens.iamEndpoint });
     const fine = entry('gcp-fine', { keyFile: keyFileA });
     const before = fake.requests.length;
     const err = await rejectionOf(denied.listByTag(live()));
-    expect(err.errorClass).toBe('Transient');
+    expect(err.errorClass).toBe('Permanent');
     expect(err.message).toContain(
-      `could not obtain an access token for service account ${SA_DENIED} impersonated by the metadata server's service account (token source answered 403)`,
+      `the IAM Credentials API refused to let the metadata server's service account impersonate service account ${SA_DENIED} (403): ` +
+        `grant it roles/iam.serviceAccountTokenCreator on ${SA_DENIED} (permission iam.serviceAccounts.getAccessToken)`,
     );
-    expect(err.message).not.toContain('iam.serviceAccounts.getAccessToken');
+    // Composed from identifiers: never IAM's own text.
+    expect(err.message).not.toContain('denied on resource');
     const [t] = await denied.check(live());
-    expect(t).toMatchObject({ ready: false, reason: 'Unauthorized' });
+    expect(t).toMatchObject({ ready: false, reason: 'Forbidden' });
+    expect(t!.message).toContain('roles/iam.serviceAccountTokenCreator');
     expect(fake.requests.slice(before).filter((r) => r.authorization !== `Bearer ${tokenA}`)).toEqual([]);
     // The other entry in the same process is unaffected.
     expect(Array.isArray(await fine.listByTag(live()))).toBe(true);

@@ -15,9 +15,11 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
 import { Compute, OAuth2Client } from 'google-auth-library';
+import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { createGcActivities } from '../../activities/gc-activities.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { ProviderError } from '../../providers/errors.js';
 import { gcpConfigSchema, type GcpConfig } from '../../providers/gcp/config.js';
@@ -40,7 +42,7 @@ import { startControlPlane, type ControlPlane } from '../helpers/control-plane.j
 import { FakeCompute } from '../helpers/gcp-fake.js';
 import { FakeTokenSource } from '../helpers/gcp-token-source.js';
 import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kube.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 
@@ -586,8 +588,13 @@ describe('gcp provider against the fake Compute API', () => {
 
   it('check reuses a listByTag that just succeeded (no call), until a call fails or the list ages out', async () => {
     const reusing = providerFor(fake, captured.logger);
-    const ageing = providerFor(fake, captured.logger, { checkReuseMs: 0 });
+    // No read budget: only checkReuseMs keeps the list for check().
+    const ageing = providerFor(fake, captured.logger, {
+      checkReuseMs: 0,
+      config: { listCallsPerVmHour: 0 },
+    });
     try {
+      const id = await reusing.create(request(), live());
       await reusing.listByTag(live());
       const before = fake.requests.length;
       const [t] = await reusing.check(live());
@@ -595,7 +602,6 @@ describe('gcp provider against the fake Compute API', () => {
       expect(t!.details?.from).toMatch(/^the aggregated list \d+ s ago$/);
       expect(fake.requests.length).toBe(before);
       // A failed Compute call ends the reuse: the next check asks.
-      const id = await reusing.create(request(), live());
       fake.failNext((r) => r.method === 'GET' && r.path.endsWith(parseProviderId(id)!.name), {
         status: 503,
         reason: 'backendError',
@@ -1241,9 +1247,10 @@ describe('gcp: the project is part of the providerID', () => {
       expect(fake.requests.slice(before).map((r) => r.path)).toEqual([
         '/compute/v1/projects/project-bravo/aggregated/instances',
       ]);
-      // A Proxy's get names A (as the sweep's first "gone" for it would make happen).
+      // A Proxy's get names A (as the sweep's first "gone" for it would make happen); the
+      // list kept from before (B only) no longer answers the sweep.
       await b.get(id, live());
-      const listed = (await b.listByTag(live())).map((i) => i.id);
+      const listed = (await b.listByTag(live(), { reuse: { withinMs: 0 } })).map((i) => i.id);
       expect(listed).toEqual(
         expect.arrayContaining([id, `projects/project-alpha/zones/${ZONE}/instances/${orphan.name}`]),
       );
@@ -1584,6 +1591,225 @@ describe('gcp zones: a stocked-out zone falls back to the next one of the region
   });
 });
 
+describe('gcp: the read budget of the periodic lists (drift sweep, orphan GC, checks)', () => {
+  let fake: FakeCompute;
+  let captured: ReturnType<typeof capturedLogger>;
+  const REUSE = { reuse: { withinMs: 0 } };
+  const lists = (from: number) =>
+    fake.requests.slice(from).filter((r) => r.path.endsWith('/aggregated/instances')).length;
+  /** Managed VMs straight into the backend, RUNNING with an IP (no boot timers: the clock may be frozen). */
+  const putManaged = (n: number) => {
+    for (let i = 0; i < n; i++)
+      fake.putInstance(ZONE, `vm-${randomUUID().slice(0, 8)}`, {
+        [LABEL_MANAGED]: 'true',
+        [LABEL_UID]: randomUUID(),
+        [LABEL_INSTALLATION]: 'inst',
+      });
+  };
+
+  beforeAll(async () => {
+    fake = await FakeCompute.start('budget-project');
+    captured = capturedLogger();
+  });
+  afterAll(async () => {
+    vi.useRealTimers();
+    await fake?.stop();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+    fake.resetTiming();
+    fake.instances.clear();
+  });
+
+  it('a periodic reader is answered from the kept list for pages / (budget × VMs) hours: 5 VMs at 0.75 every 16 min, 20 every 4 min', async () => {
+    const provider = providerFor(fake, captured.logger);
+    try {
+      putManaged(5);
+      vi.useFakeTimers({ toFake: ['Date'] });
+      const t0 = Date.now();
+      let from = fake.requests.length;
+      const first = await provider.listByTag(live(), REUSE);
+      expect(first).toHaveLength(5);
+      expect(lists(from)).toBe(1);
+      // 960 s: one page spent at 0.75 calls per VM-hour by 5 VMs.
+      vi.setSystemTime(t0 + 950_000);
+      from = fake.requests.length;
+      const kept = await provider.listByTag(live(), REUSE);
+      expect(kept.map((i) => i.id).sort()).toEqual(first.map((i) => i.id).sort());
+      expect(lists(from)).toBe(0);
+      // The health check is answered by it too.
+      expect((await provider.check(live()))[0]).toMatchObject({ ready: true, reason: 'Reachable' });
+      expect(lists(from)).toBe(0);
+      // A caller that asks for no reuse (a lookup by UID) always lists.
+      await provider.listByTag(live());
+      expect(lists(from)).toBe(1);
+      vi.setSystemTime(t0 + 950_000 + 970_000);
+      from = fake.requests.length;
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(1);
+
+      // VMs made elsewhere are not seen while the list is kept...
+      putManaged(15);
+      const t1 = Date.now() + 10_000;
+      vi.setSystemTime(t1);
+      expect(await provider.listByTag(live(), REUSE)).toHaveLength(5);
+      // ...until a list: four times the VMs, a quarter of the time (240 s).
+      expect(await provider.listByTag(live())).toHaveLength(20);
+      from = fake.requests.length;
+      vi.setSystemTime(t1 + 230_000);
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(0);
+      vi.setSystemTime(t1 + 250_000);
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("a caller's own window (GC: 150 s) adds to the budget's; listMaxAgeSeconds bounds a tiny fleet's wait", async () => {
+    const unbudgeted = providerFor(fake, captured.logger, { config: { listCallsPerVmHour: 0 } });
+    const capped = providerFor(fake, captured.logger, { config: { listMaxAgeSeconds: 600 } });
+    try {
+      putManaged(1);
+      vi.useFakeTimers({ toFake: ['Date'] });
+      const t0 = Date.now();
+      await unbudgeted.listByTag(live());
+      await capped.listByTag(live());
+      let from = fake.requests.length;
+      vi.setSystemTime(t0 + 100_000);
+      // Budget off: the sweep (withinMs 0) lists every time; GC (150 s) takes the recent list.
+      await unbudgeted.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(1);
+      await unbudgeted.listByTag(live(), { reuse: { withinMs: 150_000 } });
+      expect(lists(from)).toBe(1);
+      // 1 VM at 0.75: 80 min by the budget, capped at 600 s.
+      from = fake.requests.length;
+      vi.setSystemTime(t0 + 590_000);
+      await capped.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(0);
+      // Due for the sweep at 600 s; GC takes it 150 s longer (by then the sweep has listed).
+      vi.setSystemTime(t0 + 700_000);
+      await capped.listByTag(live(), { reuse: { withinMs: 150_000 } });
+      expect(lists(from)).toBe(0);
+      await capped.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(1);
+    } finally {
+      await unbudgeted.close();
+      await capped.close();
+    }
+  });
+
+  it("the kept list is dropped by this provider's insert or delete, by a get that sees a VM otherwise, by a failed call, and a list an insert overtook is not kept", async () => {
+    const provider = providerFor(fake, captured.logger, {
+      config: { provisioningModel: 'SPOT', instanceTerminationAction: 'STOP' },
+    });
+    const relisted = async (what: string) => {
+      const from = fake.requests.length;
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from), what).toBe(1);
+      const again = fake.requests.length;
+      await provider.listByTag(live(), REUSE);
+      expect(lists(again), `${what}: then kept`).toBe(0);
+    };
+    try {
+      putManaged(3);
+      await relisted('the first list');
+      const a = await provider.create(request(), live());
+      await relisted('after an insert');
+      const running = await runningOf(provider, a);
+      // get saw the new VM Running, where the list (made while it booted) may not: listed again.
+      await provider.listByTag(live(), REUSE);
+      const listedA = (await provider.listByTag(live(), REUSE)).find((i) => i.id === a);
+      expect(listedA).toMatchObject({ state: 'Running', ip: running.ip });
+      // GCE preempts it: the Proxy's own get sees it first; the sweep must not be answered with "Running".
+      fake.preempt(ZONE, parseProviderId(a)!.name);
+      await eventually('preempted', async () =>
+        (await provider.get(a, live())).state === 'Terminated' ? true : undefined,
+      );
+      await relisted('after a get saw it Terminated');
+      const listed = (await provider.listByTag(live(), REUSE)).find((i) => i.id === a);
+      expect(listed?.state).toBe('Terminated');
+      // A get that agrees with the list keeps it.
+      await provider.get(a, live());
+      let from = fake.requests.length;
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(0);
+      await provider.delete(a, live());
+      await relisted('after a delete');
+      // A failed call.
+      fake.failNext((r) => r.method === 'GET' && r.path.endsWith(parseProviderId(a)!.name), {
+        status: 503,
+        reason: 'backendError',
+      });
+      await rejectionOf(provider.get(a, live()));
+      await relisted('after a failed call');
+      // A list still running when an insert is answered is not kept (it may lack the new VM).
+      const release = fake.stall((r) => r.path.endsWith('/aggregated/instances'));
+      const slow = provider.listByTag(live());
+      await eventually('the list stalled', () =>
+        Promise.resolve(fake.requests.at(-1)?.path.endsWith('/aggregated/instances') ? true : undefined),
+      );
+      const b = provider.create(request(), live());
+      await eventually('the insert answered', () =>
+        Promise.resolve(fake.insertBodies().length >= 2 ? true : undefined),
+      );
+      await b;
+      release();
+      await slow;
+      from = fake.requests.length;
+      await provider.listByTag(live(), REUSE);
+      expect(lists(from)).toBe(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("orphan GC's list activity takes the drift sweep's recent list instead of a call of its own", async () => {
+    const provider = providerFor(fake, captured.logger, { config: { listCallsPerVmHour: 0 } });
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'none', server: 'https://127.0.0.1:1' }],
+      users: [{ name: 'none' }],
+      contexts: [{ name: 'none', cluster: 'none', user: 'none' }],
+      currentContext: 'none',
+    });
+    const registry = { get: () => provider, names: () => ['gcp-test'], close: () => Promise.resolve() };
+    const gc = createGcActivities({
+      registry,
+      kubeConfig: kc,
+      installation: 'inst',
+      logger: captured.logger,
+    });
+    try {
+      putManaged(2);
+      // The sweep's list (budget off: every sweep lists).
+      await provider.listByTag(live(), REUSE);
+      const from = fake.requests.length;
+      const listed = await gc.gcListInstances({ provider: 'gcp-test', timeoutMs: 5_000 });
+      expect(listed).toHaveLength(2);
+      expect(listed[0]!.installation).toBe('inst');
+      expect(listed[0]!.uid).toMatch(/^[0-9a-f-]{36}$/);
+      expect(lists(from)).toBe(0);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('the budget settings are validated', () => {
+    expect(gcpConfigSchema.parse({ project: 'my-project' })).toMatchObject({
+      listCallsPerVmHour: 0.75,
+      listMaxAgeSeconds: 3600,
+    });
+    expect(() => gcpConfigSchema.parse({ project: 'my-project', listCallsPerVmHour: -1 })).toThrow(
+      /listCallsPerVmHour[\s\S]*must be 0 \(off\) or more/,
+    );
+    expect(() => gcpConfigSchema.parse({ project: 'my-project', listMaxAgeSeconds: 10 })).toThrow(
+      /listMaxAgeSeconds[\s\S]*at least 60/,
+    );
+  });
+});
+
 describe('gcp: a delete poll follows its own operation', () => {
   let fake: FakeCompute;
   let captured: ReturnType<typeof capturedLogger>;
@@ -1701,6 +1927,9 @@ describe("the seed's gcp-eu providers-config entry", () => {
           provisioningModel: 'STANDARD',
           blockProjectSshKeys: true,
           internalOnly: false,
+          // The read budget of the periodic lists (issue 26, second pass), at its defaults.
+          listCallsPerVmHour: 0.75,
+          listMaxAgeSeconds: 3600,
         },
       },
     ]);
@@ -1903,6 +2132,25 @@ describe("the seed's gcp-eu providers-config entry", () => {
         expect(seen.deletionRequested).toBe(true);
         expect(seen.lastError?.type).toBe('Transient');
         expect(seen.lastError?.message).toContain('(token source answered 404)');
+        // The status says what holds the deletion up, not just "Deleting" (patch deletion-shows-error).
+        const blocked = await waitForProxy(
+          cp.api,
+          cp.namespace,
+          'gcp-token',
+          'the blocked deletion shown',
+          (p) =>
+            Boolean(
+              p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.reason === 'DeletionBlocked'),
+            ),
+        );
+        expect(blocked.status?.phase).toBe('Deleting');
+        expect(blocked.status?.conditions?.find((c) => c.type === 'Provisioned')?.message).toContain(
+          'the instance cannot be deleted yet (retried): ',
+        );
+        expect(blocked.status?.conditions?.find((c) => c.type === 'Provisioned')?.message).toContain(
+          '(token source answered 404)',
+        );
+        expect(blocked.status?.message).toContain('could not obtain an access token');
         // The finalizer is kept: the Proxy is still there, Deleting; the VM runs on; no DELETE reached Compute.
         const still = await getProxy(cp.api, cp.namespace, 'gcp-token');
         expect(still.metadata?.deletionTimestamp).toBeTruthy();
@@ -1920,6 +2168,7 @@ describe("the seed's gcp-eu providers-config entry", () => {
           { timeoutMs: 60_000 },
         );
         expect(fake.instance('europe-west1-b', name)).toBeUndefined();
+        maybeRecord('proxy-deletion-blocked-shown', await handle.fetchHistory());
       } finally {
         if (saved === undefined) delete process.env.GCE_METADATA_HOST;
         else process.env.GCE_METADATA_HOST = saved;

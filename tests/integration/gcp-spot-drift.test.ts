@@ -61,6 +61,8 @@ describe('gcp: a preempted Spot VM is replaced through the drift sweep', () => {
           ...fake.connection,
           provisioningModel: 'SPOT',
           instanceTerminationAction: 'DELETE',
+          // One VM at the default budget is listed hourly; this lets the 1 s sweep list every 2 s.
+          listCallsPerVmHour: 1_800,
         }),
         logger: cp.logger,
         authClient: auth,

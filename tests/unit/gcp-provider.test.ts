@@ -72,6 +72,8 @@ describe('gcp config block', () => {
       provisioningModel: 'STANDARD',
       blockProjectSshKeys: true,
       internalOnly: false,
+      listCallsPerVmHour: 0.75,
+      listMaxAgeSeconds: 3600,
     });
   });
 
@@ -487,6 +489,29 @@ describe('gcp classification', () => {
     expect(tokenError(Object.assign(new Error('x'), { code: 'ERR_OSSL_UNSUPPORTED' }), 'c').errorClass).toBe(
       'Permanent',
     );
+    // IAM refusing generateAccessToken: Permanent naming the account and the role; only for that call.
+    const iam = (status: number, url: string | URL) =>
+      Object.assign(new Error('PERMISSION_DENIED: unable to impersonate: sentinel'), {
+        status,
+        config: { url },
+        response: { status, data: { error: { status: 'PERMISSION_DENIED', message: 'sentinel' } } },
+      });
+    const target = { target: 'px@p-1.iam.gserviceaccount.com', source: 'user credentials' };
+    const url =
+      'https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/px@p-1.iam.gserviceaccount.com:generateAccessToken';
+    for (const u of [url, new URL(url)]) {
+      const denied = tokenError(iam(403, u), 'c', target);
+      expect(denied).toMatchObject({ errorClass: 'Permanent', checkReason: 'Forbidden' });
+      expect(denied.message).toContain(
+        'refused to let user credentials impersonate service account px@p-1.iam.gserviceaccount.com (403): grant it roles/iam.serviceAccountTokenCreator',
+      );
+      expect(denied.message).not.toContain('sentinel');
+    }
+    expect(tokenError(iam(503, url), 'c', target).errorClass).toBe('Transient');
+    expect(
+      tokenError(iam(403, 'http://169.254.169.254/computeMetadata/v1/token'), 'c', target).errorClass,
+    ).toBe('Transient');
+    expect(tokenError(iam(403, url), 'c').errorClass).toBe('Transient');
     expect(adcError(new Error('Could not load the default credentials. Browse to ...'))).toMatchObject({
       errorClass: 'Transient',
       checkReason: 'Unauthorized',

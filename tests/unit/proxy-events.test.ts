@@ -89,6 +89,17 @@ describe('statusEvents: the Events a status write stands for', () => {
       reason: 'Deleting',
       action: 'Delete',
     });
+    const blocked = status(
+      cond('Provisioned', 'False', 'DeletionBlocked', 'the instance cannot be deleted yet (retried): x'),
+    );
+    expect(statusEvents(deleting, blocked)).toEqual([
+      {
+        type: 'Warning',
+        reason: 'DeletionBlocked',
+        action: 'Delete',
+        note: 'the instance cannot be deleted yet (retried): x',
+      },
+    ]);
   });
 
   it('a write that changes only messages or latency stands for no Event', () => {

@@ -227,6 +227,26 @@ describe('health and phase', () => {
     applyDeletion(s, { skipCleanup: false });
     expect(derivePhase(s)).toBe('Deleting');
   });
+
+  it('a deletion held up by a provider error shows it (deletion-shows-error), and the old runs keep "Deleting"', () => {
+    const provisioned = (s: ProxyState) => buildConditions(s, T0).find((c) => c.type === 'Provisioned');
+    const s = running(state());
+    applyDeletion(s, { skipCleanup: false });
+    latch(s, FailureType.Transient, 'gcp: delete x: could not obtain an access token', T0);
+    // A run whose deletion began before the patch: as it always was.
+    expect(provisioned(s)).toMatchObject({ status: 'False', reason: 'Deleting' });
+    s.deletionShowsError = true;
+    expect(derivePhase(s)).toBe('Deleting');
+    expect(provisioned(s)).toMatchObject({
+      status: 'False',
+      reason: 'DeletionBlocked',
+      message:
+        'the instance cannot be deleted yet (retried): gcp: delete x: could not obtain an access token',
+    });
+    expect(buildStatus(s, T0).message).toBe('gcp: delete x: could not obtain an access token');
+    s.failure = undefined;
+    expect(provisioned(s)).toMatchObject({ status: 'False', reason: 'Deleting' });
+  });
 });
 
 describe('conditions and status', () => {

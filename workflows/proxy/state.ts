@@ -430,7 +430,19 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
   if (desired.mode === 'External') {
     return c('True', 'External', `external endpoint ${desired.endpoint?.host}:${desired.endpoint?.port}`);
   }
-  if (desired.deletionRequested) return c('False', 'Deleting', 'the instance is being deleted');
+  if (desired.deletionRequested) {
+    // A deletion held up by the provider (its credentials refused, the API
+    // down) says why: "Deleting" alone reads as progress while the
+    // finalizer is kept and the instance runs on.
+    if (state.deletionShowsError && failure && failure.generation === desired.generation) {
+      return c(
+        'False',
+        'DeletionBlocked',
+        `the instance cannot be deleted yet (retried): ${failure.message}`,
+      );
+    }
+    return c('False', 'Deleting', 'the instance is being deleted');
+  }
   if (failure && failure.generation === desired.generation) {
     const reasons: Record<string, string> = {
       [FailureType.Permanent]: 'PermanentError',

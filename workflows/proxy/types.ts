@@ -151,6 +151,13 @@ export interface ProxyState {
   /** The instance is draining before its replacement or deletion. */
   drain?: DrainState;
   failure?: LatchedFailure;
+  /**
+   * Set when this run's deletion began under the `deletion-shows-error`
+   * patch: a deletion held up by a provider error shows that error in the
+   * Provisioned condition instead of "Deleting", and the error is cleared
+   * once a delete call succeeds again.
+   */
+  deletionShowsError?: boolean;
   health: {
     verdict: HealthVerdict;
     latencyMillis?: number;

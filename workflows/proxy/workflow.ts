@@ -14,6 +14,7 @@ import {
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
@@ -84,6 +85,15 @@ interface SteadyTimer {
 }
 
 const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
+
+/**
+ * Patch marker (issue 26): a deletion held up by a provider error shows the
+ * error (Provisioned: DeletionBlocked) rather than "Deleting"; an error from
+ * before the deletion is dropped when it begins, and one from the deletion
+ * when a delete call succeeds again. Status content only, but a different
+ * status means different status writes (local activities), hence the gate.
+ */
+const DELETION_SHOWS_ERROR = 'deletion-shows-error';
 
 function failureOf(error: unknown): { type: string; message: string } {
   const cause = error instanceof ActivityFailure ? error.cause : error;
@@ -325,6 +335,11 @@ async function runDeletion(
   maybeContinueAsNew: () => Promise<void>,
 ): Promise<void> {
   const providerName = state.desired.provider ?? '';
+  if (!state.deletionShowsError && patched(DELETION_SHOWS_ERROR)) {
+    state.deletionShowsError = true;
+    // What failed before the deletion is not what holds it up.
+    state.failure = undefined;
+  }
   if (needsDrain(state)) {
     // The Proxy is deleting, so the lease API grants nothing new on it; the
     // leases held keep working until they end or the drain times out.
@@ -360,6 +375,8 @@ async function runDeletion(
       const seen = await provider.getInstance({ provider: providerName, id });
       if (!seen.found) break;
       await provider.deleteInstance({ provider: providerName, id });
+      // The provider answers again: nothing holds the deletion up any more.
+      if (state.deletionShowsError) state.failure = undefined;
       await pause(timing.deletionPollMs);
     } catch (error) {
       const failure = failureOf(error);
