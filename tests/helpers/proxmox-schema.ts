@@ -53,9 +53,17 @@ interface PathNode {
 }
 
 /**
+ * The shared folder's place on the machines this project is developed on
+ * (`/work/shared` beside `/work/<checkout>`): a clean clone made elsewhere
+ * (CI clones into a temporary directory) still finds the schemas there.
+ */
+const MACHINE_SHARED_PROXMOX = '/work/shared/proxmox';
+
+/**
  * Where the schema files are: EP_PROXMOX_SCHEMA_DIR, else `shared/proxmox`
  * in the nearest ancestor of the repository that has one (`../shared/proxmox`
- * for a checkout beside it; a worktree one level deeper finds the same).
+ * for a checkout beside it; a worktree one level deeper finds the same),
+ * else the machine's shared folder.
  */
 export function schemaDir(): string {
   const fromEnv = process.env.EP_PROXMOX_SCHEMA_DIR;
@@ -63,7 +71,7 @@ export function schemaDir(): string {
   let dir = resolve(process.cwd());
   for (;;) {
     const parent = dirname(dir);
-    if (parent === dir) return resolve(process.cwd(), '..', 'shared', 'proxmox');
+    if (parent === dir) return MACHINE_SHARED_PROXMOX;
     const candidate = join(parent, 'shared', 'proxmox');
     if (existsSync(candidate)) return candidate;
     dir = parent;
