@@ -281,17 +281,20 @@ export async function reapNode(dataDir: string, opts: { owner?: number } = {}): 
 }
 
 /**
- * Starts node-reaper.ts for this node, detached (its own session: no signal
+ * Starts node-reaper for this node, detached (its own session: no signal
  * to our group reaches it, and it outlives us), its stdin the pipe whose end
- * we hold. Under tsx the .ts runs through the same loader as this process.
+ * we hold. Run from source (tsx, vitest) the .ts goes through tsx's loader,
+ * resolved from the repository's node_modules; built, the .js runs as is.
  */
 function startReaper(dataDir: string): number | undefined {
-  const self = import.meta.url;
-  const script = fileURLToPath(new URL(self.endsWith('.ts') ? './node-reaper.ts' : './node-reaper.js', self));
-  const child = spawn(process.execPath, [...process.execArgv, script, dataDir, String(process.pid)], {
-    detached: true,
-    stdio: ['pipe', 'ignore', 'ignore'],
-  });
+  const here = fileURLToPath(new URL('.', import.meta.url));
+  const fromSource = import.meta.url.endsWith('.ts');
+  const script = join(here, fromSource ? 'node-reaper.ts' : 'node-reaper.js');
+  const child = spawn(
+    process.execPath,
+    [...(fromSource ? ['--import', 'tsx'] : []), script, dataDir, String(process.pid)],
+    { cwd: join(here, '..', '..'), detached: true, stdio: ['pipe', 'ignore', 'ignore'] },
+  );
   child.unref();
   // The pipe stays open (that is the point) without keeping our event loop alive.
   (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();

@@ -160,6 +160,10 @@ describe.concurrent('kubernetes provider on a real node', () => {
     const { node, core } = cluster;
     // The kubelet wrote its tunables into its own mount namespace, not the machine's.
     expect(hostTunables()).toEqual(tunablesBefore);
+    // The node's reaper waits for this process to die, whatever kills it.
+    const record = JSON.parse(readFileSync(join(node.logDir, 'node.json'), 'utf8')) as { reaperPid?: number };
+    expect(record.reaperPid).toBeGreaterThan(0);
+    expect(readFileSync(`/proc/${record.reaperPid}/cmdline`, 'utf8')).toContain('node-reaper');
     const started = Date.now();
     const created = await createProxy(cp.api, cp.namespace, 'squid', proxySpec('k8s-node'));
     const uid = created.metadata.uid!;

@@ -160,7 +160,9 @@ describe('Proxy lifecycle with the local provider', () => {
       const v = await handle.query(stateQuery);
       return v.nextPollAt ? v : undefined;
     });
-    expect(Date.parse(after.nextPollAt!) - Date.parse(before.nextPollAt!)).toBeGreaterThanOrEqual(3_000);
+    // Later than before; not necessarily by 3 s: a look woken early (a recheck
+    // brought forward) is one of the three gets too (seen once at load 4-6: 2.55 s).
+    expect(Date.parse(after.nextPollAt!)).toBeGreaterThan(Date.parse(before.nextPollAt!));
     // ...and wrote nothing: no write attempted, the object exactly as it was.
     expect(later.writes).toBe(first.writes);
     const now = await getProxy(cp.api, cp.namespace, 'px-quiet');
