@@ -254,8 +254,8 @@ async function startControllerManager(
   return proc;
 }
 
-/** Its serving cert is self-signed at start; only liveness is asked, nothing is sent. */
-function healthz(url: string): Promise<boolean> {
+/** Its serving cert is self-signed at start; only liveness is asked, nothing is sent. Also node.ts's scheduler. */
+export function healthz(url: string): Promise<boolean> {
   return new Promise((resolve, reject) => {
     const req = request(url, { rejectUnauthorized: false, timeout: 5_000 }, (res) => {
       res.resume();

@@ -28,13 +28,13 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
-import { request } from 'node:https';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import { processRunning } from './instance.js';
+import { healthz } from './kube.js';
 import { freePort } from './ports.js';
 import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
 
@@ -360,19 +360,6 @@ async function choosePodNetwork(preferred?: string): Promise<{ cidr: string; gat
     return { cidr: `${prefix}0/24`, gateway: `${prefix}1` };
   }
   throw new Error('no free /24 for the pod network in 10.200.0.0/13 after 50 tries');
-}
-
-/** Its serving cert is self-signed at start; only liveness is asked, nothing is sent. */
-function healthz(url: string): Promise<boolean> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { rejectUnauthorized: false, timeout: 5_000 }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 function containerdConfig(dataDir: string, pauseRef: string): string {
