@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import LongestFirstSequencer from './tests/harness/longest-first.js';
 
 // Three layers, one command: `unit` needs no server; `integration` gets one
 // Temporal dev server and one kube-apiserver for the whole run from the
@@ -11,6 +12,9 @@ const env = { METADATA_SERVER_DETECTION: 'none' };
 
 export default defineConfig({
   test: {
+    // Longest files first, from a committed table of durations: on two workers
+    // a long file started last runs alone at the end.
+    sequence: { sequencer: LongestFirstSequencer },
     projects: [
       {
         test: {

@@ -196,6 +196,11 @@ export async function startSshd(
       'StrictModes no',
       'MaxSessions 20',
       'MaxStartups 50',
+      // bash run by sshd sources ~/.bashrc when it is the top-level shell; this
+      // machine's root .bashrc runs `pyenv init` (about 140 ms), which would be
+      // paid on every command the provider runs. A hypervisor's SSH user has no
+      // such startup cost; SHLVL=1 makes bash a second-level shell, which skips it.
+      'SetEnv SHLVL=1',
       '',
     ].join('\n'),
   );
