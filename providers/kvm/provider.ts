@@ -216,19 +216,6 @@ echo "@@ARP"
 cat /proc/net/arp
 `;
 
-/**
- * Renames a staging volume to the base's name and writes the marker beside
- * it, in the pool's directory (dir, fs and netfs pools: libvirt has no
- * volume rename). `mv` within one directory is atomic.
- */
-const PUBLISH_SCRIPT = `uri=$1; pool=$2; staging=$3; base=$4; marker=$5; digest=$6
-p=$(virsh -q -c "$uri" vol-path --pool "$pool" "$staging") || exit 1
-d=$(dirname "$p")
-mv -f "$p" "$d/$base" || exit 1
-printf '%s\\n' "$digest" >"$d/.$marker.$$" && mv -f "$d/.$marker.$$" "$d/$marker" || exit 1
-virsh -q -c "$uri" pool-refresh "$pool" >/dev/null
-`;
-
 export function createKvmProvider(options: KvmProviderOptions): Provider {
   return new KvmProvider(options);
 }
@@ -597,27 +584,11 @@ class KvmProvider implements Provider {
     const base = baseVolume(image.key, image.format);
     const marker = markerVolume(base);
     return this.imageLocks.run(`${h.config.name}/${base}`, async () => {
-      const recorded = await this.tolerate(
-        this.call(h, ['vol-download', '--pool', pool, marker, '/dev/stdout'], signal),
-        ['no-volume'],
-        undefined,
-      );
-      const digest = recorded?.trim();
-      if (
-        digest !== undefined &&
-        /^[0-9a-f]{64}$/.test(digest) &&
-        (image.sha256 === undefined || image.sha256 === digest)
-      ) {
-        const path = await this.tolerate(
-          this.call(h, ['vol-path', '--pool', pool, base], signal),
-          ['no-volume'],
-          undefined,
-        );
-        if (path !== undefined) return path.trim();
-      }
-      // No complete copy: fetch, streaming through the operator, into a staging
-      // volume of this call's own; nothing another worker may be writing is touched.
-      const staging = `${base}.part-${randomBytes(4).toString('hex')}`;
+      const published = await this.publishedBase(h, base, marker, image.sha256, signal);
+      if (published !== undefined) return published;
+      // No complete copy: fetch, streaming through the operator, into a volume
+      // of this call's own; nothing another worker may be writing is touched.
+      const copy = `${base}.${randomBytes(4).toString('hex')}`;
       const started = Date.now();
       log.info({ image: image.key }, 'fetching base image into host pool');
       const bound = AbortSignal.any([signal, AbortSignal.timeout(this.cfg.downloadTimeoutSeconds * 1000)]);
@@ -648,10 +619,10 @@ class KvmProvider implements Provider {
         h,
         ['vol-create', '--pool', pool, '/dev/stdin'],
         signal,
-        Buffer.from(buildRawVolumeXml(staging, 0), 'utf8'),
+        Buffer.from(buildRawVolumeXml(copy, 0), 'utf8'),
       );
-      const dropStaging = () =>
-        this.tolerate(this.call(h, ['vol-delete', '--pool', pool, staging], signal), ['no-volume'], '');
+      const dropCopy = () =>
+        this.tolerate(this.call(h, ['vol-delete', '--pool', pool, copy], signal), ['no-volume'], '');
       const hash = createHash('sha256');
       let bytes = 0;
       const hashing = new Transform({
@@ -665,18 +636,18 @@ class KvmProvider implements Provider {
       try {
         await this.call(
           h,
-          ['vol-upload', '--pool', pool, staging, '/dev/stdin'],
+          ['vol-upload', '--pool', pool, copy, '/dev/stdin'],
           bound,
           body,
           this.cfg.downloadTimeoutSeconds * 1000,
         );
       } catch (err) {
-        await dropStaging().catch(() => undefined);
+        await dropCopy().catch(() => undefined);
         throw err;
       }
       const got = hash.digest('hex');
       if (image.sha256 !== undefined && got !== image.sha256) {
-        await dropStaging();
+        await dropCopy();
         throw this.ops.fail(
           'Permanent',
           'create',
@@ -684,16 +655,120 @@ class KvmProvider implements Provider {
           `downloaded image sha256 ${got} does not match the configured sha256`,
         );
       }
-      // Published by renames on the host: the base appears whole or not at
-      // all, a racing worker's identical copy replaces it harmlessly, and the
-      // marker (written last) never names a half-written base.
-      await h.virsh.script(PUBLISH_SCRIPT, [pool, staging, base, marker, got], {
-        signal,
-        timeoutMs: this.callMs,
-      });
+      const path = await this.publishBase(h, base, marker, copy, got, signal, image.key);
+      if (path === undefined) {
+        // Another worker published first: use its copy, drop ours.
+        await dropCopy();
+        const theirs = await this.publishedBase(h, base, marker, image.sha256, signal);
+        if (theirs !== undefined) return theirs;
+        throw this.ops.fail(
+          'Transient',
+          'create',
+          image.key,
+          'another worker is publishing this base image; retried',
+        );
+      }
       log.info({ image: image.key, bytes, durationMs: Date.now() - started }, 'base image cached');
-      return (await this.call(h, ['vol-path', '--pool', pool, base], signal)).trim();
+      return path;
     });
+  }
+
+  /**
+   * The path of the base image the marker names, when the marker is complete
+   * and its digest is the one wanted. A marker holds `<sha256> <volume>`, or
+   * only `<sha256>` when an earlier version wrote it (the base then has the
+   * fixed name).
+   */
+  private async publishedBase(
+    h: HostHandle,
+    base: string,
+    marker: string,
+    sha256: string | undefined,
+    signal: AbortSignal,
+  ): Promise<string | undefined> {
+    const pool = h.config.pool;
+    const recorded = await this.tolerate(
+      this.call(h, ['vol-download', '--pool', pool, marker, '/dev/stdout'], signal),
+      ['no-volume'],
+      undefined,
+    );
+    const named = parseBaseMarker(recorded, base);
+    if (named === undefined || (sha256 !== undefined && sha256 !== named.digest)) return undefined;
+    const path = await this.tolerate(
+      this.call(h, ['vol-path', '--pool', pool, named.volume], signal),
+      ['no-volume'],
+      undefined,
+    );
+    return path?.trim();
+  }
+
+  /**
+   * Publishes `copy` as the base by creating the marker: libvirt refuses a
+   * second volume of one name, so of two workers that fetched the same image
+   * one wins and the other uses the winner's copy. Only libvirt calls, no
+   * file operations: the SSH user needs no write access to the pool's
+   * directory (a user in the `libvirt` group has none on a stock host). The
+   * marker is made whole with its text by cloning a volume of this call's own
+   * that already holds it. Returns the copy's path, or undefined when the
+   * marker was there first (a marker left unreadable by a worker that died
+   * between its creation and its text is removed, so the next try publishes).
+   */
+  private async publishBase(
+    h: HostHandle,
+    base: string,
+    marker: string,
+    copy: string,
+    digest: string,
+    signal: AbortSignal,
+    imageKey: string,
+  ): Promise<string | undefined> {
+    const pool = h.config.pool;
+    const candidate = `${marker}.${randomBytes(4).toString('hex')}`;
+    await this.upload(h, candidate, Buffer.from(`${digest} ${copy}\n`, 'utf8'), signal);
+    const createMarker = () =>
+      this.call(
+        h,
+        ['vol-create-from', '--pool', pool, '--inputpool', pool, '/dev/stdin', candidate],
+        signal,
+        Buffer.from(buildRawVolumeXml(marker, 0), 'utf8'),
+      ).then(
+        () => true,
+        (err: unknown) => {
+          if (err instanceof VirshError && err.kind === 'exists') return false;
+          throw err;
+        },
+      );
+    const dropMarker = () =>
+      this.tolerate(this.call(h, ['vol-delete', '--pool', pool, marker], signal), ['no-volume'], '');
+    try {
+      if (!(await createMarker())) {
+        const text = await this.tolerate(
+          this.call(h, ['vol-download', '--pool', pool, marker, '/dev/stdout'], signal),
+          ['no-volume'],
+          undefined,
+        );
+        const theirs = text === undefined ? undefined : parseBaseMarker(text, base);
+        if (theirs?.digest === digest) return undefined;
+        if (theirs === undefined) {
+          // Unreadable: a worker died between the marker's creation and its text (or is in it now).
+          this.log.warn({ image: imageKey }, 'base image marker unreadable; removed for the next try');
+          await dropMarker();
+          return undefined;
+        }
+        // A marker for other bytes: the image under this key changed. The old
+        // copy stays (overlays made from it still read it); the marker moves on.
+        this.log.info({ image: imageKey }, 'base image changed; publishing the new one');
+        await dropMarker();
+        if (!(await createMarker())) return undefined;
+      }
+    } finally {
+      await this.tolerate(
+        this.call(h, ['vol-delete', '--pool', pool, candidate], signal),
+        ['no-volume', 'other'],
+        '',
+      ).catch(() => undefined);
+    }
+    return (await this.call(h, ['vol-path', '--pool', pool, copy], signal)).trim();
   }
 
   private async ensureOverlay(
@@ -984,6 +1059,26 @@ export function checkReason(err: unknown): string {
     return 'LibvirtError';
   }
   return 'Unreachable';
+}
+
+/**
+ * A base image's marker: `<sha256> <volume>`, or `<sha256>` alone as earlier
+ * versions wrote it (the base then has its fixed name). The volume must be
+ * one of this base's copies; anything else is unreadable.
+ */
+export function parseBaseMarker(
+  text: string | undefined,
+  base: string,
+): { digest: string; volume: string } | undefined {
+  const words = (text ?? '').trim().split(/\s+/);
+  const [digest, volume = base, ...rest] = words;
+  if (digest === undefined || !/^[0-9a-f]{64}$/.test(digest) || rest.length > 0) return undefined;
+  if (
+    volume !== base &&
+    !(volume.startsWith(`${base}.`) && /^[0-9a-f]{8}$/.test(volume.slice(base.length + 1)))
+  )
+    return undefined;
+  return { digest, volume };
 }
 
 function parseMarksJson(text: string): InstanceMarks | undefined {

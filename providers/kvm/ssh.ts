@@ -320,12 +320,22 @@ export class HostLink {
   ): Promise<ExecResult> {
     conn.channels++;
     let channel: ClientChannel | undefined;
+    // The command's exit status, listened for as soon as the channel exists:
+    // ssh2 parses every packet of one read in a row, so a quick command's
+    // exit-status can come in the same read as the exec's reply, before any
+    // promise continuation could listen, and would be lost ("ended without an
+    // exit status", seen under load).
+    const exit: { code?: number } = {};
     try {
       const opened = new Promise<ClientChannel>((resolve, reject) => {
         try {
-          conn.client.exec(command, (err, ch) =>
-            err ? reject(new SshError('closed', 'SSH channel could not be opened')) : resolve(ch),
-          );
+          conn.client.exec(command, (err, ch) => {
+            if (err) return reject(new SshError('closed', 'SSH channel could not be opened'));
+            ch.on('exit', (code: number | null) => {
+              exit.code ??= code ?? -1;
+            });
+            resolve(ch);
+          });
         } catch {
           reject(new SshError('closed', 'SSH connection is not usable'));
         }
@@ -341,7 +351,7 @@ export class HostLink {
       const onAbort = () => ch.close();
       bounded.addEventListener('abort', onAbort, { once: true });
       try {
-        return await Promise.race([this.collect(ch, options), abandoned]);
+        return await Promise.race([this.collect(ch, exit, options), abandoned]);
       } finally {
         bounded.removeEventListener('abort', onAbort);
       }
@@ -357,12 +367,11 @@ export class HostLink {
     }
   }
 
-  private collect(ch: ClientChannel, options: ExecOptions): Promise<ExecResult> {
+  private collect(ch: ClientChannel, exit: { code?: number }, options: ExecOptions): Promise<ExecResult> {
     return new Promise<ExecResult>((resolve, reject) => {
       const out: Buffer[] = [];
       let outBytes = 0;
       const err: Buffer[] = [];
-      let code: number | undefined;
       ch.on('data', (d: Buffer) => {
         outBytes += d.length;
         if (outBytes > (options.maxStdoutBytes ?? 16 * 1024 * 1024)) {
@@ -375,10 +384,8 @@ export class HostLink {
       ch.stderr.on('data', (d: Buffer) => {
         if (err.reduce((n, b) => n + b.length, 0) < 64 * 1024) err.push(d);
       });
-      ch.on('exit', (c: number | null) => {
-        code = c ?? -1;
-      });
       ch.on('close', () => {
+        const code = exit.code;
         if (code === undefined) reject(new SshError('closed', 'remote command ended without an exit status'));
         else resolve({ code, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8') });
       });

@@ -51,11 +51,14 @@ export type VirshErrorKind =
   | 'no-memory'
   | 'connect'
   | 'not-running'
+  | 'exists'
   | 'other';
 
 export function virshErrorKind(stderr: string): VirshErrorKind {
   const s = stderr.toLowerCase();
   if (/domain not found|no domain with matching|failed to get domain/.test(s)) return 'no-domain';
+  // vol-create(-from) of a name the pool already has: "storage volume name 'x' already in use".
+  if (/storage volume name .* already in use/.test(s)) return 'exists';
   if (/storage volume not found|no storage vol with matching/.test(s)) return 'no-volume';
   if (/storage pool not found|no storage pool with matching/.test(s)) return 'no-pool';
   if (/domain is not running|not running/.test(s)) return 'not-running';

@@ -377,14 +377,28 @@ describe('kvm provider against libvirtd over sshd', () => {
       const reqs = [request(), request()];
       for (const r of reqs) env.noArp.add(r.name);
       const ids = await Promise.all(workers.map((w, i) => w.create(reqs[i]!, live())));
-      const vols = await virsh('vol-list', '--pool', env.pool.name);
-      expect(vols).toContain('base-cold.qcow2.sha256');
-      expect(vols).not.toContain('.part-');
-      const digest = createHash('sha256')
-        .update(readFileSync(join(env.pool.dir, 'base-cold.qcow2')))
-        .digest('hex');
+      const vols = (await virsh('vol-list', '--pool', env.pool.name))
+        .split('\n')
+        .map((l) => l.trim().split(/\s+/)[0] ?? '')
+        .filter((v) => v.startsWith('base-cold.'));
+      // The marker names the one copy that won; the loser dropped its own, and no candidate marker is left.
+      const [digest, copy, ...rest] = readFileSync(join(env.pool.dir, 'base-cold.qcow2.sha256'), 'utf8')
+        .trim()
+        .split(/\s+/);
+      expect(rest).toEqual([]);
       expect(digest).toBe(env.image.sha256);
-      expect(readFileSync(join(env.pool.dir, 'base-cold.qcow2.sha256'), 'utf8').trim()).toBe(digest);
+      expect(copy).toMatch(/^base-cold\.qcow2\.[0-9a-f]{8}$/);
+      expect(vols.sort()).toEqual([copy, 'base-cold.qcow2.sha256'].sort());
+      expect(
+        createHash('sha256')
+          .update(readFileSync(join(env.pool.dir, copy!)))
+          .digest('hex'),
+      ).toBe(env.image.sha256);
+      // Both domains boot from that copy.
+      for (const r of reqs)
+        expect(await virsh('vol-dumpxml', '--pool', env.pool.name, `${r.name}.qcow2`)).toContain(
+          join(env.pool.dir, copy!),
+        );
       for (const [i, id] of ids.entries()) await workers[i]!.delete(id, live());
     } finally {
       for (const w of workers) await w.close?.();

@@ -41,6 +41,7 @@ import {
   parseNodeInfo,
   parseNodeMemStats,
   mapState,
+  parseBaseMarker,
   parseDomIfAddr,
   parsePoolInfo,
 } from '../../providers/kvm/provider.js';
@@ -337,6 +338,27 @@ describe('kvm remote commands', () => {
     );
   });
 
+  it('reads a base image marker: digest and copy, the fixed name of earlier versions, nothing else', () => {
+    const d = 'ab'.repeat(32);
+    expect(parseBaseMarker(`${d} base-deb.qcow2.0123abcd\n`, 'base-deb.qcow2')).toEqual({
+      digest: d,
+      volume: 'base-deb.qcow2.0123abcd',
+    });
+    expect(parseBaseMarker(`${d}\n`, 'base-deb.qcow2')).toEqual({ digest: d, volume: 'base-deb.qcow2' });
+    for (const text of [
+      undefined,
+      '',
+      // a marker created but not yet given its text
+      '\0\0',
+      'not-a-digest base-deb.qcow2.0123abcd',
+      `${d} base-other.qcow2.0123abcd`,
+      `${d} base-deb.qcow2.sha256.0123abcd`,
+      `${d} ../../etc/passwd`,
+      `${d} base-deb.qcow2.0123abcd extra`,
+    ])
+      expect(parseBaseMarker(text, 'base-deb.qcow2'), JSON.stringify(text)).toBeUndefined();
+  });
+
   it("classifies virsh's errors", () => {
     expect(virshErrorKind("error: failed to get domain 'proxy-x'")).toBe('no-domain');
     expect(virshErrorKind('error: Storage volume not found: no storage vol with matching path')).toBe(
@@ -350,6 +372,12 @@ describe('kvm remote commands', () => {
       'connect',
     );
     expect(virshErrorKind('error: cannot allocate: No space left on device')).toBe('no-space');
+    // libvirt's words when vol-create-from meets a marker another worker made first.
+    expect(
+      virshErrorKind(
+        "error: Failed to create vol from m.xml\nerror: internal error: storage volume name 'base-a.qcow2.sha256' already in use.",
+      ),
+    ).toBe('exists');
     const v = (stderr: string) => new VirshError('x', stderr, 1);
     expect(classify(v("failed to get domain 'p'"), 'get').errorClass).toBe('NotFound');
     expect(classify(v("failed to get domain 'p'"), 'create').errorClass).toBe('Transient');

@@ -71,10 +71,16 @@ const deletion = proxyActivities<GcActivities>({
   },
 });
 
+/** One line: a report or log field must not carry a library's multi-line text (OpenSSL's, for one). */
 function describeFailure(error: unknown): string {
   const cause = error instanceof ActivityFailure && error.cause ? error.cause : error;
-  if (cause instanceof ApplicationFailure) return `${cause.type ?? 'Error'}: ${cause.message}`;
-  return cause instanceof Error ? cause.message : String(cause);
+  const text =
+    cause instanceof ApplicationFailure
+      ? `${cause.type ?? 'Error'}: ${cause.message}`
+      : cause instanceof Error
+        ? cause.message
+        : String(cause);
+  return text.replace(/\s+/g, ' ').trim();
 }
 
 async function forEachLimited<T>(
