@@ -211,7 +211,7 @@ export async function startSshd(
     .join(' ');
   const knownHostsFile = join(dir, 'known_hosts');
   await writeFile(knownHostsFile, `[127.0.0.1]:${port} ${hostKeyLine}\n`);
-  const child: ChildProcess = spawn('/usr/sbin/sshd', ['-D', '-E', join('/work/exp/sshdlogs', `${port}.log`), '-o', 'LogLevel=DEBUG2', '-f', config], {
+  const child: ChildProcess = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', config], {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr?.resume();
