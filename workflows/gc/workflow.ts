@@ -15,15 +15,9 @@
  *
  * The result is the sweep report, which is also what the next run confirms against.
  */
-import {
-  ActivityFailure,
-  ApplicationFailure,
-  log,
-  proxyActivities,
-  setHandler,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { log, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { DeleteOrphanOutcome, GcActivities } from '../../activities/gc-activities.js';
+import { describeFailure } from '../failures.js';
 import { gcProgressQuery, type GcProgress } from './messages.js';
 import {
   emptyProviderSweep,
@@ -70,18 +64,6 @@ const deletion = proxyActivities<GcActivities>({
     nonRetryableErrorTypes: ['Permanent', 'ProviderNotConfigured'],
   },
 });
-
-/** One line: a report or log field must not carry a library's multi-line text (OpenSSL's, for one). */
-function describeFailure(error: unknown): string {
-  const cause = error instanceof ActivityFailure && error.cause ? error.cause : error;
-  const text =
-    cause instanceof ApplicationFailure
-      ? `${cause.type ?? 'Error'}: ${cause.message}`
-      : cause instanceof Error
-        ? cause.message
-        : String(cause);
-  return text.replace(/\s+/g, ' ').trim();
-}
 
 async function forEachLimited<T>(
   items: readonly T[],

@@ -8,15 +8,9 @@
  * completed run's result) are logged: WARNING when a target goes down or
  * changes its failure reason, info when it comes back, nothing when steady.
  */
-import {
-  ActivityFailure,
-  ApplicationFailure,
-  log,
-  proxyActivities,
-  setHandler,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { log, proxyActivities, setHandler, workflowInfo } from '@temporalio/workflow';
 import type { ProviderCheckActivities } from '../../activities/provider-check-activities.js';
+import { describeFailure } from '../failures.js';
 import { checkResultsQuery } from './messages.js';
 import { isValidObjectName, previousVerdicts, transitions, verdictsOf } from './status.js';
 import {
@@ -38,18 +32,6 @@ const kube = proxyActivities<ProviderCheckActivities>({
     maximumAttempts: 3,
   },
 });
-
-/** One line: a report or log field must not carry a library's multi-line text (OpenSSL's, for one). */
-function describeFailure(error: unknown): string {
-  const cause = error instanceof ActivityFailure && error.cause ? error.cause : error;
-  const text =
-    cause instanceof ApplicationFailure
-      ? `${cause.type ?? 'Error'}: ${cause.message}`
-      : cause instanceof Error
-        ? cause.message
-        : String(cause);
-  return text.replace(/\s+/g, ' ').trim();
-}
 
 function logTransition(t: Transition): void {
   const fields = { provider: t.provider, target: t.target, address: t.address, reason: t.reason };
