@@ -686,20 +686,29 @@ class KvmProvider implements Provider {
     sha256: string | undefined,
     signal: AbortSignal,
   ): Promise<string | undefined> {
-    const pool = h.config.pool;
-    const recorded = await this.tolerate(
-      this.call(h, ['vol-download', '--pool', pool, marker, '/dev/stdout'], signal),
-      ['no-volume'],
-      undefined,
-    );
-    const named = parseBaseMarker(recorded, base);
+    const named = await this.readBaseMarker(h, base, marker, signal);
     if (named === undefined || (sha256 !== undefined && sha256 !== named.digest)) return undefined;
     const path = await this.tolerate(
-      this.call(h, ['vol-path', '--pool', pool, named.volume], signal),
+      this.call(h, ['vol-path', '--pool', h.config.pool, named.volume], signal),
       ['no-volume'],
       undefined,
     );
     return path?.trim();
+  }
+
+  /** The marker's digest and copy; undefined when it is absent or unreadable. */
+  private async readBaseMarker(
+    h: HostHandle,
+    base: string,
+    marker: string,
+    signal: AbortSignal,
+  ): Promise<{ digest: string; volume: string } | undefined> {
+    const text = await this.tolerate(
+      this.call(h, ['vol-download', '--pool', h.config.pool, marker, '/dev/stdout'], signal),
+      ['no-volume'],
+      undefined,
+    );
+    return parseBaseMarker(text, base);
   }
 
   /**
@@ -742,12 +751,7 @@ class KvmProvider implements Provider {
       this.tolerate(this.call(h, ['vol-delete', '--pool', pool, marker], signal), ['no-volume'], '');
     try {
       if (!(await createMarker())) {
-        const text = await this.tolerate(
-          this.call(h, ['vol-download', '--pool', pool, marker, '/dev/stdout'], signal),
-          ['no-volume'],
-          undefined,
-        );
-        const theirs = text === undefined ? undefined : parseBaseMarker(text, base);
+        const theirs = await this.readBaseMarker(h, base, marker, signal);
         if (theirs?.digest === digest) return undefined;
         if (theirs === undefined) {
           // Unreadable: a worker died between the marker's creation and its text (or is in it now).
