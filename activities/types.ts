@@ -19,6 +19,11 @@ export interface CreateInstanceResult {
   id: string;
   /** The spec hash of what was actually created (the cloud-init as resolved at this moment). */
   specHash: string;
+  /**
+   * The provider's first answer about the new instance, asked in the same
+   * activity; absent when that Get failed (the workflow then asks itself).
+   */
+  seen?: GetInstanceResult;
 }
 
 export interface InstanceRef {

@@ -292,6 +292,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
           state.instanceState = 'Provisioning';
           state.nextLookAtMs = undefined;
           if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
+          // The create activity's own first look stands for the Get that
+          // would follow (histories from before it carry none: they Get).
+          if (created.seen) scheduleLook(state, observe(state, created.seen), Date.now(), timing);
         } catch (error) {
           if (failureOf(error).type === FailureType.ProxyGone) onProxyGone();
           await onFailure(error);
