@@ -22,6 +22,9 @@ export default defineConfig({
           env,
           include: ['tests/unit/**/*.test.ts'],
           sequence: { groupOrder: 0 },
+          // Pure logic: one module graph for all files (10 s instead of 27 s
+          // here, most of it imports).
+          isolate: false,
           testTimeout: 20_000,
         },
       },
@@ -35,7 +38,7 @@ export default defineConfig({
           testTimeout: 120_000,
           hookTimeout: 180_000,
           // Two cores: workers compete with the servers under test.
-          maxWorkers: 2,
+          maxWorkers: 3,
           fileParallelism: true,
         },
       },

@@ -14,6 +14,8 @@ import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
 import { bundleWorkflows } from '../../cli/worker.js';
 import { writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { buildTestDist } from './test-dist.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -25,6 +27,8 @@ declare module 'vitest' {
     kubeBinDir: string;
     /** The workflow bundle, built once for the run. */
     workflowBundlePath: string;
+    /** The compiled CLI's entry point (tests/harness/test-dist.ts): what `egress-proxies` child processes run. */
+    cliEntry: string;
   }
 }
 
@@ -54,6 +58,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const workflowBundlePath = join(dataDir, 'workflow-bundle.js');
   writeFileSync(workflowBundlePath, bundle.code);
   project.provide('workflowBundlePath', workflowBundlePath);
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  project.provide('cliEntry', await buildTestDist(root, join(root, '.tmp', 'test-dist'), bundle.code));
   project.provide('temporalAddress', temporal.address);
   project.provide('temporalNamespace', temporal.namespace);
   project.provide('temporalUiUrl', temporal.uiUrl ?? '');

@@ -4,7 +4,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { join } from 'node:path';
 import { inject } from 'vitest';
 import { eventually } from './temporal.js';
 
@@ -43,11 +42,16 @@ export async function leaseApiUrl(cli: CliProcess, timeoutMs = 120_000): Promise
   return (await cli.waitFor(LEASE_API_LISTENING, timeoutMs))[1]!;
 }
 
+/** `node` arguments that run the `egress-proxies` CLI as built for this run (tests/harness/test-dist.ts). */
+export function cliEntry(): string[] {
+  return [inject('cliEntry')];
+}
+
 export function startCli(
   args: string[],
   opts: { env?: Record<string, string | undefined>; entry?: string[]; cwd?: string } = {},
 ): CliProcess {
-  const entry = opts.entry ?? ['--import', 'tsx', join(ROOT, 'cli/entry.ts')];
+  const entry = opts.entry ?? cliEntry();
   const proc = spawn(process.execPath, [...entry, ...args], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...opts.env },

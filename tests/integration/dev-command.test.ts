@@ -10,7 +10,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { cliEntry } from '../helpers/cli.js';
 import { fileURLToPath } from 'node:url';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -36,21 +37,17 @@ describe('make dev (egress-proxies dev)', () => {
   });
 
   it('starts Temporal and the apiserver, prints where they are, runs Proxies that egress from their own addresses; Ctrl-C stops everything', async () => {
-    child = spawn(
-      process.execPath,
-      ['--import', 'tsx', join(ROOT, 'cli/entry.ts'), 'dev', '--discovery-addr', '127.0.0.1:0'],
-      {
-        cwd: ROOT,
-        env: {
-          ...process.env,
-          EGRESS_PROXIES_CACHE: cache,
-          TEMPORAL_CLI: inject('temporalCli'),
-          KUBE_BIN_DIR: inject('kubeBinDir'),
-          LOG_LEVEL: 'warn',
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
+    child = spawn(process.execPath, [...cliEntry(), 'dev', '--discovery-addr', '127.0.0.1:0'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        EGRESS_PROXIES_CACHE: cache,
+        TEMPORAL_CLI: inject('temporalCli'),
+        KUBE_BIN_DIR: inject('kubeBinDir'),
+        LOG_LEVEL: 'warn',
       },
-    );
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
 
@@ -136,9 +133,7 @@ describe('make dev (egress-proxies dev)', () => {
       'show-egress-ips with an egress IP for every proxy',
       () =>
         run(process.execPath, [
-          '--import',
-          'tsx',
-          join(ROOT, 'cli/show-egress-ips.ts'),
+          join(dirname(cliEntry()[0]!), 'show-egress-ips.js'),
           '--api',
           apiUrl,
           '--echo',

@@ -12,6 +12,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cliEntry } from '../helpers/cli.js';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -29,7 +30,7 @@ interface Child {
 }
 
 function start(args: string[], env: NodeJS.ProcessEnv): Child {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'cli/entry.ts'), ...args], {
+  const proc = spawn(process.execPath, [...cliEntry(), ...args], {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

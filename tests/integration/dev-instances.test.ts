@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cliEntry } from '../helpers/cli.js';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
@@ -39,16 +40,7 @@ function spawnDev(dir: string): { child: ChildProcess; output: () => string } {
   let output = '';
   const child = spawn(
     process.execPath,
-    [
-      '--import',
-      'tsx',
-      join(ROOT, 'cli/entry.ts'),
-      'dev',
-      '--state-dir',
-      dir,
-      '--discovery-addr',
-      '127.0.0.1:0',
-    ],
+    [...cliEntry(), 'dev', '--state-dir', dir, '--discovery-addr', '127.0.0.1:0'],
     {
       cwd: ROOT,
       env: {

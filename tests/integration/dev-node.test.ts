@@ -12,6 +12,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { cliEntry } from '../helpers/cli.js';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -35,17 +36,7 @@ async function startDev(dir: string): Promise<Dev> {
   let output = '';
   const child = spawn(
     process.execPath,
-    [
-      '--import',
-      'tsx',
-      join(ROOT, 'cli/entry.ts'),
-      'dev',
-      '--node',
-      '--state-dir',
-      dir,
-      '--discovery-addr',
-      '127.0.0.1:0',
-    ],
+    [...cliEntry(), 'dev', '--node', '--state-dir', dir, '--discovery-addr', '127.0.0.1:0'],
     {
       cwd: ROOT,
       // The binaries and images from the run's cache; the instance in its own directory.
