@@ -17,7 +17,8 @@
  * Each server runs in its own child process so the load generator does not
  * share its event loop; on a 2-core machine they still share the CPUs (and
  * with Redis), which affects every target alike. The lease server runs as in
- * production: auth on, info-level request logs (to /dev/null), process
+ * production: auth on, info-level request logs by the CLI's logger (its
+ * stdout is /dev/null), process
  * metrics, the sweep (memory store). Redis is Debian's redis-server from
  * infra/scripts/install-redis.sh, on 127.0.0.1, no persistence.
  *
@@ -33,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { parseArgs } from 'node:util';
 import { Hono } from 'hono';
-import { pino } from 'pino';
+import { createLogger } from '../../cli/logger.js';
 import { Registry } from 'prom-client';
 import { createApi } from '../../api/app.js';
 import { MemoryLeaseStore, type LeaseStore } from '../../api/lease-store.js';
@@ -91,7 +92,9 @@ function fleet(n: number): Proxy[] {
 /** Child process: serve one kind on 127.0.0.1:0 and report the port. */
 async function serve(kind: Kind, proxies: number, redisUrl: string): Promise<void> {
   let app: Hono;
-  const logger = pino({ level: 'info' }, pino.destination({ dest: '/dev/null', sync: false }));
+  // The CLI's own logger (redaction, trace ids, stdout), as `egress-proxies api` builds it;
+  // the parent points this process's stdout at /dev/null.
+  const logger = createLogger('info');
   if (kind === 'bare') {
     app = new Hono();
     // The floor: Hono reading and parsing the same JSON body, answering 201 with JSON.
@@ -252,7 +255,7 @@ async function startChild(
     ['--serve', kind, '--proxies', String(proxies), '--redis', redisUrl],
     {
       execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     },
   );
   const port = await new Promise<number>((resolve, reject) => {
