@@ -22,6 +22,9 @@
  * metrics, the sweep (memory store). Redis is Debian's redis-server from
  * infra/scripts/install-redis.sh, on 127.0.0.1, no persistence.
  *
+ * `--cpu-prof-dir DIR` writes a CPU profile of each server process (they exit
+ * on the SIGTERM that ends a target) into DIR.
+ *
  * Beside the ratios, each target's server CPU time per pair (its api
  * processes, plus Redis's for the Redis targets, from INFO cpu; warm-up
  * included): on a machine loaded by other work the ratios measure the
@@ -126,6 +129,9 @@ async function serve(kind: Kind, proxies: number, redisUrl: string): Promise<voi
       process.send?.({ cpuMicros: u.user + u.system });
     }
   });
+  // Exit (not die) on the parent's SIGTERM, so that a profile asked for with
+  // NODE_OPTIONS=--cpu-prof is written.
+  process.once('SIGTERM', () => process.exit(0));
   process.send?.({ port: server.port });
 }
 
@@ -249,12 +255,13 @@ async function startChild(
   kind: Kind,
   proxies: number,
   redisUrl: string,
+  cpuProfDir: string,
 ): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(
     fileURLToPath(import.meta.url),
     ['--serve', kind, '--proxies', String(proxies), '--redis', redisUrl],
     {
-      execArgv: ['--import', 'tsx'],
+      execArgv: ['--import', 'tsx', ...(cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${cpuProfDir}`] : [])],
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     },
   );
@@ -267,11 +274,21 @@ async function startChild(
 
 async function measure(
   target: Target,
-  opts: { clients: number; proxies: number; seconds: number; redisUrl: string; admin: Redis },
+  opts: {
+    clients: number;
+    proxies: number;
+    seconds: number;
+    redisUrl: string;
+    admin: Redis;
+    /** Each server process writes a CPU profile here when it exits ('' for none). */
+    cpuProfDir: string;
+  },
 ): Promise<Sample> {
   const kind: Kind = target === 'redis2' ? 'redis' : target;
   const children = await Promise.all(
-    Array.from({ length: target === 'redis2' ? 2 : 1 }, () => startChild(kind, opts.proxies, opts.redisUrl)),
+    Array.from({ length: target === 'redis2' ? 2 : 1 }, () =>
+      startChild(kind, opts.proxies, opts.redisUrl, opts.cpuProfDir),
+    ),
   );
   const cpu = async () =>
     (await Promise.all(children.map((c) => childCpu(c.child)))).reduce((a, b) => a + b, 0) +
@@ -303,6 +320,7 @@ async function main(): Promise<void> {
       clients: { type: 'string', default: '64' },
       proxies: { type: 'string', default: '1000' },
       rounds: { type: 'string', default: '1' },
+      'cpu-prof-dir': { type: 'string', default: '' },
     },
   });
   const proxies = Number(values.proxies);
@@ -317,6 +335,7 @@ async function main(): Promise<void> {
     proxies,
     seconds: Number(values.seconds),
     redisUrl: redis.url,
+    cpuProfDir: values['cpu-prof-dir'],
   };
   console.log(
     `lease API benchmark: ${opts.clients} keep-alive clients, ${opts.proxies} Ready proxies, ${opts.seconds}s measured after 1.5s warm-up, Node ${process.version}`,
