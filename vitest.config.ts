@@ -37,7 +37,9 @@ export default defineConfig({
           globalSetup: ['tests/harness/global-setup.ts'],
           testTimeout: 120_000,
           hookTimeout: 180_000,
-          // Two cores: workers compete with the servers under test.
+          // Three on two cores: the files wait more than they compute (boots,
+          // timers, servers); four saturated the cores and broke a
+          // load-sensitive test (docs/architecture.md, the suite's own time).
           maxWorkers: 3,
           fileParallelism: true,
         },

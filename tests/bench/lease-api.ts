@@ -18,8 +18,7 @@
  * share its event loop; on a 2-core machine they still share the CPUs (and
  * with Redis), which affects every target alike. The lease server runs as in
  * production: auth on, info-level request logs by the CLI's logger (its
- * stdout is /dev/null), process
- * metrics, the sweep (memory store). Redis is Debian's redis-server from
+ * stdout is /dev/null), process metrics, the sweep (memory store). Redis is Debian's redis-server from
  * infra/scripts/install-redis.sh, on 127.0.0.1, no persistence.
  *
  * `--cpu-prof-dir DIR` writes a CPU profile of each server process (they exit
@@ -129,8 +128,8 @@ async function serve(kind: Kind, proxies: number, redisUrl: string): Promise<voi
       process.send?.({ cpuMicros: u.user + u.system });
     }
   });
-  // Exit (not die) on the parent's SIGTERM, so that a profile asked for with
-  // NODE_OPTIONS=--cpu-prof is written.
+  // Exit (not die) on the parent's SIGTERM, so that the profile
+  // --cpu-prof-dir asks for is written.
   process.once('SIGTERM', () => process.exit(0));
   process.send?.({ port: server.port });
 }

@@ -117,27 +117,22 @@ async function provision(n: number, ns: string): Promise<{ ms: number }> {
   let t0 = 0;
   let done: (ms: number) => void = () => undefined;
   const all = new Promise<number>((resolve) => (done = resolve));
+  const note = (p: Proxy): void => {
+    if (!p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')) return;
+    provisioned.add(p.metadata.name);
+    if (provisioned.size === n) done(performance.now() - t0);
+  };
   const watching = await new Watch(kc).watch(
     `/apis/${API_VERSION}/namespaces/${ns}/${PROXY_PLURAL}`,
     {},
-    (_type, p: Proxy) => {
-      if (p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')) {
-        provisioned.add(p.metadata.name);
-        if (provisioned.size === n) done(performance.now() - t0);
-      }
-    },
+    (_type, p: Proxy) => note(p),
     // A watch the apiserver or the client ends early: count from lists instead.
     (err: unknown) => {
       if (provisioned.size === n) return;
       console.error(`watch ended (${String(err)}); counting from lists`);
       void (async () => {
-        for (;;) {
-          const list = await api.list(ns);
-          for (const p of list.items) {
-            if (p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'))
-              provisioned.add(p.metadata.name);
-          }
-          if (provisioned.size === n) return done(performance.now() - t0);
+        while (provisioned.size < n) {
+          for (const p of (await api.list(ns)).items) note(p);
           await new Promise((r) => setTimeout(r, 1_000));
         }
       })();
