@@ -99,6 +99,16 @@ function quote(message: string | undefined): string {
   return line.length > 300 ? `${line.slice(0, 297)}...` : line;
 }
 
+/** 128 + SIGKILL: what the kernel's OOM killer leaves, among other kills. */
+const SIGKILL_EXIT = 137;
+/** How runc and containerd word an OOM kill in a message when the reason is not OOMKilled. */
+const OOM_KILLED_MESSAGE = /\bOOM[- ]?kill/i;
+
+function memoryLimitOf(pod: V1Pod, container: string): string | undefined {
+  const limit = pod.spec?.containers.find((c) => c.name === container)?.resources?.limits?.memory;
+  return limit === undefined ? undefined : String(limit);
+}
+
 /**
  * What the kubelet and the scheduler say is wrong with the pod, classified
  * by the contract's taxonomy (§5), or undefined when nothing is (the pod is
@@ -110,7 +120,7 @@ function quote(message: string | undefined): string {
  * | ErrImagePull / ImagePullBackOff, registry says absent   | Permanent (the image reference is wrong)   |
  * | ErrImagePull / ImagePullBackOff, anything else         | Transient (the registry may come back)     |
  * | InvalidImageName, ErrImageNeverPull, Create/RunContainerError, CreateContainerConfigError | Permanent |
- * | CrashLoopBackOff after a run shorter than CRASH_LOOP_RUN_SECONDS | Permanent; OOMKilled names the memory limit |
+ * | CrashLoopBackOff after a run shorter than CRASH_LOOP_RUN_SECONDS | Permanent; OOMKilled, or exit 137 under a memory limit, names the limit |
  *
  * Only a pod that is not being deleted and has not ended is judged (those
  * are Terminated already).
@@ -139,7 +149,12 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
       };
     }
     if (CONFIG_WAITING_REASONS.has(reason)) {
-      return { errorClass: 'Permanent', message: `${what}: ${reason}: ${quote(waiting.message)}` };
+      // runc's "container init was OOM-killed (memory limit too low?)": the limit is below what the runtime itself needs.
+      const limit = memoryLimitOf(pod, status.name);
+      const hint = OOM_KILLED_MESSAGE.test(waiting.message ?? '')
+        ? `; its memory limit${limit ? ` ${limit}` : ''} is too low: raise the provider's resources.memoryLimit`
+        : '';
+      return { errorClass: 'Permanent', message: `${what}: ${reason}: ${quote(waiting.message)}${hint}` };
     }
     if (reason === 'CrashLoopBackOff') {
       const last = status.lastState?.terminated;
@@ -149,10 +164,12 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
       const ranSeconds = started !== undefined && finished !== undefined ? (finished - started) / 1000 : 0;
       if (ranSeconds >= CRASH_LOOP_RUN_SECONDS) continue;
       const exit = `exited ${last.exitCode}${last.reason ? ` (${last.reason})` : ''} after ${Math.round(ranSeconds)} s, ${status.restartCount} restart(s)`;
-      const limit = pod.spec?.containers.find((c) => c.name === status.name)?.resources?.limits?.memory;
-      const hint =
-        last.reason === 'OOMKilled'
-          ? `: killed for exceeding its memory limit${limit ? ` ${limit}` : ''}; raise the provider's resources.memoryLimit`
+      const limit = memoryLimitOf(pod, status.name);
+      const oomKilled = last.reason === 'OOMKilled' || OOM_KILLED_MESSAGE.test(last.message ?? '');
+      const hint = oomKilled
+        ? `: killed for exceeding its memory limit${limit ? ` ${limit}` : ''}; raise the provider's resources.memoryLimit`
+        : last.exitCode === SIGKILL_EXIT && limit
+          ? `: killed by SIGKILL, most likely the kernel's OOM killer at its memory limit ${limit} (the runtime does not always report OOMKilled for a container killed right after start); raise the provider's resources.memoryLimit`
           : last.message
             ? `: ${quote(last.message)}`
             : '';

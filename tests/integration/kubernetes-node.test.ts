@@ -293,7 +293,9 @@ describe.concurrent('kubernetes provider on a real node', () => {
   it('a container killed for its memory limit is a PermanentError naming the limit', async () => {
     await createProxy(cp.api, cp.namespace, 'oom', proxySpec('k8s-oom'));
     const message = await failureOf('oom', 'PermanentError');
-    expect(message).toContain('OOMKilled');
+    // OOMKilled, or Error with exit 137 when containerd misses the OOM event of a kill right after start (containerd#8180).
+    expect(message).toMatch(/OOMKilled|exited 137 .*OOM killer/);
+    expect(message).toContain('5Mi');
     expect(message).toContain('memoryLimit');
   });
 

@@ -322,6 +322,19 @@ describe('podFailure: what the kubelet and the scheduler report, classified', ()
       'Permanent',
       /OOMKilled.*memory limit 5Mi; raise the provider's resources.memoryLimit/,
     ],
+    [
+      // containerd#8180: a container killed right after start is sometimes reported Error, not OOMKilled.
+      'killed by SIGKILL right after start under a memory limit',
+      crashed(0, 'Error', 137),
+      'Permanent',
+      /exited 137 \(Error\).*OOM killer at its memory limit 5Mi.*raise the provider's resources.memoryLimit/,
+    ],
+    [
+      'runc: container init was OOM-killed',
+      waiting('RunContainerError', 'container init was OOM-killed (memory limit too low?)'),
+      'Permanent',
+      /RunContainerError: container init was OOM-killed.*memory limit 5Mi is too low: raise the provider's resources.memoryLimit/,
+    ],
     ['a crash after a long run (restarted, may recover)', crashed(3_600, 'Error', 1), undefined],
     ['starting', waiting('ContainerCreating'), undefined],
     [
