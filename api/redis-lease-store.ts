@@ -39,6 +39,7 @@ import {
   DEFAULT_LEASE_COOLDOWN_MS,
   LeaseStoreUnavailableError,
   newLeaseId,
+  selectionOrder,
   storeKey,
   type AcquireOutcome,
   type AcquireRequest,
@@ -517,15 +518,7 @@ export class RedisLeaseStore implements LeaseStore {
   private sorted(candidates: readonly Candidate[]): Order {
     let order = this.orderFor.get(candidates);
     if (!order) {
-      const sorted = [...candidates].sort((a, b) =>
-        a.latencyMillis !== b.latencyMillis
-          ? a.latencyMillis - b.latencyMillis
-          : a.id < b.id
-            ? -1
-            : a.id > b.id
-              ? 1
-              : 0,
-      );
+      const sorted = [...candidates].sort(selectionOrder);
       const args: string[] = [];
       for (const c of sorted) args.push(storeKey(c), String(Math.max(0, Math.floor(c.maxLeases))));
       // Store keys are UIDs or namespace/name ids: neither holds a newline.

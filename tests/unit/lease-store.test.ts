@@ -323,7 +323,9 @@ describe('accounting', () => {
           req(subset, targets[Math.floor(rand() * 3)], (1 + Math.floor(rand() * 10)) * MINUTE),
         );
         const { considered, inCooldown, atCapacity, outranked } = out.stats;
-        expect(considered).toBe(subset.length);
+        // A refusal examined every candidate; a grant may have stopped at an unbeatable one.
+        if (out.granted) expect(considered).toBeLessThanOrEqual(subset.length);
+        else expect(considered).toBe(subset.length);
         expect(inCooldown + atCapacity + outranked + (out.granted ? 1 : 0)).toBe(considered);
         if (out.granted) {
           grants++;
@@ -347,6 +349,70 @@ describe('accounting', () => {
     // The workload must exercise both branches, or the invariant was not tested.
     expect(grants).toBeGreaterThan(50);
     expect(refusals).toBeGreaterThan(50);
+  });
+});
+
+describe('the search that stops early', () => {
+  /** What a scan of every candidate picks: fewest active leases, then latency, then id. */
+  function fullScan(
+    candidates: readonly Candidate[],
+    active: ReadonlyMap<string, number>,
+  ): string | undefined {
+    let best: Candidate | undefined;
+    for (const c of candidates) {
+      const n = active.get(c.id) ?? 0;
+      if (n >= c.maxLeases) continue;
+      const b = best ? (active.get(best.id) ?? 0) : Infinity;
+      if (
+        n < b ||
+        (n === b &&
+          (c.latencyMillis < best!.latencyMillis ||
+            (c.latencyMillis === best!.latencyMillis && c.id < best!.id)))
+      )
+        best = c;
+    }
+    return best?.id;
+  }
+
+  it('grants what a scan of every candidate would, and reads fewer when a proxy is free', () => {
+    let seed = 7;
+    const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const { store, clock } = setup();
+    // Shuffled ids and repeated latencies, so the order the caller passes is not selection order.
+    const pool = Array.from({ length: 40 }, (_, i) =>
+      cand(`ns/p${(i * 17) % 40}`, 1 + (i % 3), (i * 13) % 5),
+    );
+    const leases: Lease[] = [];
+    let stoppedEarly = 0;
+    for (let step = 0; step < 3000; step++) {
+      const roll = rand();
+      if (roll < 0.6) {
+        const subset = pool.filter(() => rand() < 0.8);
+        const expected = fullScan(subset, store.activeCountsNow());
+        const out = store.acquireNow(req(subset, '', (1 + Math.floor(rand() * 10)) * MINUTE));
+        expect(out.granted ? out.candidate.id : undefined).toBe(expected);
+        if (out.granted) {
+          leases.push(out.granted);
+          if (out.stats.considered < subset.length) stoppedEarly++;
+        }
+      } else if (roll < 0.9 && leases.length > 0) {
+        store.releaseNow(leases.splice(Math.floor(rand() * leases.length), 1)[0]!.id);
+      } else {
+        clock.advance(Math.floor(rand() * 3 * MINUTE));
+      }
+    }
+    expect(stoppedEarly).toBeGreaterThan(100);
+  });
+
+  it('a caller array that changes is sorted again', () => {
+    const { store } = setup();
+    const first = [cand('ns/b', 5, 10), cand('ns/a', 5, 20)];
+    const lease = grant(store, req(first));
+    expect(lease.proxy).toBe('ns/b');
+    store.releaseNow(lease.id);
+    // A new array (the catalog changed), both free again: ns/a is now the faster one.
+    const second = [cand('ns/b', 5, 30), cand('ns/a', 5, 20)];
+    expect(grant(store, req(second)).proxy).toBe('ns/a');
   });
 });
 
