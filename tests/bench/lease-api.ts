@@ -31,7 +31,6 @@
  * more of the CPUs), while CPU time per pair stays near the cost.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { Agent, request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { parseArgs } from 'node:util';
@@ -46,6 +45,7 @@ import { serveApi } from '../../api/server.js';
 import { API_VERSION } from '../../kube/coordinates.js';
 import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-schema.js';
 import { startRedis } from '../helpers/redis.js';
+import { load, quantile, type Sample } from './lease-load.js';
 
 const TOKEN = 'bench-token';
 /** Fewer measured pairs than this in any target leaves its round out of the summary. */
@@ -134,104 +134,6 @@ async function serve(kind: Kind, proxies: number, redisUrl: string): Promise<voi
   process.send?.({ port: server.port });
 }
 
-interface Sample {
-  pairs: number;
-  seconds: number;
-  acquire: number[];
-  release: number[];
-  pair: number[];
-  errors: number;
-  /** Pairs completed, warm-up included. */
-  allPairs: number;
-  /** Server CPU microseconds per pair (api processes + Redis), warm-up included. */
-  cpuPerPair: number;
-}
-
-function call(
-  agent: Agent,
-  port: number,
-  method: string,
-  path: string,
-  body?: string,
-): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method,
-        path,
-        agent,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
-async function load(ports: number[], clients: number, warmupMs: number, measureMs: number): Promise<Sample> {
-  const agent = new Agent({ keepAlive: true, maxSockets: clients });
-  const sample: Sample = {
-    pairs: 0,
-    seconds: measureMs / 1000,
-    acquire: [],
-    release: [],
-    pair: [],
-    errors: 0,
-    allPairs: 0,
-    cpuPerPair: NaN,
-  };
-  const start = performance.now();
-  const measureFrom = start + warmupMs;
-  const stopAt = measureFrom + measureMs;
-  const body = JSON.stringify({ ttlSeconds: 60, target: 'example.com' });
-  // With two replicas, client i acquires on one and releases on the other.
-  const client = async (i: number) => {
-    const port = ports[i % ports.length]!;
-    const releasePort = ports[(i + 1) % ports.length]!;
-    for (;;) {
-      const t0 = performance.now();
-      if (t0 >= stopAt) return;
-      const acquired = await call(agent, port, 'POST', '/v1/leases', body);
-      const t1 = performance.now();
-      if (acquired.status !== 201) {
-        sample.errors++;
-        continue;
-      }
-      const id = (JSON.parse(acquired.text) as { leaseID: string }).leaseID;
-      const released = await call(agent, releasePort, 'DELETE', `/v1/leases/${id}`);
-      const t2 = performance.now();
-      if (released.status !== 204) sample.errors++;
-      sample.allPairs++;
-      if (t0 >= measureFrom && t2 <= stopAt) {
-        sample.pairs++;
-        sample.acquire.push(t1 - t0);
-        sample.release.push(t2 - t1);
-        sample.pair.push(t2 - t0);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: clients }, (_, i) => client(i)));
-  agent.destroy();
-  return sample;
-}
-
-function quantile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
-}
-
 function childCpu(child: ChildProcess): Promise<number> {
   return new Promise((resolve) => {
     const on = (m: { cpuMicros?: number }) => {
@@ -294,12 +196,13 @@ async function measure(
     (kind === 'redis' ? await redisCpuMicros(opts.admin) : 0);
   try {
     const before = await cpu();
-    const sample = await load(
-      children.map((c) => c.port),
-      opts.clients,
-      1500,
-      opts.seconds * 1000,
-    );
+    const sample = await load({
+      ports: children.map((c) => c.port),
+      token: TOKEN,
+      clients: opts.clients,
+      warmupMs: 1500,
+      measureMs: opts.seconds * 1000,
+    });
     sample.cpuPerPair = (await cpu()) - before;
     sample.cpuPerPair /= sample.allPairs;
     return sample;
