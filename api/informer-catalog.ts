@@ -29,6 +29,8 @@ export function createInformerProxyCatalog(informer: ResilientInformer<Proxy>): 
   let views = new Map<string, ProxyView>();
   let snapshot: ProxyView[] = [];
   let dirty = true;
+  /** A Proxy was added since the last rebuild: its key sits at the Map's end, out of id order. */
+  let reorder = false;
   /** The informer's cache is the truth; the kept views are reloaded from it whole until the catalog has seen it synced. */
   let loaded = false;
   const reload = () => {
@@ -42,7 +44,10 @@ export function createInformerProxyCatalog(informer: ResilientInformer<Proxy>): 
     if (!loaded) return;
     const id = idOf(proxy);
     if (event === 'delete') views.delete(id);
-    else views.set(id, proxyViewFromResource(proxy));
+    else {
+      if (!views.has(id)) reorder = true;
+      views.set(id, proxyViewFromResource(proxy));
+    }
   });
   // After an outage the informer relisted and told us the differences; reload
   // whole anyway, once, so nothing missed between the two can linger.
@@ -59,6 +64,11 @@ export function createInformerProxyCatalog(informer: ResilientInformer<Proxy>): 
         dirty = false;
         const next = [...views.values()];
         next.sort((a, b) => compareIds(a.id, b.id));
+        // Back into id order, so the next rebuilds after updates sort sorted input.
+        if (reorder) {
+          views = new Map(next.map((v) => [v.id, v]));
+          reorder = false;
+        }
         snapshot = next;
       }
       return snapshot;

@@ -164,6 +164,37 @@ describe('informer proxy catalog on a real apiserver', () => {
     });
   });
 
+  it('re-derives only the view of the Proxy an event is about, and keeps the list in id order', async () => {
+    const spec = (tier: string) => ({
+      mode: 'External' as const,
+      endpoint: { host: `${tier}.example.net`, port: 3128 },
+      attributes: { suite: namespace, tier },
+    });
+    await createProxy(objects, namespace, 'still', spec('still'));
+    await createProxy(objects, namespace, 'moving', spec('moving'));
+    await waitFor(
+      'both proxies',
+      () => mine().filter((p) => p.id.endsWith('/still') || p.id.endsWith('/moving')).length === 2,
+    );
+    const before = catalog.list();
+    const still = before.find((p) => p.id === `${namespace}/still`)!;
+    await writeStatus(objects, namespace, 'moving', healthyStatus(5));
+    await waitFor('the status write', () => mine().find((p) => p.id.endsWith('/moving') && p.healthy));
+    const after = catalog.list();
+    expect(after).not.toBe(before);
+    // The unchanged Proxy's view is the very object it was: nothing re-derived it.
+    expect(after.find((p) => p.id === `${namespace}/still`)).toBe(still);
+    // Still sorted by id, the order selection's last tie-break uses.
+    const ids = after.map((p) => p.id);
+    expect(ids).toEqual([...ids].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
+    await deleteProxy(objects, namespace, 'still');
+    await deleteProxy(objects, namespace, 'moving');
+    await waitFor(
+      'both gone',
+      () => !mine().some((p) => p.id.endsWith('/still') || p.id.endsWith('/moving')) && true,
+    );
+  });
+
   it('stops listing and leasing a Proxy as soon as it has a deletionTimestamp, and forgets it once gone', async () => {
     await createProxy(
       objects,
