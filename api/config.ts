@@ -40,6 +40,8 @@ export const apiOptionsSchema = z
     leaseStore: leaseStoreSchema,
     /** How often a ProxyPool may be sent a demand report (autoscaling, rotation on bans). */
     poolDemandIntervalMs: z.int().positive().default(DEFAULT_POOL_DEMAND_INTERVAL_MS),
+    /** Whether this replica runs the health prober; lease-only replicas (`--no-prober`) leave it to one that does. */
+    prober: z.boolean().default(true),
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -66,6 +68,8 @@ export interface ApiFlags {
   leaseStoreCaFile?: string | undefined;
   /** `--pool-demand-interval`, a Go-style duration (default `5s`). */
   poolDemandInterval?: string | undefined;
+  /** false from `--no-prober`: serve leases only. */
+  prober?: boolean | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -123,6 +127,7 @@ export function readApiConfig(
       flags.poolDemandInterval === undefined
         ? DEFAULT_POOL_DEMAND_INTERVAL_MS
         : positiveDuration(flags.poolDemandInterval, '--pool-demand-interval'),
+    prober: flags.prober !== false,
   });
   if (!parsed.success) {
     throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));

@@ -173,6 +173,12 @@ function apiOptions(cmd: Command): Command {
           '--pool-demand-interval <duration>',
           'how often ProxyPools that autoscale or rotate on bans may be sent a demand report (default 5s)',
         ),
+      )
+      .addOption(
+        new Option(
+          '--no-prober',
+          'serve leases only, without health probes from this replica: one api replica probes, the others share its verdicts through the Proxies and the leases through --lease-store',
+        ),
       ),
   );
 }

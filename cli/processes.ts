@@ -412,7 +412,6 @@ export async function startApi(
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
     started.push({ what: 'Temporal connection', stop: () => connection.close() });
     await checkNamespace(connection, config.temporalNamespace);
-    const targets = createProxyProbeTargets(proxies);
     const temporalClient = new Client({
       connection,
       namespace: config.temporalNamespace,
@@ -430,24 +429,33 @@ export async function startApi(
     temporal.client = temporalClient;
     demand.start();
     started.push({ what: 'pool demand reports', stop: () => demand.stop() });
-    const signaller = createTemporalHealthSignaller(temporalClient, {
-      logger,
-      // A report for a Proxy that is still there waits for its workflow to start.
-      stillWanted: (ref, report) => {
-        const target = targets.get(proxyKey(ref));
-        return target?.ref.uid === ref.uid && target.host === report.ip;
-      },
-    });
-    started.push({ what: 'health signaller', stop: () => signaller.stop() });
-    const prober = createProber({
-      targets,
-      signal: signaller.signal,
-      logger,
-      registry,
-    });
-    // Stopped even when its start fails half-way.
-    started.push({ what: 'prober', stop: () => prober.stop() });
-    await prober.start();
+    let prober: { stop(): Promise<void> } | undefined;
+    let signaller: { stop(): Promise<void> } | undefined;
+    if (apiOptions.prober) {
+      const targets = createProxyProbeTargets(proxies);
+      const healthSignaller = createTemporalHealthSignaller(temporalClient, {
+        logger,
+        // A report for a Proxy that is still there waits for its workflow to start.
+        stillWanted: (ref, report) => {
+          const target = targets.get(proxyKey(ref));
+          return target?.ref.uid === ref.uid && target.host === report.ip;
+        },
+      });
+      signaller = healthSignaller;
+      started.push({ what: 'health signaller', stop: () => healthSignaller.stop() });
+      const healthProber = createProber({
+        targets,
+        signal: healthSignaller.signal,
+        logger,
+        registry,
+      });
+      prober = healthProber;
+      // Stopped even when its start fails half-way.
+      started.push({ what: 'prober', stop: () => healthProber.stop() });
+      await healthProber.start();
+    } else {
+      logger.info('health prober off (--no-prober): this replica serves leases only');
+    }
     const metricsUrl = metricsServer?.url ?? (opts.metricsServedElsewhere ? '' : `${server.url}/metrics`);
     return {
       name: 'api',
@@ -458,7 +466,7 @@ export async function startApi(
       leaseStore,
       done: new Promise(() => undefined),
       describe: () =>
-        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober on`,
+        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}`,
       async stop() {
         await server.close();
         await metricsServer?.close();
@@ -466,8 +474,8 @@ export async function startApi(
         await demand.stop();
         await pools.stop();
         await stopLeaseStore();
-        await prober.stop();
-        await signaller.stop();
+        await prober?.stop();
+        await signaller?.stop();
         await connection.close();
         catalog.close();
         await proxies.stop();

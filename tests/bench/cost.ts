@@ -67,14 +67,7 @@ import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
 import { runLeaseRamp } from '../helpers/lease-load.js';
 import { sampleLoad } from './plane.js';
-import {
-  countActions,
-  KIND_ORDER,
-  millis,
-  type Kind,
-  type SignalKind,
-  type Source,
-} from './actions.js';
+import { countActions, KIND_ORDER, millis, type Kind, type SignalKind, type Source } from './actions.js';
 
 const { values: args } = parseArgs({
   options: {

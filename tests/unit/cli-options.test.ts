@@ -86,7 +86,8 @@ const PREREQUISITES: Record<string, string[]> = {
 
 /** Non-default values to try, by the option's placeholder. */
 function candidates(opt: Option): string[][] {
-  if (opt.isBoolean()) return [[opt.long!]];
+  // A negatable flag (`--no-prober`) is its own non-default value, as a plain boolean one is.
+  if (opt.isBoolean() || opt.negate) return [[opt.long!]];
   if (opt.argChoices) {
     return opt.argChoices.filter((c) => c !== opt.defaultValue).map((c) => [opt.long!, c]);
   }

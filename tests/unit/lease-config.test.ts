@@ -20,8 +20,11 @@ describe('readApiConfig', () => {
       defaultLeaseTtlSeconds: 300,
       leaseStore: { kind: 'memory' },
       poolDemandIntervalMs: 5_000,
+      prober: true,
     });
     expect(readApiConfig({}, { poolDemandInterval: '500ms' }).poolDemandIntervalMs).toBe(500);
+    // commander's --no-prober sets prober: false; absent, it is on.
+    expect(readApiConfig({}, { prober: false }).prober).toBe(false);
   });
 
   it('reads the Redis lease store: URL, password from a Secret file, CA for TLS', () => {
