@@ -99,7 +99,12 @@ describe('api --no-prober', () => {
       { timeoutMs: 60_000, intervalMs: 200 },
     );
     expect(lease.proxy.id).toBe(`${namespace}/p1`);
-    expect(api.output()).toContain('health prober off (--no-prober)');
+    // Said where the prober would have started (after the Temporal connection, so after the first lease may be served).
+    await eventually(
+      'the replica saying it runs no prober',
+      () => Promise.resolve(api.output().includes('health prober off (--no-prober)') || undefined),
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
     const metrics = await (await fetch(`${url}/metrics`)).text();
     expect(metrics).toContain('proxy_operator_leases_active');
     expect(metrics).not.toContain('egress_prober_');
