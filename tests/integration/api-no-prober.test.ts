@@ -122,7 +122,11 @@ describe('api --no-prober', () => {
       },
     );
     // ...and the one without had seen that Proxy (it leased it) before the other even started.
-    expect(probing.output()).toContain('prober started');
+    await eventually(
+      'the probing replica’s start line',
+      () => Promise.resolve(probing.output().includes('prober started') || undefined),
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
     expect(api.output()).not.toContain('prober started');
   });
 });
