@@ -118,11 +118,7 @@ export function quantile(values: number[], q: number): number {
  * The floor the lease API is compared with: a bare Hono app with the same two
  * routes (lease-api.ts's `--serve bare`), in a child process of its own.
  */
-export async function startBareHono(): Promise<{
-  port: number;
-  cpuMicros(): Promise<number>;
-  stop(): void;
-}> {
+export async function startBareHono(): Promise<{ port: number; stop(): void }> {
   const child = fork(fileURLToPath(new URL('./lease-api.ts', import.meta.url)), ['--serve', 'bare'], {
     execArgv: ['--import', 'tsx'],
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
@@ -133,16 +129,6 @@ export async function startBareHono(): Promise<{
   });
   return {
     port,
-    cpuMicros: () =>
-      new Promise((resolve) => {
-        const on = (m: { cpuMicros?: number }) => {
-          if (m.cpuMicros === undefined) return;
-          child.off('message', on);
-          resolve(m.cpuMicros);
-        };
-        child.on('message', on);
-        child.send({ cpu: true });
-      }),
     stop: () => void child.kill('SIGTERM'),
   };
 }
