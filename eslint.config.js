@@ -35,6 +35,17 @@ export default tseslint.config(
       '@typescript-eslint/no-misused-promises': 'error',
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      // A timeout signal inside AbortSignal.any() can be garbage-collected, and then never fires
+      // (nodejs/node#57736): a call "bounded" that way hangs with its backend.
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector:
+            "CallExpression[callee.object.name='AbortSignal'][callee.property.name='any'] CallExpression[callee.object.name='AbortSignal'][callee.property.name='timeout']",
+          message:
+            'AbortSignal.timeout() inside AbortSignal.any() may never fire; use timeoutSignal() (providers/timeout-signal.ts)',
+        },
+      ],
     },
   },
   {

@@ -37,6 +37,7 @@ import {
 } from '../workflows/provider-checks/status.js';
 import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-checks/types.js';
 import { nonRetryable } from './failures.js';
+import { timeoutSignal } from '../providers/timeout-signal.js';
 import { createProviderHealthClient } from '../kube/provider-healths.js';
 
 /** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
@@ -306,11 +307,17 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
   return {
     async checkProviders({ timeoutMs, staleAfterMs }) {
       const names = deps.registry.names();
-      const signal = AbortSignal.any([cancellation(), AbortSignal.timeout(timeoutMs)]);
+      const deadline = timeoutSignal(cancellation(), timeoutMs);
+      const signal = deadline.signal;
       const deadlineMs = Date.now() + timeoutMs;
-      const results = await Promise.all(
-        names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs)),
-      );
+      let results: ProviderCheckResult[];
+      try {
+        results = await Promise.all(
+          names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs)),
+        );
+      } finally {
+        deadline.clear();
+      }
       const now = Date.now();
       latest = results.flatMap((r) =>
         r.targets.map((t) => ({

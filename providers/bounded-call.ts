@@ -6,6 +6,7 @@
  * abandoned request is left to finish on its own. An ended call throws
  * CallEnded, which providers classify as Transient.
  */
+import { timeoutSignal } from './timeout-signal.js';
 
 /** How a request ended when it did not answer: the caller's signal or its own timeout. */
 export class CallEnded extends Error {
@@ -27,8 +28,9 @@ export async function boundedCall<T>(
   what: string,
   fn: (bounded: AbortSignal) => Promise<T>,
 ): Promise<T> {
-  const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
-  const ended = () => new CallEnded(signal.aborted ? 'caller' : 'timeout', timeoutMs, what);
+  const deadline = timeoutSignal(signal, timeoutMs);
+  const bounded = deadline.signal;
+  const ended = () => new CallEnded(deadline.timedOut() ? 'timeout' : 'caller', timeoutMs, what);
   if (bounded.aborted) throw ended();
   let onAbort!: () => void;
   const abandoned = new Promise<never>((_resolve, reject) => {
@@ -42,5 +44,6 @@ export async function boundedCall<T>(
     throw err;
   } finally {
     bounded.removeEventListener('abort', onAbort);
+    deadline.clear();
   }
 }

@@ -49,6 +49,7 @@ import {
 import { buildSeedIso } from './seed.js';
 import { ExecEnded, HostLink, SshError } from './ssh.js';
 import { shellQuote, Virsh, VirshError } from './virsh.js';
+import { timeoutSignal } from '../timeout-signal.js';
 
 export const KVM_PROVIDER_TYPE = 'kvm';
 const GiB = 1024 ** 3;
@@ -591,85 +592,90 @@ class KvmProvider implements Provider {
       const copy = `${base}.${randomBytes(4).toString('hex')}`;
       const started = Date.now();
       log.info({ image: image.key }, 'fetching base image into host pool');
-      const bound = AbortSignal.any([signal, AbortSignal.timeout(this.cfg.downloadTimeoutSeconds * 1000)]);
-      let res: Response;
+      const download = timeoutSignal(signal, this.cfg.downloadTimeoutSeconds * 1000);
+      const bound = download.signal;
       try {
-        res = await fetch(image.url, { signal: bound });
-      } catch (err) {
-        throw this.ops.fail('Transient', 'create', image.key, 'image download failed', err);
-      }
-      if (!res.ok || res.body === null) {
-        void res.body?.cancel();
-        throw this.ops.fail(
-          res.status >= 400 && res.status < 500 && res.status !== 429 ? 'Permanent' : 'Transient',
-          'create',
-          image.key,
-          `image download answered HTTP ${res.status}`,
-        );
-      }
-      const length = Number(res.headers.get('content-length') ?? '0') || 0;
-      const need = length + this.cfg.diskSizeGb * GiB;
-      try {
-        await this.checkSpace(h, need, signal, image.key);
-      } catch (err) {
-        void res.body.cancel();
-        throw err;
-      }
-      await this.call(
-        h,
-        ['vol-create', '--pool', pool, '/dev/stdin'],
-        signal,
-        Buffer.from(buildRawVolumeXml(copy, 0), 'utf8'),
-      );
-      const dropCopy = () =>
-        this.tolerate(this.call(h, ['vol-delete', '--pool', pool, copy], signal), ['no-volume'], '');
-      const hash = createHash('sha256');
-      let bytes = 0;
-      const hashing = new Transform({
-        transform(chunk: Buffer, _enc, cb) {
-          hash.update(chunk);
-          bytes += chunk.length;
-          cb(null, chunk);
-        },
-      });
-      const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(hashing);
-      try {
+        let res: Response;
+        try {
+          res = await fetch(image.url, { signal: bound });
+        } catch (err) {
+          throw this.ops.fail('Transient', 'create', image.key, 'image download failed', err);
+        }
+        if (!res.ok || res.body === null) {
+          void res.body?.cancel();
+          throw this.ops.fail(
+            res.status >= 400 && res.status < 500 && res.status !== 429 ? 'Permanent' : 'Transient',
+            'create',
+            image.key,
+            `image download answered HTTP ${res.status}`,
+          );
+        }
+        const length = Number(res.headers.get('content-length') ?? '0') || 0;
+        const need = length + this.cfg.diskSizeGb * GiB;
+        try {
+          await this.checkSpace(h, need, signal, image.key);
+        } catch (err) {
+          void res.body.cancel();
+          throw err;
+        }
         await this.call(
           h,
-          ['vol-upload', '--pool', pool, copy, '/dev/stdin'],
-          bound,
-          body,
-          this.cfg.downloadTimeoutSeconds * 1000,
+          ['vol-create', '--pool', pool, '/dev/stdin'],
+          signal,
+          Buffer.from(buildRawVolumeXml(copy, 0), 'utf8'),
         );
-      } catch (err) {
-        await dropCopy().catch(() => undefined);
-        throw err;
+        const dropCopy = () =>
+          this.tolerate(this.call(h, ['vol-delete', '--pool', pool, copy], signal), ['no-volume'], '');
+        const hash = createHash('sha256');
+        let bytes = 0;
+        const hashing = new Transform({
+          transform(chunk: Buffer, _enc, cb) {
+            hash.update(chunk);
+            bytes += chunk.length;
+            cb(null, chunk);
+          },
+        });
+        const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>).pipe(hashing);
+        try {
+          await this.call(
+            h,
+            ['vol-upload', '--pool', pool, copy, '/dev/stdin'],
+            bound,
+            body,
+            this.cfg.downloadTimeoutSeconds * 1000,
+          );
+        } catch (err) {
+          await dropCopy().catch(() => undefined);
+          throw err;
+        }
+        const got = hash.digest('hex');
+        if (image.sha256 !== undefined && got !== image.sha256) {
+          await dropCopy();
+          throw this.ops.fail(
+            'Permanent',
+            'create',
+            image.key,
+            `downloaded image sha256 ${got} does not match the configured sha256`,
+          );
+        }
+        const path = await this.publishBase(h, base, marker, copy, got, signal, image.key);
+        if (path === undefined) {
+          // Another worker published first: use its copy, drop ours.
+          await dropCopy();
+          const theirs = await this.publishedBase(h, base, marker, image.sha256, signal);
+          if (theirs !== undefined) return theirs;
+          throw this.ops.fail(
+            'Transient',
+            'create',
+            image.key,
+            'another worker is publishing this base image; retried',
+          );
+        }
+        log.info({ image: image.key, bytes, durationMs: Date.now() - started }, 'base image cached');
+        return path;
+      } finally {
+        download.clear();
       }
-      const got = hash.digest('hex');
-      if (image.sha256 !== undefined && got !== image.sha256) {
-        await dropCopy();
-        throw this.ops.fail(
-          'Permanent',
-          'create',
-          image.key,
-          `downloaded image sha256 ${got} does not match the configured sha256`,
-        );
-      }
-      const path = await this.publishBase(h, base, marker, copy, got, signal, image.key);
-      if (path === undefined) {
-        // Another worker published first: use its copy, drop ours.
-        await dropCopy();
-        const theirs = await this.publishedBase(h, base, marker, image.sha256, signal);
-        if (theirs !== undefined) return theirs;
-        throw this.ops.fail(
-          'Transient',
-          'create',
-          image.key,
-          'another worker is publishing this base image; retried',
-        );
-      }
-      log.info({ image: image.key, bytes, durationMs: Date.now() - started }, 'base image cached');
-      return path;
     });
   }
 

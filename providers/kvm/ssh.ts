@@ -18,6 +18,7 @@ import ssh2, { type Client as SshClient, type ClientChannel } from 'ssh2';
 import { parseKnownHosts, hostKeyAccepted, hostKeyAlgorithms, type KnownHostEntry } from './known-hosts.js';
 import { parseAddress } from './config.js';
 import { providerCall } from '../../tracing/seam.js';
+import { timeoutSignal } from '../timeout-signal.js';
 
 const { Client, utils } = ssh2;
 
@@ -290,23 +291,27 @@ export class HostLink {
 
   private async execBounded(command: string, options: ExecOptions): Promise<ExecResult> {
     if (this.closedForGood) throw new SshError('closed', 'provider closed');
-    const timeout = AbortSignal.timeout(options.timeoutMs);
-    const bounded = AbortSignal.any([options.signal, timeout]);
-    const ended = () => new ExecEnded(options.signal.aborted ? 'caller' : 'timeout');
-    if (bounded.aborted) throw ended();
-    await this.acquireSlot(bounded, ended);
+    const deadline = timeoutSignal(options.signal, options.timeoutMs);
+    const bounded = deadline.signal;
+    const ended = () => new ExecEnded(deadline.timedOut() ? 'timeout' : 'caller');
     try {
-      await this.noticeMaterialChange();
-      const conn = this.conn ?? (this.conn = this.dial());
-      const abandoned = new Promise<never>((_r, reject) => {
-        bounded.addEventListener('abort', () => reject(ended()), { once: true });
-      });
-      abandoned.catch(() => undefined);
-      // Waiting for a shared dial ends with this caller's bound; the dial goes on for the others.
-      await Promise.race([conn.ready, abandoned]);
-      return await this.runOnChannel(conn, command, options, bounded, abandoned, ended);
+      if (bounded.aborted) throw ended();
+      await this.acquireSlot(bounded, ended);
+      try {
+        await this.noticeMaterialChange();
+        const conn = this.conn ?? (this.conn = this.dial());
+        const abandoned = new Promise<never>((_r, reject) => {
+          bounded.addEventListener('abort', () => reject(ended()), { once: true });
+        });
+        abandoned.catch(() => undefined);
+        // Waiting for a shared dial ends with this caller's bound; the dial goes on for the others.
+        await Promise.race([conn.ready, abandoned]);
+        return await this.runOnChannel(conn, command, options, bounded, abandoned, ended);
+      } finally {
+        this.releaseSlot();
+      }
     } finally {
-      this.releaseSlot();
+      deadline.clear();
     }
   }
 

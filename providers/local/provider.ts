@@ -63,6 +63,7 @@ import {
 import { providerCall } from '../../tracing/seam.js';
 import { cloudInitContentHash, specHash } from '../spec-hash.js';
 import { operations, type Operations } from '../operation.js';
+import { timeoutSignal } from '../timeout-signal.js';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
 const ID_PREFIX = 'local/';
@@ -186,13 +187,14 @@ class LocalProviderImpl implements LocalProvider {
     if (signal.aborted)
       return Promise.reject(this.ops.fail('Transient', operation, instance, 'aborted by the caller'));
     const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
-    const bounded = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+    const deadline = timeoutSignal(signal, timeoutMs);
+    const bounded = deadline.signal;
     return new Promise<T>((resolve, reject) => {
       const onAbort = () =>
         reject(
-          signal.aborted
-            ? this.ops.fail('Transient', operation, instance, 'aborted by the caller')
-            : this.ops.fail('Transient', operation, instance, `timed out after ${timeoutMs} ms`),
+          deadline.timedOut()
+            ? this.ops.fail('Transient', operation, instance, `timed out after ${timeoutMs} ms`)
+            : this.ops.fail('Transient', operation, instance, 'aborted by the caller'),
         );
       bounded.addEventListener('abort', onAbort, { once: true });
       fn(bounded)
@@ -213,7 +215,10 @@ class LocalProviderImpl implements LocalProvider {
           if (!bounded.aborted) this.log[level]({ error: wrapped.toJSON() }, `${operation} failed`);
           reject(wrapped);
         })
-        .finally(() => bounded.removeEventListener('abort', onAbort));
+        .finally(() => {
+          bounded.removeEventListener('abort', onAbort);
+          deadline.clear();
+        });
     });
   }
 
