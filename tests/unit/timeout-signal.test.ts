@@ -29,7 +29,7 @@ describe('timeoutSignal', () => {
     }
   });
 
-  it("follows the caller's signal, and then is not a timeout", async () => {
+  it("follows the caller's signal, and then is not a timeout", () => {
     const caller = new AbortController();
     const b = timeoutSignal(caller.signal, 60_000);
     caller.abort(new Error('shutting down'));
