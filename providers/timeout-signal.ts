@@ -9,8 +9,18 @@
  * (nodejs/node#57736; Node 20.20 here: 0 of 20 such signals fired after one
  * `gc()`). A call bounded that way hangs as long as its backend does, which
  * is exactly when the bound is needed. Here a timer of our own holds the
- * controller strongly until `clear()`.
+ * controller strongly until `clear()`. (AbortSignal.any() also grows a
+ * long-lived source's dependants with every call on several Node versions,
+ * nodejs/node#55351 and #64476; a listener removed by `clear()` does not.)
  */
+import { getMaxListeners, setMaxListeners } from 'node:events';
+
+/**
+ * Calls in a fan-out (a listing across hypervisors, a check round across
+ * providers) share their caller's signal, one listener each, each removed
+ * when its call ends: Node's leak warning at 11 listeners would cry wolf.
+ */
+const SHARED_SIGNAL_LISTENERS = 256;
 
 export interface TimeoutSignal {
   /** Aborts when the caller's signal does or when the deadline passes, whichever is first. */
@@ -29,6 +39,8 @@ export function timeoutSignal(caller: AbortSignal, timeoutMs: number): TimeoutSi
   if (caller.aborted) {
     controller.abort(caller.reason);
   } else {
+    const limit = getMaxListeners(caller);
+    if (limit !== 0 && limit < SHARED_SIGNAL_LISTENERS) setMaxListeners(SHARED_SIGNAL_LISTENERS, caller);
     caller.addEventListener('abort', onCaller, { once: true });
     timer = setTimeout(() => {
       expired = true;

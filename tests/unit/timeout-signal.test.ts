@@ -4,6 +4,7 @@
  * signal (nodejs/node#57736): a kubernetes-provider test hung 120 s on it
  * under a loaded suite. These tests run a full GC while the bound is pending.
  */
+import { getEventListeners } from 'node:events';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
@@ -53,6 +54,24 @@ describe('timeoutSignal', () => {
     caller.abort();
     expect(cleared.signal.aborted).toBe(false);
     expect(cleared.timedOut()).toBe(false);
+  });
+
+  it('many calls on one caller signal: no leak warning, and every listener gone once they end', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      const caller = new AbortController();
+      const bounds = Array.from({ length: 50 }, () => timeoutSignal(caller.signal, 60_000));
+      expect(getEventListeners(caller.signal, 'abort')).toHaveLength(50);
+      // Warnings are emitted on a later tick: one that comes after them.
+      await new Promise((r) => setImmediate(r));
+      for (const b of bounds) b.clear();
+      expect(getEventListeners(caller.signal, 'abort')).toHaveLength(0);
+      expect(warnings.filter((w) => w.startsWith('MaxListenersExceededWarning'))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
 });
 
