@@ -37,6 +37,8 @@ import { systemClock, type Clock, type Random } from './clock.js';
 import {
   DEFAULT_LATENCY_POLICY,
   latencyWorthReporting,
+  medianLatency,
+  withLatencySample,
   type LatencyPolicy,
   type ReportedLatency,
 } from './latency.js';
@@ -113,6 +115,8 @@ interface Tracked {
   url: URL | undefined;
   threshold: ThresholdState;
   latency: ReportedLatency | undefined;
+  /** The last few successful probes' latencies (ms), oldest first: the latency rule takes their median. */
+  recentLatencies: number[];
   lastFailure: { reason: string; message: string } | undefined;
   /** Clock time of the last report sent (or of seeding). */
   lastSignalAt: number;
@@ -176,6 +180,7 @@ export function createProber(options: ProberOptions): Prober {
       threshold: initialThresholdState(seed),
       // A seeded Healthy verdict starts the latency rule from the status's value, rate-limited from now.
       latency: seed === 'Healthy' ? { millis: target.latencyMillis ?? 0, at: now } : undefined,
+      recentLatencies: [],
       lastFailure: undefined,
       lastSignalAt: now,
       resyncDelayMs: resyncFirstMs,
@@ -313,6 +318,10 @@ export function createProber(options: ProberOptions): Prober {
     const folded = recordProbe(state.threshold, result.ok, settings);
     state.threshold = folded.state;
     const verdict = folded.state.verdict;
+    // A verdict change starts the samples afresh: latencies from before an outage say nothing now.
+    if (folded.changed) state.recentLatencies = [];
+    if (result.ok) state.recentLatencies = withLatencySample(state.recentLatencies, latencyMillis);
+    const typicalMillis = medianLatency(state.recentLatencies) ?? latencyMillis;
     if (folded.changed) {
       log.info(
         { proxy: run.key, host: state.target.host, verdict, reason: result.reason, message: result.message },
@@ -322,9 +331,15 @@ export function createProber(options: ProberOptions): Prober {
       state.resyncDelayMs = resyncFirstMs;
     } else if (
       result.ok &&
-      latencyWorthReporting({ verdict, last: state.latency, latencyMillis, now, policy: latencyPolicy })
+      latencyWorthReporting({
+        verdict,
+        last: state.latency,
+        latencyMillis: typicalMillis,
+        now,
+        policy: latencyPolicy,
+      })
     ) {
-      send(state, 'latency', now, latencyMillis);
+      send(state, 'latency', now, typicalMillis);
     } else if (verdict === 'Unknown' || state.target.condition === verdict) {
       state.resyncDelayMs = resyncFirstMs;
     } else if (now - state.lastSignalAt >= state.resyncDelayMs) {
@@ -332,7 +347,7 @@ export function createProber(options: ProberOptions): Prober {
         { proxy: run.key, verdict, condition: state.target.condition },
         'condition disagrees with the verdict; re-sending',
       );
-      send(state, 'resync', now, result.ok ? latencyMillis : state.latency?.millis);
+      send(state, 'resync', now, result.ok ? typicalMillis : state.latency?.millis);
       state.resyncDelayMs = Math.min(state.resyncDelayMs * 2, resyncAfterMs);
     }
   }

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { latencyWorthReporting } from '../../prober/latency.js';
+import {
+  LATENCY_SAMPLES,
+  latencyWorthReporting,
+  medianLatency,
+  withLatencySample,
+} from '../../prober/latency.js';
 
 const MIN = 10 * 60_000;
 
@@ -44,5 +49,30 @@ describe('latency suppression: max(20 ms, 50 %), at most once per ten minutes, o
     expect(latencyWorthReporting({ verdict: 'Healthy', last: undefined, latencyMillis: 5, now: at })).toBe(
       true,
     );
+  });
+});
+
+describe('the latency compared is the median of the last few probes', () => {
+  it.each([
+    [[], undefined],
+    [[7], 7],
+    [[10, 500], 255],
+    [[10, 10, 500], 10],
+    [[10, 500, 10, 10, 900], 10],
+    [[100, 10, 100, 10, 100], 100],
+    [[1.4, 1.6, 1.2], 1],
+  ])('median of %j is %s', (samples, expected) => {
+    expect(medianLatency(samples)).toBe(expected);
+  });
+
+  it(`keeps the last ${LATENCY_SAMPLES} samples, oldest dropped, without changing its input`, () => {
+    let samples: number[] = [];
+    for (let i = 1; i <= 8; i++) {
+      const before = [...samples];
+      const next = withLatencySample(samples, i);
+      expect(samples).toEqual(before);
+      samples = next;
+    }
+    expect(samples).toEqual([4, 5, 6, 7, 8]);
   });
 });

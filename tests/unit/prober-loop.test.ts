@@ -164,7 +164,7 @@ describe('prober loop', () => {
     expect(logs.filter((l) => l.msg === 'onProbe threw; ignored')).toHaveLength(4);
   });
 
-  it('a latency change sends one latency signal; a second change within the report interval is held back until it is up', async () => {
+  it('a lasting latency change sends one latency signal (one slow probe sends none); a second change within the report interval is held back until it is up', async () => {
     let latency = 10;
     const { signals, prober, runUntil } = await start({
       // Seeded Healthy at 10 ms, as after a restart: the latency rule is rate-limited from the seed.
@@ -175,15 +175,24 @@ describe('prober loop', () => {
     await runUntil(606_000);
     expect(signals).toEqual([]);
 
+    // One slow probe is not the proxy's latency: the median of the last five is still 10 ms.
+    latency = 500;
+    await runUntil(616_000);
+    latency = 10;
+    await runUntil(666_000); // five probes at 10 ms since: the slow one is out of the window
+    expect(signals).toEqual([]);
+
     latency = 100;
-    await runUntil(616_000); // the 615 s probe: +90 ms, more than ten minutes after the seed
+    await runUntil(686_000); // the 675 and 685 s probes at 100 ms: the median of five is still 10 ms
+    expect(signals).toEqual([]);
+    await runUntil(696_000); // the 695 s probe: three of the last five at 100 ms, +90 ms
     expect(signals).toEqual([expect.objectContaining({ healthy: true, latencyMillis: 100 })]);
 
     latency = 300;
-    await runUntil(1_214_000); // probes at 625 ... 1205 s: within ten minutes of the 615 s report
+    await runUntil(1_294_000); // probes at 705 ... 1285 s: within ten minutes of the 695 s report
     expect(signals).toHaveLength(1);
 
-    await runUntil(1_216_000); // the 1215 s probe: ten minutes after the last report
+    await runUntil(1_296_000); // the 1295 s probe: ten minutes after the last report
     expect(signals).toHaveLength(2);
     expect(signals[1]).toMatchObject({ healthy: true, latencyMillis: 300 });
     expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0 });
