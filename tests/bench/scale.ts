@@ -494,8 +494,8 @@ async function run(): Promise<void> {
     providersConfig,
     `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${join(dir, 'state', 'local')}, addressRange: ${ADDRESS_RANGE} }\n`,
   );
-  const apiAddr = `127.0.0.1:${await freePort()}`;
-  const apiPort = Number(apiAddr.split(':')[1]);
+  const apiPort = await freePort();
+  const apiAddr = `127.0.0.1:${apiPort}`;
   const logs = join(dir, 'logs');
   mkdirSync(logs);
   const common = [
@@ -585,8 +585,8 @@ async function run(): Promise<void> {
       ` (PIDs ${parts.map((p) => `${p.name} ${p.pid}`).join(', ')}); Temporal ${temporal.address}, api ${apiAddr}`,
   );
   // A second api replica that serves leases only: what `--no-prober` is for at this size.
-  const leaseOnlyAddr = `127.0.0.1:${await freePort()}`;
-  const leaseOnlyPort = Number(leaseOnlyAddr.split(':')[1]);
+  const leaseOnlyPort = await freePort();
+  const leaseOnlyAddr = `127.0.0.1:${leaseOnlyPort}`;
   const leaseOnlyLog = join(logs, 'api-lease-only.log');
   const leaseOnly = spawnServer(
     'api-lease-only',
