@@ -14,6 +14,15 @@ export function activityCancellation(): AbortSignal {
   }
 }
 
+/** The running activity's attempt (1 for the first), or 1 outside an activity. */
+export function activityAttempt(): number {
+  try {
+    return Context.current().info.attempt;
+  } catch {
+    return 1;
+  }
+}
+
 export async function withDeadline<T>(
   timeoutMs: number,
   call: (signal: AbortSignal) => Promise<T>,

@@ -194,7 +194,11 @@ export function createTimingActivities(deps: TimingActivityDeps): TimingActiviti
   return {
     // eslint-disable-next-line @typescript-eslint/require-await
     async proxyTiming({ provider }) {
-      const timing: WorkerTiming = { ...deps.timing, swept: isSwept(deps.registry, provider, deps.sweepOn) };
+      const timing: WorkerTiming = {
+        ...deps.timing,
+        swept: isSwept(deps.registry, provider, deps.sweepOn),
+        quickCreate: deps.registry.get(provider)?.capabilities?.quickCreate === true,
+      };
       return timing;
     },
   };

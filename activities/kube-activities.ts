@@ -10,7 +10,9 @@ import { apiErrorLine, httpCode } from '../kube/errors.js';
 import { readCloudInitSecret } from '../kube/cloud-init.js';
 import { createProxyClient, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
-import type { CloudInitRef, RecordedStatus } from '../workflows/proxy/types.js';
+import type { CloudInitRef } from '../workflows/proxy/types.js';
+import { recordedStatusOf } from '../kube/recorded-status.js';
+import { activityAttempt } from './deadline.js';
 import { nonRetryable } from './failures.js';
 import { statusEvents } from './proxy-events.js';
 import type { KubeActivities } from './types.js';
@@ -45,24 +47,6 @@ export async function resolveCloudInit(
   return read.text;
 }
 
-/**
- * The instance fields of a Proxy's status, as a fresh run seeds itself from
- * them. Only what the workflow writes is taken; a field of the wrong shape
- * (a status written by hand) is left out rather than trusted.
- */
-export function recordedStatusOf(status: ProxyStatus | undefined): RecordedStatus {
-  if (!status) return {};
-  const text = (v: unknown): v is string => typeof v === 'string' && v !== '';
-  const out: RecordedStatus = {};
-  if (text(status.providerID)) out.providerID = status.providerID;
-  if (text(status.specHash)) out.specHash = status.specHash;
-  if (text(status.ip)) out.ip = status.ip;
-  if (Array.isArray(status.conditions)) out.conditions = status.conditions;
-  if (typeof status.latencyMillis === 'number') out.latencyMillis = status.latencyMillis;
-  if (text(status.lastHealthReportTime)) out.lastHealthReportTime = status.lastHealthReportTime;
-  return out;
-}
-
 export function createKubeActivities(deps: {
   kubeConfig: KubeConfig;
   logger: Logger;
@@ -83,11 +67,12 @@ export function createKubeActivities(deps: {
   };
 
   return {
-    async writeProxyStatus({ ref, status }) {
-      // Read before the write: Events report what changed from what people
-      // saw, whichever run of the workflow wrote it last. One GET per status
-      // write, and status writes are transition-only.
-      const before = await statusNow(ref);
+    async writeProxyStatus({ ref, status, previous }) {
+      // Events report what changed from what people saw. The workflow, the
+      // single writer, knows that and sends it; when it does not (a run that
+      // could not read its start), or on a retry (the last attempt may have
+      // landed), the status is read first: one GET.
+      const before = previous !== undefined && activityAttempt() === 1 ? previous : await statusNow(ref);
       let written: 'written' | 'gone';
       try {
         written = await proxies.writeStatus(ref, status);

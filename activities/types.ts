@@ -43,7 +43,16 @@ export interface ProviderActivities {
 
 export interface KubeActivities {
   /** Replaces status on the Proxy with this UID; 'gone' when it no longer exists (or was recreated). */
-  writeProxyStatus(input: { ref: ProxyRef; status: ProxyStatus }): Promise<'written' | 'gone'>;
+  writeProxyStatus(input: {
+    ref: ProxyRef;
+    status: ProxyStatus;
+    /**
+     * The status the workflow knows to be recorded (what it last wrote, or
+     * what its run started from): the Events are computed against it
+     * without a read. Absent when the workflow does not know; then it reads.
+     */
+    previous?: ProxyStatus;
+  }): Promise<'written' | 'gone'>;
   /**
    * What the status of the Proxy with this UID records about its instance
    * (empty when it records none, or the Proxy is gone): read by a run that

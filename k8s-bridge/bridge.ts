@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { bridgeMetrics } from './metrics.js';
 import { reconcilePass } from './reconcile-pass.js';
-import { FINALIZER, LABEL_CLOUD_INIT, type Proxy } from '../resources/proxy-schema.js';
+import { FINALIZER, LABEL_CLOUD_INIT, type Proxy, type ProxyPhase } from '../resources/proxy-schema.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
 import {
@@ -30,11 +30,15 @@ import { createProxyInformer } from '../kube/proxy-informer.js';
 import { unionInformers, watchScopes } from '../kube/namespaced-informer.js';
 import { createProxyClient, proxyKey, refOf, type ProxyRef } from '../kube/proxies.js';
 import { secretViewOf } from '../kube/cloud-init.js';
+import { recordedStatusOf } from '../kube/recorded-status.js';
 import { createWorkQueue } from './workqueue.js';
 import { createPoolBridge } from './pools.js';
 import type { PoolTiming } from '../workflows/pool/types.js';
 import { DEFAULT_RECONCILE_PERIOD_MS } from './defaults.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
+
+/** The ProxyPhase search attribute a run starts with (its status says Pending until its first write). */
+const START_PHASE: ProxyPhase = 'Pending';
 
 export interface BridgeOptions {
   kubeConfig: KubeConfig;
@@ -238,7 +242,14 @@ export function createBridge(opts: BridgeOptions): Bridge {
       return;
     }
     span.setAttributes({ action: 'signal-with-start', 'proxy.mode': desired.mode });
-    const input: ProxyWorkflowInput = { ref, desired };
+    // The status as this bridge last saw it: the run starts from it without
+    // a read of its own, and knows the ProxyPhase set here.
+    const input: ProxyWorkflowInput = {
+      ref,
+      desired,
+      recorded: recordedStatusOf(proxy.status),
+      indexedPhase: START_PHASE,
+    };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
     try {
       await opts.client.workflow.signalWithStart<ProxyWorkflow, [DesiredSpec]>(PROXY_WORKFLOW_TYPE, {
@@ -255,7 +266,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
           { key: ProxyNameKey, value: ref.name },
           { key: ProxyProviderKey, value: desired.provider ?? '' },
           { key: ProxyModeKey, value: desired.mode },
-          { key: ProxyPhaseKey, value: 'Pending' },
+          { key: ProxyPhaseKey, value: START_PHASE },
         ],
       });
       metrics.signals.inc({ signal: 'specChanged' });

@@ -131,6 +131,15 @@ export interface ProviderCapabilities {
    * per-proxy drift rate.
    */
   readonly cheapListByTag: boolean;
+  /**
+   * create is one short backend call (an object written, a process started;
+   * nothing waited for): the Proxy workflow runs it as a local activity in
+   * the workflow task that decided on it, so a provisioning is one workflow
+   * task instead of two. A create that can take long (an image copied, a
+   * boot waited for) must not say so: a local activity cannot heartbeat,
+   * and holds its workflow task while it runs.
+   */
+  readonly quickCreate?: boolean;
 }
 
 export interface Provider {

@@ -132,7 +132,7 @@ interface Client {
 class KubernetesProviderImpl implements KubernetesProvider {
   readonly type = KUBERNETES_PROVIDER_TYPE;
   /** listByTag is one paged pod list. */
-  readonly capabilities = { cheapListByTag: true };
+  readonly capabilities = { cheapListByTag: true, quickCreate: true };
   private client: Client | undefined;
 
   constructor(

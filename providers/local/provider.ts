@@ -144,7 +144,7 @@ interface Listener {
 class LocalProviderImpl implements LocalProvider {
   readonly type = LOCAL_PROVIDER_TYPE;
   /** listByTag is one read of the record directory. */
-  readonly capabilities = { cheapListByTag: true };
+  readonly capabilities = { cheapListByTag: true, quickCreate: true };
   private readonly mutex = new KeyedMutex();
   private readonly listeners = new Map<string, Listener>();
   /** Addresses held by records this process knows about: the allocator's index. */

@@ -13,16 +13,19 @@
  * `npm run bench:cost`'s.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
+// A CommonJS module: its named exports are not visible to an ES import under tsx.
+import protoModule from '@temporalio/proto';
 import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { CoreV1Api, Watch } from '@kubernetes/client-node';
 import { loadKubeConfig } from '../../cli/kube.js';
 import { API_VERSION, PROXY_PLURAL } from '../../kube/coordinates.js';
 import { pino } from 'pino';
-import { createProxyClient } from '../../kube/proxies.js';
+import { createProxyClient, refOf } from '../../kube/proxies.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
@@ -32,12 +35,16 @@ import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
+import { CLOCK_TICKS_PER_SECOND, descendants, readProc } from './proc.js';
 
 const sizes = process.argv
   .slice(2)
   .map(Number)
   .filter((n) => n > 0);
 const SIZES = sizes.length > 0 ? sizes : [25, 100];
+
+/** Creates in flight at once while applying the Proxies. */
+const CREATES_IN_FLIGHT = 16;
 
 Runtime.install({ logger: new DefaultLogger('ERROR') });
 const logger = pino({ level: 'silent' });
@@ -90,6 +97,43 @@ const bridge = createBridge({
 });
 await bridge.start();
 
+/** CPU seconds so far of this process and of each server it started, by server. */
+function cpuNow(): Map<string, number> {
+  const cpu = new Map<string, number>();
+  const self = process.cpuUsage();
+  cpu.set('bench (worker, bridge, local provider)', (self.user + self.system) / 1e6);
+  for (const pid of descendants(process.pid)) {
+    const sample = readProc(pid);
+    if (sample) cpu.set(sample.name, (cpu.get(sample.name) ?? 0) + sample.cpuTicks / CLOCK_TICKS_PER_SECOND);
+  }
+  return cpu;
+}
+
+/** Where the CPU went between two cpuNow() readings, per item of work. */
+function cpuSplit(before: Map<string, number>, after: Map<string, number>, n: number): string {
+  const used = [...after].map(([name, s]) => [name, s - (before.get(name) ?? 0)] as const);
+  const total = used.reduce((sum, [, s]) => sum + s, 0);
+  return `${((total / n) * 1000).toFixed(1)} ms CPU each: ${used
+    .filter(([, s]) => s > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, s]) => `${name} ${((s / n) * 1000).toFixed(1)} (${((s / total) * 100).toFixed(0)} %)`)
+    .join(', ')}`;
+}
+
+/** One workflow's history so far, as event type x count in order of first appearance. */
+async function historyOf(workflowId: string): Promise<string> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const counts = new Map<string, number>();
+  for (const event of history.events ?? []) {
+    const type = (protoModule.temporal.api.enums.v1.EventType[event.eventType ?? 0] ?? '?').replace(
+      /^EVENT_TYPE_/,
+      '',
+    );
+    counts.set(type, (counts.get(type) ?? 0) + 1);
+  }
+  return `${history.events?.length ?? 0} events: ${[...counts].map(([t, c]) => (c > 1 ? `${t} x${c}` : t)).join(', ')}`;
+}
+
 async function baseline(n: number): Promise<number> {
   const t0 = performance.now();
   const handles = await Promise.all(
@@ -111,13 +155,15 @@ async function baseline(n: number): Promise<number> {
  * costs the apiserver and this process more at N = 1,000 than what it
  * measures).
  */
-async function provision(n: number, ns: string): Promise<{ ms: number }> {
+async function provision(n: number, ns: string): Promise<{ ms: number; history: string }> {
   await core.createNamespace({ body: { metadata: { name: ns } } });
   const provisioned = new Set<string>();
   let t0 = 0;
   let done: (ms: number) => void = () => undefined;
   const all = new Promise<number>((resolve) => (done = resolve));
+  let first: Proxy | undefined;
   const note = (p: Proxy): void => {
+    if (p.metadata.name === 'p0') first = p;
     if (!p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')) return;
     provisioned.add(p.metadata.name);
     if (provisioned.size === n) done(performance.now() - t0);
@@ -139,23 +185,33 @@ async function provision(n: number, ns: string): Promise<{ ms: number }> {
     },
   );
   t0 = performance.now();
+  // As `kubectl apply` or a controller sends them: a bounded number in
+  // flight over kept-alive connections. All N at once opened a TLS
+  // connection per request, and the handshakes (both ends) cost more than
+  // the creates.
+  let next = 0;
   await Promise.all(
-    Array.from({ length: n }, (_, i) =>
-      api.create({
-        metadata: { name: `p${i}`, namespace: ns },
-        spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
-      }),
-    ),
+    Array.from({ length: Math.min(CREATES_IN_FLIGHT, n) }, async () => {
+      for (let i = next++; i < n; i = next++) {
+        await api.create({
+          metadata: { name: `p${i}`, namespace: ns },
+          spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
+        });
+      }
+    }),
   );
   const ms = await all;
   watching.abort();
-  return { ms };
+  return { ms, history: first ? await historyOf(proxyWorkflowId(refOf(first))) : 'not seen' };
 }
 
 console.log(`# provisioning benchmark (local provider, ${process.version}, 2 cores)`);
 for (const n of SIZES) {
+  const cpu0 = cpuNow();
   const base = await baseline(n);
-  const { ms } = await provision(n, `bench-${n}`);
+  const cpu1 = cpuNow();
+  const { ms, history } = await provision(n, `bench-${n}`);
+  const cpu2 = cpuNow();
   const rssMiB = process.memoryUsage().rss / 2 ** 20;
   console.log(
     `N=${String(n).padStart(4)}  process RSS ${rssMiB.toFixed(0)} MiB (worker + bridge + local provider in one process)`,
@@ -163,6 +219,10 @@ for (const n of SIZES) {
   console.log(
     `N=${String(n).padStart(4)}  apply→all Provisioned ${(ms / 1000).toFixed(2)} s   ${n} trivial workflows ${(base / 1000).toFixed(2)} s   ratio ${(ms / base).toFixed(1)}x   per proxy ${(ms / n).toFixed(0)} ms`,
   );
+  console.log(`N=${String(n).padStart(4)}  trivial: ${cpuSplit(cpu0, cpu1, n)}`);
+  console.log(`N=${String(n).padStart(4)}  Proxy:   ${cpuSplit(cpu1, cpu2, n)}`);
+  console.log(`N=${String(n).padStart(4)}  one Proxy's history when all were Provisioned: ${history}`);
+  console.log(`N=${String(n).padStart(4)}  load average ${loadavg()[0]!.toFixed(2)}`);
   await core.deleteNamespace({ name: `bench-${n}` }).catch(() => undefined);
 }
 

@@ -60,7 +60,6 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
-  readlinkSync,
   rmSync,
   statSync,
   writeFileSync,
@@ -72,6 +71,14 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import {
+  CLOCK_TICKS_PER_SECOND,
+  descendants,
+  findPid,
+  type ProcSample,
+  readProc,
+  socketFds,
+} from './proc.js';
 import { Client, Connection } from '@temporalio/client';
 import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { API_VERSION, PROXY_PLURAL } from '../../kube/coordinates.js';
@@ -176,96 +183,6 @@ function distOutOfDate(entry: string): string | undefined {
     walk(join(REPO, d));
   if (newer.length === 0) return undefined;
   return `dist/ is older than ${newer.slice(0, 3).join(', ')}${newer.length > 3 ? ' ...' : ''}`;
-}
-
-// ---------------------------------------------------------------- /proc
-
-interface ProcSample {
-  rssKiB: number;
-  hwmKiB: number;
-  /** utime + stime, in clock ticks. */
-  cpuTicks: number;
-  threads: number;
-}
-
-function readProc(pid: number): ProcSample | undefined {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return {
-      rssKiB: field('VmRSS'),
-      hwmKiB: field('VmHWM'),
-      cpuTicks: Number(rest[11]) + Number(rest[12]),
-      threads: field('Threads'),
-    };
-  } catch {
-    return undefined;
-  }
-}
-
-function allPids(): number[] {
-  return readdirSync('/proc')
-    .filter((d) => /^\d+$/.test(d))
-    .map(Number);
-}
-
-function ppidOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-  } catch {
-    return undefined;
-  }
-}
-
-function descendants(pid: number): number[] {
-  const parent = new Map<number, number>();
-  for (const p of allPids()) {
-    const pp = ppidOf(p);
-    if (pp !== undefined) parent.set(p, pp);
-  }
-  const out: number[] = [];
-  const frontier = [pid];
-  while (frontier.length > 0) {
-    const cur = frontier.pop()!;
-    for (const [child, pp] of parent) {
-      if (pp === cur) {
-        out.push(child);
-        frontier.push(child);
-      }
-    }
-  }
-  return out;
-}
-
-/** The PID whose executable is named `exe` and whose command line mentions `needle`. */
-function findPid(exe: string, needle: string): number | undefined {
-  for (const pid of allPids()) {
-    try {
-      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-      if (argv[0]?.endsWith(`/${exe}`) && argv.some((a) => a.includes(needle))) return pid;
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
-}
-
-function socketFds(pid: number): number {
-  try {
-    return readdirSync(`/proc/${pid}/fd`).filter((fd) => {
-      try {
-        return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:');
-      } catch {
-        return false;
-      }
-    }).length;
-  } catch {
-    return NaN;
-  }
 }
 
 const mib = (kib: number) => kib / 1024;
@@ -778,7 +695,6 @@ async function run(): Promise<void> {
     const steadyTo = Date.now();
     const steadySeconds = (performance.now() - tSteady) / 1000;
     const steadyGc = await afterGc('steady');
-    const ticksPerSecond = 100; // USER_HZ on Linux
     const cpuPct: Record<string, number> = {};
     const rssMiB: Record<string, number> = {};
     const gcRssMiB: Record<string, number> = {};
@@ -786,7 +702,7 @@ async function run(): Promise<void> {
       const samples = steady.get(p.name)!;
       const last = samples.at(-1);
       cpuPct[p.name] = last
-        ? ((last.cpuTicks - cpuBefore.get(p.name)!) / ticksPerSecond / steadySeconds) * 100
+        ? ((last.cpuTicks - cpuBefore.get(p.name)!) / CLOCK_TICKS_PER_SECOND / steadySeconds) * 100
         : NaN;
       rssMiB[p.name] = mib(median(samples.map((s) => s.rssKiB)));
     }
@@ -903,7 +819,7 @@ async function run(): Promise<void> {
       const idleRss = median(idle.get(p.name)!.map((s) => s.rssKiB));
       const rss = steady.get(p.name)!.map((s) => s.rssKiB);
       const last = steady.get(p.name)!.at(-1)!;
-      const cpu = (last.cpuTicks - cpuBefore.get(p.name)!) / 100 / steadySeconds;
+      const cpu = (last.cpuTicks - cpuBefore.get(p.name)!) / CLOCK_TICKS_PER_SECOND / steadySeconds;
       const gi = idleGc.get(p.name)!;
       const gs = steadyGc.get(p.name)!;
       console.log(

@@ -96,3 +96,19 @@ export function maybeRecord(name: string, history: temporal.api.history.v1.IHist
     bytes,
   );
 }
+
+/**
+ * How many calls of an activity type a history holds: scheduled activities
+ * and local activities (a `core_local_activity` marker naming the type).
+ * createInstance is either, by provider (ProviderCapabilities.quickCreate);
+ * status writes are local.
+ */
+export function activityCalls(events: temporal.api.history.v1.IHistoryEvent[], type: string): number {
+  return events.filter((e) => {
+    if (e.activityTaskScheduledEventAttributes?.activityType?.name === type) return true;
+    const marker = e.markerRecordedEventAttributes;
+    if (marker?.markerName !== 'core_local_activity') return false;
+    const data = marker.details?.data?.payloads?.[0]?.data;
+    return data ? Buffer.from(data).toString('utf8').includes(`"activity_type":"${type}"`) : false;
+  }).length;
+}

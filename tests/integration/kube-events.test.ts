@@ -7,7 +7,10 @@ import { EventsV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { Counter, Registry } from 'prom-client';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createKubeActivities } from '../../activities/kube-activities.js';
 import { createEventRecorder } from '../../kube/events.js';
+import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import { createNamespace, createProxy, kubeConfig, proxyClient, kubectl } from '../helpers/kube.js';
 
 describe('Proxy Events on the real apiserver', () => {
@@ -112,6 +115,82 @@ describe('Proxy Events on the real apiserver', () => {
         { type: 'Normal', reason: 'Running', action: 'Provision', note: 'n' },
       ),
     ).resolves.toBe('failed');
+    await recorder.close();
+  });
+
+  it('a status write takes the Events against the status the workflow sends, and reads it on a retry', async () => {
+    const proxy = await createProxy(proxyClient(kc), ns, 'writes', {
+      mode: 'External',
+      endpoint: { host: '203.0.113.8' },
+    });
+    const ref = { namespace: ns, name: 'writes', uid: proxy.metadata.uid! };
+    const registry = new Registry();
+    const counter = new Counter({
+      name: 'egress_kube_events_total',
+      help: 'test',
+      labelNames: ['type', 'outcome'] as const,
+      registers: [registry],
+    });
+    const recorder = createEventRecorder({
+      kubeConfig: kc,
+      logger: pino({ level: 'silent' }),
+      reportingInstance: 'writes-test',
+      counter,
+    });
+    // Occurrences recorded so far (a repeat joins its Event's series, so objects alone do not tell).
+    const recorded = async () =>
+      (await counter.get()).values
+        .filter((v) => v.labels.outcome !== 'failed')
+        .reduce((n, v) => n + v.value, 0);
+    const kube = createKubeActivities({
+      kubeConfig: kc,
+      logger: pino({ level: 'silent' }),
+      events: recorder,
+    });
+    const healthy = (message: string): ProxyStatus => ({
+      phase: 'Ready',
+      conditions: [
+        {
+          type: 'Healthy',
+          status: 'True',
+          reason: 'ProbeSucceeded',
+          message,
+          lastTransitionTime: '2026-12-05T00:00:00Z',
+        },
+      ],
+    });
+    const healthEvents = async () =>
+      (await kc.makeApiClient(EventsV1Api).listNamespacedEvent({ namespace: ns })).items.filter(
+        (e) => e.regarding?.uid === ref.uid && e.action === 'HealthCheck',
+      );
+
+    // No status yet: the first write reads it (none) and says "became healthy".
+    await expect(kube.writeProxyStatus({ ref, status: healthy('first') })).resolves.toBe('written');
+    expect(await healthEvents()).toHaveLength(1);
+    expect(await recorded()).toBe(1);
+    // Healthy already, but the workflow says what it knows holds nothing healthy: no read, a second occurrence.
+    await expect(
+      kube.writeProxyStatus({ ref, status: healthy('second'), previous: { conditions: [] } }),
+    ).resolves.toBe('written');
+    expect(await recorded()).toBe(2);
+    // The same on a retry: the last attempt may have landed, so it reads, finds Healthy, and says nothing.
+    const retry = new MockActivityEnvironment({ attempt: 2 });
+    await expect(
+      retry.run(() => kube.writeProxyStatus({ ref, status: healthy('third'), previous: { conditions: [] } })),
+    ).resolves.toBe('written');
+    expect(await recorded()).toBe(2);
+    // Without `previous` it reads too: nothing new.
+    await expect(kube.writeProxyStatus({ ref, status: healthy('fourth') })).resolves.toBe('written');
+    expect(await recorded()).toBe(2);
+    // And a real change is still said.
+    const unhealthy = healthy('fifth');
+    unhealthy.conditions = [{ ...unhealthy.conditions![0]!, status: 'False', reason: 'ProbeFailed' }];
+    await kube.writeProxyStatus({ ref, status: unhealthy });
+    expect(await recorded()).toBe(3);
+    expect((await healthEvents()).map((e) => e.note).sort()).toEqual([
+      'became healthy: first',
+      'became unhealthy: fifth',
+    ]);
     await recorder.close();
   });
 });

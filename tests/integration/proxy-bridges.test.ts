@@ -18,7 +18,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { eventually } from '../helpers/temporal.js';
+import { activityCalls, eventually } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 import { metricValue } from '../helpers/observability.js';
 
@@ -59,9 +59,7 @@ describe('several bridges at once', () => {
         .fetchHistory()
     ).events ?? [];
   const activities = async (name: string, uid: string, type: string) =>
-    (await events(name, uid)).filter(
-      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type,
-    ).length;
+    activityCalls(await events(name, uid), type);
 
   it('create, edit (one replacement) and delete of several Proxies with three bridges', async () => {
     const names = ['multi-a', 'multi-b', 'multi-c'];

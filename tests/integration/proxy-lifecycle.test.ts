@@ -16,7 +16,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { eventually, maybeRecord } from '../helpers/temporal.js';
+import { activityCalls, eventually, maybeRecord } from '../helpers/temporal.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
 
 describe('Proxy lifecycle with the local provider', () => {
@@ -111,6 +111,32 @@ describe('Proxy lifecycle with the local provider', () => {
     maybeRecord('proxy-create-ready-replace-delete', await handle.fetchHistory());
   });
 
+  it('a quick provider provisions in one workflow task: create and status write as local activities', async () => {
+    const created = await createProxy(cp.api, cp.namespace, 'px-quick', {
+      mode: 'Managed',
+      provider: 'local',
+      port: 18083,
+    });
+    const ref = { namespace: cp.namespace, name: 'px-quick', uid: created.metadata.uid! };
+    const running = await waitFor('px-quick', 'Provisioned=True with an IP', (p) =>
+      Boolean(
+        p.status?.ip && p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
+      ),
+    );
+    const events = (await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? [];
+    const firstTimer = events.findIndex((e) => e.timerStartedEventAttributes);
+    expect(firstTimer).toBeGreaterThan(0);
+    const provisioning = events.slice(0, firstTimer);
+    expect(provisioning.filter((e) => e.workflowTaskCompletedEventAttributes)).toHaveLength(1);
+    expect(provisioning.filter((e) => e.activityTaskScheduledEventAttributes)).toHaveLength(0);
+    expect(activityCalls(provisioning, 'createInstance')).toBe(1);
+    // One status write, after the create: nothing showed "Pending" for the moment the create took.
+    expect(activityCalls(provisioning, 'writeProxyStatus')).toBe(1);
+    expect(running.status?.providerID).toBeTruthy();
+    await remove('px-quick');
+    await gone('px-quick');
+  });
+
   it('a Running proxy is polled every drift poll but its status is written only when it changes', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-quiet', {
       mode: 'Managed',
@@ -124,16 +150,7 @@ describe('Proxy lifecycle with the local provider', () => {
       const events = (await handle.fetchHistory()).events ?? [];
       const scheduled = (type: string) =>
         events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type).length;
-      // Status writes are local activities (a marker naming the activity type), or normal ones on the old path.
-      const localWrites = events.filter((e) => {
-        const marker = e.markerRecordedEventAttributes;
-        if (marker?.markerName !== 'core_local_activity') return false;
-        const data = marker.details?.data?.payloads?.[0]?.data;
-        return data
-          ? Buffer.from(data).toString('utf8').includes('"activity_type":"writeProxyStatus"')
-          : false;
-      }).length;
-      return { gets: scheduled('getInstance'), writes: localWrites + scheduled('writeProxyStatus') };
+      return { gets: scheduled('getInstance'), writes: activityCalls(events, 'writeProxyStatus') };
     };
     await waitFor('px-quiet', 'Provisioned=True with an IP', (p) =>
       Boolean(

@@ -41,7 +41,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
-import { eventually, workflowBundle } from '../helpers/temporal.js';
+import { activityCalls, eventually, workflowBundle } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 
 describe('restarts of the apiserver and the Temporal server', () => {
@@ -198,9 +198,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
     return listed.flat().filter((i) => i.uid === uid);
   };
   const activities = async (name: string, uid: string, type: string) =>
-    ((await handleOf(name, uid).fetchHistory()).events ?? []).filter(
-      (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type,
-    ).length;
+    activityCalls((await handleOf(name, uid).fetchHistory()).events ?? [], type);
   /** The create returned and the instance is inside its start delay: the window a restart lands in. */
   const insideStartDelay = (p: Proxy) =>
     Boolean(p.status?.providerID) && proxyCondition(p, 'Provisioned')?.reason === 'Provisioning';

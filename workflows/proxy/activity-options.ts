@@ -26,6 +26,16 @@ export const PROXY_ACTIVITY_OPTIONS = {
     heartbeatTimeout: '15 seconds',
     retry: { ...backoff('30 seconds'), maximumAttempts: 5, nonRetryableErrorTypes: NON_RETRYABLE_FAILURES },
   },
+  // A quick provider's create (ProviderCapabilities.quickCreate) as a local
+  // activity, run in the worker that holds the workflow task. No heartbeat
+  // (a local activity has none), so a shorter bound; and three attempts
+  // (about 3 s), not five: until it ends the status shows nothing, so a
+  // failing create is soon handed to the workflow, which shows the error
+  // and tries again after errorRetryMs.
+  quickCreate: {
+    startToCloseTimeout: '30 seconds',
+    retry: { ...backoff('30 seconds'), maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE_FAILURES },
+  },
   // Status writes: transition-only, so each one matters; retried through an
   // apiserver blip. Also run as local activities (statusWriteLocal).
   statusWrite: {

@@ -98,6 +98,12 @@ export const DEFAULT_TIMING: ProxyTiming = {
 export interface WorkerTiming extends ProxyTiming {
   /** The drift sweep lists this Proxy's provider: the steady wait is the safety poll. */
   swept: boolean;
+  /**
+   * The provider's create is one short call (ProviderCapabilities.quickCreate):
+   * run it as a local activity. Absent in runs from before it: those create
+   * through a regular activity, as they did.
+   */
+  quickCreate?: boolean;
 }
 
 /**
@@ -188,6 +194,14 @@ export interface ProxyWorkflowInput {
   maxHistoryEvents?: number;
   /** Present when continuing as new. */
   carried?: ProxyState;
+  /**
+   * What the Proxy's status recorded when the starter last saw it (the
+   * bridge's informer cache): a fresh run then needs no read of its own.
+   * Absent from starts older than it, which read.
+   */
+  recorded?: RecordedStatus;
+  /** The ProxyPhase search attribute the starter set at the start, so the run does not set it again. */
+  indexedPhase?: ProxyPhase;
 }
 
 /** What the `state` query returns. */

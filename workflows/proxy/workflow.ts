@@ -56,9 +56,15 @@ import {
   scheduleLook,
   view,
 } from './state.js';
+import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import type { ProxyState, ProxyWorkflowInput, WorkerTiming } from './types.js';
 
 const provider = proxyActivities<ProviderActivities>(PROXY_ACTIVITY_OPTIONS.provider);
+// A quick provider's create in the workflow task that decided on it: the
+// create and the status write after it need no second workflow task.
+const quickProvider = proxyLocalActivities<Pick<ProviderActivities, 'createInstance'>>(
+  PROXY_ACTIVITY_OPTIONS.quickCreate,
+);
 // Status writes as local activities: they run in the worker that runs the
 // workflow task, so a write costs no extra workflow task round trip (a
 // provisioning takes 3 workflow tasks instead of 6). Safe because a write is
@@ -138,16 +144,22 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   });
   setHandler(stateQuery, () => view(state));
 
+  // The starter sets ProxyPhase at the start; setting it again is a visibility write per Proxy.
+  if (resumesFromStatus && input.indexedPhase !== undefined) state.indexedPhase ??= input.indexedPhase;
+
   // Both local activities in the first workflow task: one batch, one action.
+  // The bridge sends what the status recorded when it started the run;
+  // other starters (and starts from before it did) leave it to be read.
   const [timing, recorded] = await Promise.all([
     workerConfig.proxyTiming({ provider: state.desired.provider ?? '' }),
     resumesFromStatus
-      ? statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
+      ? (input.recorded ??
+        statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
           log.warn('could not read the recorded status; starting without it', {
             error: failureOf(error).message,
           });
           return undefined;
-        })
+        }))
       : undefined,
   ]);
   // A new run looks first: the deadline it carries was set under the last
@@ -155,13 +167,27 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   state.nextLookAtMs = undefined;
   if (recorded) resumeFromStatus(state, recorded);
 
+  // What the Proxy's status holds as far as this run knows, sent with each
+  // write so its Events need no read: what the run started from, then what
+  // it wrote. Unknown (undefined) when the start could not be read.
+  let knownStatus: ProxyStatus | undefined = resumesFromStatus
+    ? recorded && { conditions: recorded.conditions ?? [] }
+    : state.lastWrittenStatus === undefined
+      ? undefined
+      : (JSON.parse(state.lastWrittenStatus) as ProxyStatus);
+
   const publish = async (): Promise<void> => {
     const status = buildStatus(state, new Date());
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
-        const outcome = await kubeLocal.writeProxyStatus({ ref: state.ref, status });
+        const outcome = await kubeLocal.writeProxyStatus({
+          ref: state.ref,
+          status,
+          ...(knownStatus ? { previous: knownStatus } : {}),
+        });
         state.lastWrittenStatus = serialised;
+        knownStatus = status;
         if (outcome === 'gone') onProxyGone();
       } catch (error) {
         log.warn('status write failed; will retry on the next change', { error: failureOf(error).message });
@@ -249,7 +275,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     // Handlers only mutate state, but wait for any in flight so nothing is lost.
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
-    await continueAsNew<typeof proxyWorkflow>({ ...input, desired: state.desired, carried: state });
+    // What the start carried for a fresh run has served its purpose.
+    const { recorded: _recorded, indexedPhase: _indexedPhase, ...rest } = input;
+    await continueAsNew<typeof proxyWorkflow>({ ...rest, desired: state.desired, carried: state });
   };
 
   for (;;) {
@@ -278,9 +306,12 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         break;
       }
       case 'create': {
-        await publish();
+        // A quick create's outcome is written a moment later, in the same
+        // workflow task: a status write before it would show nobody anything.
+        const quick = timing.quickCreate === true;
+        if (!quick) await publish();
         try {
-          const created = await provider.createInstance({
+          const created = await (quick ? quickProvider : provider).createInstance({
             ref: state.ref,
             provider: state.desired.provider ?? '',
             placement: state.desired.placement,

@@ -1,0 +1,99 @@
+/**
+ * What the benches read of a process from /proc: RSS, CPU time, threads,
+ * children, sockets. Linux only, as the benches are.
+ */
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+
+/** Clock ticks per second (USER_HZ): 100 on every Linux this runs on. */
+export const CLOCK_TICKS_PER_SECOND = 100;
+
+export interface ProcSample {
+  /** The command name (`comm`). */
+  name: string;
+  rssKiB: number;
+  hwmKiB: number;
+  /** utime + stime, in clock ticks. */
+  cpuTicks: number;
+  threads: number;
+}
+
+export function readProc(pid: number): ProcSample | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return {
+      name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+      rssKiB: field('VmRSS'),
+      hwmKiB: field('VmHWM'),
+      cpuTicks: Number(rest[11]) + Number(rest[12]),
+      threads: field('Threads'),
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+export function allPids(): number[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number);
+}
+
+export function ppidOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+export function descendants(pid: number): number[] {
+  const parent = new Map<number, number>();
+  for (const p of allPids()) {
+    const pp = ppidOf(p);
+    if (pp !== undefined) parent.set(p, pp);
+  }
+  const out: number[] = [];
+  const frontier = [pid];
+  while (frontier.length > 0) {
+    const cur = frontier.pop()!;
+    for (const [child, pp] of parent) {
+      if (pp === cur) {
+        out.push(child);
+        frontier.push(child);
+      }
+    }
+  }
+  return out;
+}
+
+/** The PID whose executable is named `exe` and whose command line mentions `needle`. */
+export function findPid(exe: string, needle: string): number | undefined {
+  for (const pid of allPids()) {
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      if (argv[0]?.endsWith(`/${exe}`) && argv.some((a) => a.includes(needle))) return pid;
+    } catch {
+      // gone
+    }
+  }
+  return undefined;
+}
+
+export function socketFds(pid: number): number {
+  try {
+    return readdirSync(`/proc/${pid}/fd`).filter((fd) => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:');
+      } catch {
+        return false;
+      }
+    }).length;
+  } catch {
+    return NaN;
+  }
+}
