@@ -5,7 +5,7 @@
  *   npm run bench:scale -- 1000 3000 10000     (sizes in increasing order)
  *   npm run bench:memory -- [N]                (the same bench, one size, default 1000)
  *
- *   options: [--steady-seconds 60] [--settle-seconds 60] [--sample-every 5]
+ *   options: [--steady-seconds 60] [--settle-seconds 630] [--sample-every 5]
  *            [--lease-seconds 5] [--cost-sample 200] [--cpu-profile DIR]
  *            [--from dist|source] [--inherit-env] [--worker-arg "..."]
  *
@@ -27,7 +27,12 @@
  * real forward proxies, to a loopback target this bench serves. Per size:
  *  - apply → all Provisioned and → all Ready (counted from a watch), the
  *    rate every 15 s;
- *  - after a settle (--settle-seconds), a steady window: RSS (median) and CPU
+ *  - after a settle (--settle-seconds; by default the prober's latency
+ *    interval, 10 min, plus 30 s: a Proxy's first latency report after the
+ *    one its Ready carried comes that long after, a one-off correction of
+ *    a probe timed under the provisioning burst's load, which at 10,000
+ *    fills a window started a minute after Ready with about 600 reports a
+ *    minute), a steady window: RSS (median) and CPU
  *    of the worker, bridge, api, Temporal dev server, kube-apiserver and
  *    etcd; probes per second, the prober's schedule lag p99 (its histogram
  *    on the api's /metrics) and the api's CPU per probe; RSS after a full GC
@@ -94,13 +99,14 @@ import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/t
 import { imageEnvironment } from '../helpers/image-env.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { countActions, millis, type Event } from './actions.js';
+import { DEFAULT_LATENCY_POLICY } from '../../prober/latency.js';
 import { load, quantile, startBareHono, type Sample } from './lease-load.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     'steady-seconds': { type: 'string', default: '60' },
-    'settle-seconds': { type: 'string', default: '60' },
+    'settle-seconds': { type: 'string', default: String(DEFAULT_LATENCY_POLICY.minIntervalMs / 1000 + 30) },
     'sample-every': { type: 'string', default: '5' },
     from: { type: 'string', default: 'dist' },
     'idle-only': { type: 'boolean', default: false },
@@ -679,7 +685,8 @@ async function run(): Promise<void> {
         (toReady === undefined ? '' : `, → all Ready ${toReady.toFixed(1)} s`),
     );
 
-    // Steady state: a settle (the last status writes, Events and first sweeps), then the window.
+    // Steady state: a settle (the last status writes, Events, first sweeps and
+    // first latency corrections), then the window.
     await sleep(Number(values['settle-seconds']) * 1000);
     const cpuBefore = new Map(
       measured.map((p) => [p.name, p.pid === undefined ? NaN : (readProc(p.pid)?.cpuTicks ?? NaN)]),
