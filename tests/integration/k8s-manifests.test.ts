@@ -587,9 +587,16 @@ describe('infra/k8s on an enforcing apiserver', () => {
         cloudInit: { secretRef: { name: 'ci' } },
       });
       const id = proxyWorkflowId({ namespace: proxyNs, name: p.metadata.name, uid: p.metadata.uid! });
+      // A create through a regular activity shows the failure on its pending
+      // activity; a quick provider's (a local activity, `local` here) in the
+      // Proxy's status, once its three attempts are spent.
       await eventually(
         'the Secret read retried as forbidden',
-        async () => forbidden('get', 'secrets').test(await pendingFailures(client, id)) || undefined,
+        async () => {
+          const proxy = await getProxy(objects, proxyNs, p.metadata.name);
+          const seen = `${await pendingFailures(client, id)}\n${JSON.stringify(proxy.status ?? {})}`;
+          return forbidden('get', 'secrets').test(seen) || undefined;
+        },
         { timeoutMs: 60_000, intervalMs: 500 },
       );
       expect(isProvisioned(await getProxy(objects, proxyNs, p.metadata.name))).toBe(false);

@@ -88,6 +88,11 @@ describe('several bridges at once', () => {
       expect(await getThroughConnect(p.status!.ip!, port(i, 1), target.port)).toBe('bridges ok');
       const history = await events(name, uid(name));
       expect(history.filter((e) => e.workflowExecutionStartedEventAttributes)).toHaveLength(1);
+      // The status is written inside the workflow task that created the
+      // instance (local activities): its history catches up when the task completes.
+      await eventually('the create in history', async () =>
+        (await activities(name, uid(name), 'createInstance')) > 0 ? true : undefined,
+      );
       expect(await activities(name, uid(name), 'createInstance')).toBe(1);
       const d = await cp.client.workflow
         .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid: uid(name) }))

@@ -123,9 +123,13 @@ describe('Proxy lifecycle with the local provider', () => {
         p.status?.ip && p.status.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True'),
       ),
     );
-    const events = (await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? [];
+    // The status is written inside the workflow task (a local activity): the
+    // history has the task once it completes, with the timer it starts.
+    const events = await eventually('the provisioning task in history', async () => {
+      const all = (await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? [];
+      return all.some((e) => e.timerStartedEventAttributes) ? all : undefined;
+    });
     const firstTimer = events.findIndex((e) => e.timerStartedEventAttributes);
-    expect(firstTimer).toBeGreaterThan(0);
     const provisioning = events.slice(0, firstTimer);
     expect(provisioning.filter((e) => e.workflowTaskCompletedEventAttributes)).toHaveLength(1);
     expect(provisioning.filter((e) => e.activityTaskScheduledEventAttributes)).toHaveLength(0);

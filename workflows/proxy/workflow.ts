@@ -190,6 +190,8 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         knownStatus = status;
         if (outcome === 'gone') onProxyGone();
       } catch (error) {
+        // It may have landed before it failed: the next write reads what is there.
+        knownStatus = undefined;
         log.warn('status write failed; will retry on the next change', { error: failureOf(error).message });
       }
     }
