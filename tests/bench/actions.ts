@@ -122,3 +122,48 @@ export function countActions(
   }
   return out;
 }
+
+/** The part of a Temporal client the counting below reads histories with. */
+interface HistoryClient {
+  workflow: {
+    getHandle(
+      workflowId: string,
+      runId?: string,
+    ): { fetchHistory(): Promise<temporal.api.history.v1.IHistory> };
+    list(options: { query: string }): AsyncIterable<{ workflowId: string; runId: string; type: string }>;
+  };
+}
+
+/** Billable actions inside [from, to) in the latest run of each Proxy workflow ID given. */
+export async function proxyWorkflowActions(
+  client: HistoryClient,
+  workflowIds: readonly string[],
+  from: number,
+  to: number,
+): Promise<number> {
+  let actions = 0;
+  for (const id of workflowIds) {
+    const events = ((await client.workflow.getHandle(id).fetchHistory()).events ?? []) as Event[];
+    for (const v of countActions('proxyWorkflow', events, from, to).values()) actions += v;
+  }
+  return actions;
+}
+
+/** Billable actions inside [from, to) in the Schedules' workflows (drift sweep, provider checks, orphan GC). */
+export async function scheduleWorkflowActions(
+  client: HistoryClient,
+  from: number,
+  to: number,
+): Promise<number> {
+  let actions = 0;
+  // A run started before the window may still act in it; none outlives 15 minutes.
+  const since = new Date(from - 15 * 60_000).toISOString();
+  for await (const w of client.workflow.list({
+    query: `WorkflowType IN (${[...SCHEDULED_TYPES].map((t) => `'${t}'`).join(', ')}) AND StartTime > '${since}'`,
+  })) {
+    const events = ((await client.workflow.getHandle(w.workflowId, w.runId).fetchHistory()).events ??
+      []) as Event[];
+    for (const v of countActions(w.type, events, from, to).values()) actions += v;
+  }
+  return actions;
+}

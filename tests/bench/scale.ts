@@ -98,7 +98,7 @@ import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
 import { imageEnvironment } from '../helpers/image-env.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { countActions, millis, type Event } from './actions.js';
+import { millis, proxyWorkflowActions, scheduleWorkflowActions } from './actions.js';
 import { DEFAULT_LATENCY_POLICY } from '../../prober/latency.js';
 import { load, quantile, startBareHono, type Sample } from './lease-load.js';
 
@@ -1000,20 +1000,8 @@ async function windowCost(
       const { name, namespace, uid } = fleet[i]!.metadata;
       sample.push(proxyWorkflowId({ name, namespace: namespace ?? NAMESPACE, uid: uid ?? '' }));
     }
-    let proxyActions = 0;
-    for (const id of sample) {
-      const events = ((await client.workflow.getHandle(id).fetchHistory()).events ?? []) as Event[];
-      for (const v of countActions('proxyWorkflow', events, from, to).values()) proxyActions += v;
-    }
-    let scheduleActions = 0;
-    const since = new Date(from - 15 * 60_000).toISOString();
-    for await (const w of client.workflow.list({
-      query: `WorkflowType IN ('driftSweepWorkflow', 'providerChecksWorkflow', 'orphanGcWorkflow') AND StartTime > '${since}'`,
-    })) {
-      const events = ((await client.workflow.getHandle(w.workflowId, w.runId).fetchHistory()).events ??
-        []) as Event[];
-      for (const v of countActions(w.type, events, from, to).values()) scheduleActions += v;
-    }
+    const proxyActions = await proxyWorkflowActions(client, sample, from, to);
+    const scheduleActions = await scheduleWorkflowActions(client, from, to);
     const hours = (to - from) / 3_600_000;
     if (sample.length === 0 || ready === 0) return undefined;
     return ((proxyActions / sample.length) * n + scheduleActions) / ready / hours;

@@ -51,7 +51,7 @@ import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal } from '../../workflows/proxy/messages.js';
 import { LABEL_UID } from '../../providers/gcp/instance.js';
 import { FakeCompute } from '../helpers/gcp-fake.js';
-import { countActions, type Event } from './actions.js';
+import { millis, proxyWorkflowActions, scheduleWorkflowActions } from './actions.js';
 import type { TwoWorkersChildConfig } from './two-workers-worker.js';
 
 const { values: args } = parseArgs({
@@ -218,8 +218,7 @@ try {
     const add = (key: string) => tally.set(key, (tally.get(key) ?? 0) + 1);
     for (const id of ids) {
       for (const e of (await client.workflow.getHandle(id).fetchHistory()).events ?? []) {
-        const when = Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
-        const phase = when < at ? 'before' : 'after';
+        const phase = millis(e) < at ? 'before' : 'after';
         if (e.workflowTaskStartedEventAttributes)
           add(`${phase} workflow tasks ${nameOf(e.workflowTaskStartedEventAttributes.identity)}`);
         if (e.activityTaskStartedEventAttributes)
@@ -230,20 +229,8 @@ try {
   };
   /** Billable actions per Ready proxy-hour over [from, to]: a sample of Proxy workflows scaled up, plus the Schedules'. */
   const cost = async (ids: string[], fleet: number, from: number, to: number) => {
-    let proxyActions = 0;
-    for (const id of ids) {
-      const events = ((await client.workflow.getHandle(id).fetchHistory()).events ?? []) as Event[];
-      for (const v of countActions('proxyWorkflow', events, from, to).values()) proxyActions += v;
-    }
-    let scheduleActions = 0;
-    const since = new Date(from - 15 * 60_000).toISOString();
-    for await (const w of client.workflow.list({
-      query: `WorkflowType IN ('driftSweepWorkflow', 'providerChecksWorkflow', 'orphanGcWorkflow') AND StartTime > '${since}'`,
-    })) {
-      const events = ((await client.workflow.getHandle(w.workflowId, w.runId).fetchHistory()).events ??
-        []) as Event[];
-      for (const v of countActions(w.type, events, from, to).values()) scheduleActions += v;
-    }
+    const proxyActions = await proxyWorkflowActions(client, ids, from, to);
+    const scheduleActions = await scheduleWorkflowActions(client, from, to);
     const hours = (to - from) / 3_600_000;
     return {
       perProxyHour: ((proxyActions / ids.length) * fleet + scheduleActions) / fleet / hours,
@@ -310,7 +297,7 @@ try {
   );
 
   console.log(
-    `\n## who started what, in ${SAMPLE} sampled histories of each batch (before / after the kill)`,
+    `\n## who started what, in ${firstIds.length} sampled histories of each batch (before / after the kill)`,
   );
   for (const [name, ids] of [
     ['first batch', firstIds],

@@ -13,6 +13,18 @@ import { createEventRecorder } from '../../kube/events.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import { createNamespace, createProxy, kubeConfig, proxyClient, kubectl } from '../helpers/kube.js';
 
+/** The recorder's egress_kube_events_total, in a registry of its own. */
+function eventsCounter(): { registry: Registry; counter: Counter<'type' | 'outcome'> } {
+  const registry = new Registry();
+  const counter = new Counter({
+    name: 'egress_kube_events_total',
+    help: 'test',
+    labelNames: ['type', 'outcome'] as const,
+    registers: [registry],
+  });
+  return { registry, counter };
+}
+
 describe('Proxy Events on the real apiserver', () => {
   let kc: KubeConfig;
   let ns: string;
@@ -35,13 +47,7 @@ describe('Proxy Events on the real apiserver', () => {
 
   it('a flapping reason is one Event whose series counts the repeats; describe shows it', async () => {
     let clock = Date.parse('2026-12-01T00:00:00Z');
-    const registry = new Registry();
-    const counter = new Counter({
-      name: 'egress_kube_events_total',
-      help: 'test',
-      labelNames: ['type', 'outcome'] as const,
-      registers: [registry],
-    });
+    const { registry, counter } = eventsCounter();
     const recorder = createEventRecorder({
       kubeConfig: kc,
       logger: pino({ level: 'silent' }),
@@ -124,13 +130,7 @@ describe('Proxy Events on the real apiserver', () => {
       endpoint: { host: '203.0.113.8' },
     });
     const ref = { namespace: ns, name: 'writes', uid: proxy.metadata.uid! };
-    const registry = new Registry();
-    const counter = new Counter({
-      name: 'egress_kube_events_total',
-      help: 'test',
-      labelNames: ['type', 'outcome'] as const,
-      registers: [registry],
-    });
+    const { counter } = eventsCounter();
     const recorder = createEventRecorder({
       kubeConfig: kc,
       logger: pino({ level: 'silent' }),
