@@ -24,7 +24,13 @@ import { signalProxy } from '../workflows/proxy/client.js';
 import type { DriftReport, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
 import { withDeadline } from './deadline.js';
 import type { ProviderCircuits } from './provider-circuit.js';
-import type { DriftActivities, ProviderDriftSweep, TimingActivities } from './types.js';
+import type {
+  CreateInstanceInput,
+  CreateInstanceResult,
+  DriftActivities,
+  ProviderDriftSweep,
+  TimingActivities,
+} from './types.js';
 
 /** Signals sent at once by one sweep: a mass drift (a provider wiped) must not flood the frontend. */
 const SIGNAL_CONCURRENCY = 16;
@@ -188,18 +194,55 @@ export interface TimingActivityDeps {
   timing: ProxyTiming;
   /** Whether the drift sweep runs (its interval is not 0). */
   sweepOn: boolean;
+  /** The provider activities' create, for a quick provider's create at a run's start; none when absent. */
+  createInstance?: (input: CreateInstanceInput) => Promise<CreateInstanceResult>;
+  logger?: Logger;
+  /** How long a create at the start may take before the workflow is left to create itself (default 5 s). */
+  createAtStartMs?: number;
 }
 
 export function createTimingActivities(deps: TimingActivityDeps): TimingActivities {
+  const log = deps.logger?.child({ component: 'timing-activities' });
+  const deadlineMs = deps.createAtStartMs ?? 5_000;
+
+  /**
+   * The create, or nothing: a failure is the workflow's to meet (it creates
+   * again, through the activity with the create's own timeouts and retries,
+   * and shows the error), and a create still running at the deadline is left
+   * to finish on its own (create adopts by name, so the workflow's finds it):
+   * this activity's own timeout and endless retries are the timing's, not a
+   * create's.
+   */
+  async function createAtStart(input: CreateInstanceInput): Promise<CreateInstanceResult | undefined> {
+    const create = deps.createInstance!(input);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>(
+      (resolve) => (timer = setTimeout(() => resolve(undefined), deadlineMs)),
+    );
+    try {
+      return await Promise.race([create, late]);
+    } catch (error) {
+      log?.debug(
+        { proxy: `${input.ref.namespace}/${input.ref.name}`, error: (error as Error).message },
+        'create at the start failed; the workflow creates itself',
+      );
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+      create.catch(() => undefined);
+    }
+  }
+
   return {
-    // eslint-disable-next-line @typescript-eslint/require-await
-    async proxyTiming({ provider }) {
+    async proxyTiming({ provider, create }) {
       const timing: WorkerTiming = {
         ...deps.timing,
         swept: isSwept(deps.registry, provider, deps.sweepOn),
         quickCreate: deps.registry.get(provider)?.capabilities?.quickCreate === true,
       };
-      return timing;
+      if (create === undefined || !timing.quickCreate || !deps.createInstance) return timing;
+      const created = await createAtStart(create);
+      return created ? { ...timing, created } : timing;
     },
   };
 }

@@ -166,15 +166,22 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
             },
             'instance created',
           );
+          const look = await firstLook(provider, id);
           // Reason as the Provisioned condition's next one; create adopts an
-          // instance that already carries this Proxy's UID mark.
-          await deps.events?.record(input.ref, {
-            type: 'Normal',
-            reason: 'Provisioning',
-            action: 'Create',
-            note: `instance ${id} created by provider ${provider.name}`,
-          });
-          return { id, specHash: hash, ...(await firstLook(provider, id)) };
+          // instance that already carries this Proxy's UID mark. An instance
+          // running at once (a quick provider's) skips the Provisioning
+          // phase: the status goes straight to Running, and the Running Event
+          // its write records says the same (one Event, not two a moment apart).
+          const runningAtOnce = look.seen?.found === true && look.seen.state === 'Running' && !!look.seen.ip;
+          if (!runningAtOnce) {
+            await deps.events?.record(input.ref, {
+              type: 'Normal',
+              reason: 'Provisioning',
+              action: 'Create',
+              note: `instance ${id} created by provider ${provider.name}`,
+            });
+          }
+          return { id, specHash: hash, ...look };
         } catch (error) {
           throw toApplicationFailure(error);
         }

@@ -64,8 +64,20 @@ export interface KubeActivities {
 }
 
 export interface TimingActivities {
-  /** The worker's timing for a Proxy of this provider (run as a local activity at the start of every run). */
-  proxyTiming(input: { provider: string }): Promise<WorkerTiming>;
+  /**
+   * The worker's timing for a Proxy of this provider: the local activity
+   * every run starts with. Given `create` (a fresh Proxy whose first step is
+   * its create) and a quick provider, it also creates the instance, so a
+   * provisioning needs one local activity and one activation fewer.
+   * `created` is absent when it did not, whatever the reason: the workflow
+   * then creates as it always does, and meets any failure there.
+   */
+  proxyTiming(input: { provider: string; create?: CreateInstanceInput }): Promise<RunStart>;
+}
+
+/** What a run starts with: the worker's timing, and the instance a quick create at the start made. */
+export interface RunStart extends WorkerTiming {
+  created?: CreateInstanceResult;
 }
 
 /** One provider's part of a drift sweep. */

@@ -189,15 +189,16 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
   });
   const metrics = deps.metrics ?? new Registry();
   const events = deps.events ?? createWorkerEventRecorder(deps.kubeConfig, deps.logger, metrics);
+  const providerActivities = createProviderActivities({
+    events,
+    registry: deps.registry,
+    kubeConfig: deps.kubeConfig,
+    installation: deps.installation,
+    logger: deps.logger,
+    circuits,
+  });
   const activities = {
-    ...createProviderActivities({
-      events,
-      registry: deps.registry,
-      kubeConfig: deps.kubeConfig,
-      installation: deps.installation,
-      logger: deps.logger,
-      circuits,
-    }),
+    ...providerActivities,
     ...createDriftActivities({
       registry: deps.registry,
       kubeConfig: deps.kubeConfig,
@@ -209,6 +210,8 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       registry: deps.registry,
       timing: deps.timing ?? DEFAULT_TIMING,
       sweepOn: deps.driftSweepOn ?? false,
+      createInstance: (input) => providerActivities.createInstance(input),
+      logger: deps.logger,
     }),
     ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
     ...createPoolActivities({

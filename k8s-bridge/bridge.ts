@@ -251,24 +251,44 @@ export function createBridge(opts: BridgeOptions): Bridge {
       indexedPhase: START_PHASE,
     };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
-    try {
-      await opts.client.workflow.signalWithStart<ProxyWorkflow, [DesiredSpec]>(PROXY_WORKFLOW_TYPE, {
-        workflowId: proxyWorkflowId(ref),
-        taskQueue: opts.taskQueue,
-        args: [input],
+    const start = {
+      workflowId: proxyWorkflowId(ref),
+      taskQueue: opts.taskQueue,
+      args: [input] as [ProxyWorkflowInput],
+      // A run that completed (the Proxy was deleted) is never restarted by
+      // a late event; one that failed or was terminated by an operator is.
+      workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY' as const,
+      typedSearchAttributes: [
+        { key: ProxyNamespaceKey, value: ref.namespace },
+        { key: ProxyNameKey, value: ref.name },
+        { key: ProxyProviderKey, value: desired.provider ?? '' },
+        { key: ProxyModeKey, value: desired.mode },
+        { key: ProxyPhaseKey, value: START_PHASE },
+      ],
+    };
+    const signalWithStart = () =>
+      opts.client.workflow.signalWithStart<ProxyWorkflow, [DesiredSpec]>(PROXY_WORKFLOW_TYPE, {
+        ...start,
         signal: specChangedSignal,
         signalArgs: [desired],
-        // A run that completed (the Proxy was deleted) is never restarted by
-        // a late event; one that failed or was terminated by an operator is.
-        workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY',
-        typedSearchAttributes: [
-          { key: ProxyNamespaceKey, value: ref.namespace },
-          { key: ProxyNameKey, value: ref.name },
-          { key: ProxyProviderKey, value: desired.provider ?? '' },
-          { key: ProxyModeKey, value: desired.mode },
-          { key: ProxyPhaseKey, value: START_PHASE },
-        ],
       });
+    // A Proxy no run has written a status to, that this bridge has sent
+    // nothing for, most likely has no run yet: a plain start carries the spec
+    // in its input, where a signal beside it would be one more history event
+    // and one more job in the run's first activation. A run that does exist
+    // (a bridge restarted before the first status write) refuses the start,
+    // and gets the signal.
+    const firstSend = !lastSent.has(k) && proxy.status === undefined;
+    try {
+      if (!firstSend) await signalWithStart();
+      else {
+        try {
+          await opts.client.workflow.start<ProxyWorkflow>(PROXY_WORKFLOW_TYPE, start);
+        } catch (error) {
+          if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;
+          await signalWithStart();
+        }
+      }
       metrics.signals.inc({ signal: 'specChanged' });
     } catch (error) {
       if (!(error instanceof WorkflowExecutionAlreadyStartedError)) throw error;

@@ -36,6 +36,15 @@ export function readProc(pid: number): ProcSample | undefined {
   }
 }
 
+/**
+ * Threads and processes started on this machine since boot (`processes` in
+ * /proc/stat counts every clone). A `vm` call with a timeout starts a
+ * watchdog thread, so this counts them too.
+ */
+export function threadsStarted(): number {
+  return Number(/^processes\s+(\d+)/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1] ?? NaN);
+}
+
 export function allPids(): number[] {
   return readdirSync('/proc')
     .filter((d) => /^\d+$/.test(d))

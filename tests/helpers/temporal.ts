@@ -103,6 +103,33 @@ export function maybeRecord(name: string, history: temporal.api.history.v1.IHist
  * createInstance is either, by provider (ProviderCapabilities.quickCreate);
  * status writes are local.
  */
+/** The results (JSON) of the local activities of this type in `events`, in order. */
+export function localActivityResults(
+  events: temporal.api.history.v1.IHistoryEvent[],
+  type: string,
+): unknown[] {
+  return events.flatMap((e) => {
+    const marker = e.markerRecordedEventAttributes;
+    if (marker?.markerName !== 'core_local_activity') return [];
+    const data = marker.details?.data?.payloads?.[0]?.data;
+    if (!data || !Buffer.from(data).toString('utf8').includes(`"activity_type":"${type}"`)) return [];
+    const result = marker.details?.result?.payloads?.[0]?.data;
+    return [result ? (JSON.parse(Buffer.from(result).toString('utf8')) as unknown) : undefined];
+  });
+}
+
+/**
+ * Instance creates in `events`: createInstance calls (an activity, or a
+ * local one), and the creates a quick provider made at a run's start, inside
+ * its first local activity (proxyTiming's `created`).
+ */
+export function instanceCreates(events: temporal.api.history.v1.IHistoryEvent[]): number {
+  const atStart = localActivityResults(events, 'proxyTiming').filter(
+    (r) => (r as { created?: unknown } | undefined)?.created !== undefined,
+  ).length;
+  return activityCalls(events, 'createInstance') + atStart;
+}
+
 export function activityCalls(events: temporal.api.history.v1.IHistoryEvent[], type: string): number {
   return events.filter((e) => {
     if (e.activityTaskScheduledEventAttributes?.activityType?.name === type) return true;

@@ -8,10 +8,16 @@ import { pino } from 'pino';
 import { Counter, Registry } from 'prom-client';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createKubeActivities } from '../../activities/kube-activities.js';
+import { createProviderActivities } from '../../activities/provider-activities.js';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createEventRecorder } from '../../kube/events.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import { createNamespace, createProxy, kubeConfig, proxyClient, kubectl } from '../helpers/kube.js';
+import { privateLoopbackRange } from '../helpers/control-plane.js';
 
 /** The recorder's egress_kube_events_total, in a registry of its own. */
 function eventsCounter(): { registry: Registry; counter: Counter<'type' | 'outcome'> } {
@@ -192,5 +198,56 @@ describe('Proxy Events on the real apiserver', () => {
       'became unhealthy: fifth',
     ]);
     await recorder.close();
+  });
+
+  it('a create records Provisioning only for an instance not running at once; Running says the rest', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ep-events-create-'));
+    const logger = pino({ level: 'silent' });
+    // Two neighbouring /24s, so the providers never hand out the same address.
+    const [, second, third] = privateLoopbackRange().split('.').map(Number) as [number, number, number];
+    const registry = buildProviders(
+      parseProvidersConfig(
+        `providers:\n` +
+          `  - name: quick\n    type: local\n    local: { stateDir: ${dir}/quick, addressRange: 127.${second}.${third}.0/24 }\n` +
+          `  - name: slow\n    type: local\n    local: { stateDir: ${dir}/slow, addressRange: 127.${second}.${third + 1}.0/24, startDelaySeconds: 600 }\n`,
+        'test',
+      ),
+      { logger, stateRoot: dir },
+    );
+    const recorder = createEventRecorder({ kubeConfig: kc, logger, reportingInstance: 'create-test' });
+    const activities = createProviderActivities({
+      registry,
+      kubeConfig: kc,
+      installation: 'events-test',
+      logger,
+      events: recorder,
+    });
+    const eventsAbout = async (u: string) =>
+      (await kc.makeApiClient(EventsV1Api).listNamespacedEvent({ namespace: ns })).items.filter(
+        (e) => e.regarding?.uid === u,
+      );
+    try {
+      const created: Record<string, { uid: string; seen?: unknown }> = {};
+      for (const provider of ['quick', 'slow']) {
+        const proxy = await createProxy(proxyClient(kc), ns, `create-${provider}`, {
+          mode: 'Managed',
+          provider,
+          port: 20000,
+        });
+        const ref = { namespace: ns, name: proxy.metadata.name, uid: proxy.metadata.uid! };
+        const result = await activities.createInstance({ ref, provider, placement: {}, port: 20000 });
+        created[provider] = { uid: ref.uid, seen: result.seen };
+      }
+      expect(created.quick!.seen).toMatchObject({ found: true, state: 'Running' });
+      expect(created.slow!.seen).toMatchObject({ found: true, state: 'Provisioning' });
+      expect(await eventsAbout(created.quick!.uid)).toEqual([]);
+      const slow = await eventsAbout(created.slow!.uid);
+      expect(slow.map((e) => [e.type, e.reason, e.action])).toEqual([['Normal', 'Provisioning', 'Create']]);
+      expect(slow[0]!.note).toMatch(/^instance local\/\S+ created by provider slow$/);
+    } finally {
+      await recorder.close();
+      await registry.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -18,7 +18,7 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { activityCalls, eventually } from '../helpers/temporal.js';
+import { activityCalls, eventually, instanceCreates } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 import { metricValue } from '../helpers/observability.js';
 
@@ -60,6 +60,7 @@ describe('several bridges at once', () => {
     ).events ?? [];
   const activities = async (name: string, uid: string, type: string) =>
     activityCalls(await events(name, uid), type);
+  const creates = async (name: string, uid: string) => instanceCreates(await events(name, uid));
 
   it('create, edit (one replacement) and delete of several Proxies with three bridges', async () => {
     const names = ['multi-a', 'multi-b', 'multi-c'];
@@ -91,9 +92,9 @@ describe('several bridges at once', () => {
       // The status is written inside the workflow task that created the
       // instance (local activities): its history catches up when the task completes.
       await eventually('the create in history', async () =>
-        (await activities(name, uid(name), 'createInstance')) > 0 ? true : undefined,
+        (await creates(name, uid(name))) > 0 ? true : undefined,
       );
-      expect(await activities(name, uid(name), 'createInstance')).toBe(1);
+      expect(await creates(name, uid(name))).toBe(1);
       const d = await cp.client.workflow
         .getHandle(proxyWorkflowId({ namespace: cp.namespace, name, uid: uid(name) }))
         .describe();
@@ -125,7 +126,7 @@ describe('several bridges at once', () => {
       const p = replaced[i]!;
       expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
       expect(await getThroughConnect(p.status!.ip!, port(i, 2), target.port)).toBe('bridges ok');
-      expect(await activities(name, uid(name), 'createInstance')).toBe(2);
+      expect(await creates(name, uid(name))).toBe(2);
       expect(await activities(name, uid(name), 'deleteInstance')).toBe(1);
       const specSignals = (await events(name, uid(name))).filter(
         (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'specChanged',

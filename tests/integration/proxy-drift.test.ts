@@ -21,7 +21,7 @@ import type { ProxyRef } from '../../workflows/proxy/types.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
-import { activityCalls, eventually, maybeRecord } from '../helpers/temporal.js';
+import { eventually, instanceCreates, maybeRecord } from '../helpers/temporal.js';
 
 const HOUR = 3_600_000;
 const SWEEP_MS = 2_000;
@@ -36,7 +36,7 @@ function tally(events: HistoryEvent[]) {
     events.filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === name).length;
   return {
     gets: scheduled('getInstance'),
-    creates: activityCalls(events, 'createInstance'),
+    creates: instanceCreates(events),
     timersStarted: events.filter((e) => e.timerStartedEventAttributes).length,
     timersFired: events.filter((e) => e.timerFiredEventAttributes).length,
     drift: signals('driftDetected'),

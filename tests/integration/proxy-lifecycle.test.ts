@@ -16,7 +16,8 @@ import {
   waitForProxyGone,
 } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { activityCalls, eventually, maybeRecord } from '../helpers/temporal.js';
+import { activityCalls, eventually, localActivityResults, maybeRecord } from '../helpers/temporal.js';
+import type { RunStart } from '../../activities/types.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
 
 describe('Proxy lifecycle with the local provider', () => {
@@ -111,7 +112,7 @@ describe('Proxy lifecycle with the local provider', () => {
     maybeRecord('proxy-create-ready-replace-delete', await handle.fetchHistory());
   });
 
-  it('a quick provider provisions in one workflow task: create and status write as local activities', async () => {
+  it('a quick provider provisions in one workflow task: the create rides with the timing, then one status write', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-quick', {
       mode: 'Managed',
       provider: 'local',
@@ -133,7 +134,17 @@ describe('Proxy lifecycle with the local provider', () => {
     const provisioning = events.slice(0, firstTimer);
     expect(provisioning.filter((e) => e.workflowTaskCompletedEventAttributes)).toHaveLength(1);
     expect(provisioning.filter((e) => e.activityTaskScheduledEventAttributes)).toHaveLength(0);
-    expect(activityCalls(provisioning, 'createInstance')).toBe(1);
+    // The run's first local activity brought the timing and made the instance.
+    expect(activityCalls(provisioning, 'createInstance')).toBe(0);
+    const starts = localActivityResults(provisioning, 'proxyTiming') as RunStart[];
+    expect(starts).toHaveLength(1);
+    expect(starts[0]).toMatchObject({
+      quickCreate: true,
+      created: {
+        id: running.status?.providerID,
+        seen: { found: true, state: 'Running', ip: running.status?.ip },
+      },
+    });
     // One status write, after the create: nothing showed "Pending" for the moment the create took.
     expect(activityCalls(provisioning, 'writeProxyStatus')).toBe(1);
     expect(running.status?.providerID).toBeTruthy();

@@ -22,7 +22,13 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { KubeActivities, ProviderActivities, TimingActivities } from '../../activities/types.js';
+import type {
+  CreateInstanceInput,
+  CreateInstanceResult,
+  KubeActivities,
+  ProviderActivities,
+  TimingActivities,
+} from '../../activities/types.js';
 import { FailureType } from './failure-types.js';
 import { PROXY_ACTIVITY_OPTIONS } from './activity-options.js';
 import {
@@ -110,6 +116,16 @@ function failureOf(error: unknown): { type: string; message: string } {
   return { type: FailureType.Transient, message: cause instanceof Error ? cause.message : String(cause) };
 }
 
+function createInputOf(state: ProxyState): CreateInstanceInput {
+  return {
+    ref: state.ref,
+    provider: state.desired.provider ?? '',
+    placement: state.desired.placement,
+    port: state.desired.port,
+    cloudInit: state.desired.cloudInit,
+  };
+}
+
 export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   const maxHistoryEvents = input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS;
   const state: ProxyState = input.carried ?? initialState(input);
@@ -150,22 +166,56 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   // Both local activities in the first workflow task: one batch, one action.
   // The bridge sends what the status recorded when it started the run;
   // other starters (and starts from before it did) leave it to be read.
-  const [timing, recorded] = await Promise.all([
-    workerConfig.proxyTiming({ provider: state.desired.provider ?? '' }),
-    resumesFromStatus
-      ? (input.recorded ??
-        statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
-          log.warn('could not read the recorded status; starting without it', {
-            error: failureOf(error).message,
-          });
-          return undefined;
-        }))
-      : undefined,
-  ]);
+  // A fresh Proxy the bridge started with its (empty) recorded status has
+  // its create as first step: a quick provider makes it in the same local
+  // activity that brings the timing (only the worker knows which providers
+  // are quick). Worked out on a copy: the run takes the recorded status
+  // below, as every run does, once the timing is in.
+  const createAtStart = ((): CreateInstanceInput | undefined => {
+    if (!resumesFromStatus || input.recorded === undefined) return undefined;
+    const probe = JSON.parse(JSON.stringify(state)) as ProxyState;
+    resumeFromStatus(probe, input.recorded);
+    if (probe.desired.deletionRequested || nextStep(probe).kind !== 'create') return undefined;
+    return createInputOf(probe);
+  })();
+  // (Each promise made in a workflow costs a stack trace, source-mapped, for
+  // the SDK's stack trace query: the common start awaits the one call alone.)
+  const timingNow = () =>
+    workerConfig.proxyTiming({
+      provider: state.desired.provider ?? '',
+      ...(createAtStart ? { create: createAtStart } : {}),
+    });
+  const [{ created: createdAtStart, ...timing }, recorded] =
+    !resumesFromStatus || input.recorded !== undefined
+      ? [await timingNow(), resumesFromStatus ? input.recorded : undefined]
+      : await Promise.all([
+          timingNow(),
+          statusReader.readRecordedStatus({ ref: state.ref }).catch((error: unknown) => {
+            log.warn('could not read the recorded status; starting without it', {
+              error: failureOf(error).message,
+            });
+            return undefined;
+          }),
+        ]);
   // A new run looks first: the deadline it carries was set under the last
   // run's timing, which its worker may have changed since.
   state.nextLookAtMs = undefined;
   if (recorded) resumeFromStatus(state, recorded);
+
+  /** The state a create leaves: the instance, and its first look's answer. */
+  const applyCreated = (created: CreateInstanceResult): void => {
+    state.instanceId = created.id;
+    state.instanceSpecHash = created.specHash;
+    state.instanceState = 'Provisioning';
+    state.nextLookAtMs = undefined;
+    if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
+    // The create activity's own first look stands for the Get that
+    // would follow (histories from before it carry none: they Get).
+    if (created.seen) scheduleLook(state, observe(state, created.seen), Date.now(), timing);
+  };
+  // Whatever signals came with it (a deletion, a new spec), the instance
+  // exists now: the loop goes on from there as after any create.
+  if (createdAtStart) applyCreated(createdAtStart);
 
   // What the Proxy's status holds as far as this run knows, sent with each
   // write so its Events need no read: what the run started from, then what
@@ -271,9 +321,12 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     else await pause(timing[wait]);
   };
 
-  const maybeContinueAsNew = async (): Promise<void> => {
+  const continueAsNewDue = (): boolean => {
     const info = workflowInfo();
-    if (!info.continueAsNewSuggested && info.historyLength < maxHistoryEvents) return;
+    return info.continueAsNewSuggested || info.historyLength >= maxHistoryEvents;
+  };
+  const maybeContinueAsNew = async (): Promise<void> => {
+    if (!continueAsNewDue()) return;
     // Handlers only mutate state, but wait for any in flight so nothing is lost.
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
@@ -283,7 +336,8 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   };
 
   for (;;) {
-    await maybeContinueAsNew();
+    // Checked before it is awaited: most turns of the loop continue nothing.
+    if (continueAsNewDue()) await maybeContinueAsNew();
     if (state.desired.deletionRequested) {
       await runDeletion(state, timing, publish, pause, maybeContinueAsNew);
       return;
@@ -313,21 +367,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         const quick = timing.quickCreate === true;
         if (!quick) await publish();
         try {
-          const created = await (quick ? quickProvider : provider).createInstance({
-            ref: state.ref,
-            provider: state.desired.provider ?? '',
-            placement: state.desired.placement,
-            port: state.desired.port,
-            cloudInit: state.desired.cloudInit,
-          });
-          state.instanceId = created.id;
-          state.instanceSpecHash = created.specHash;
-          state.instanceState = 'Provisioning';
-          state.nextLookAtMs = undefined;
-          if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
-          // The create activity's own first look stands for the Get that
-          // would follow (histories from before it carry none: they Get).
-          if (created.seen) scheduleLook(state, observe(state, created.seen), Date.now(), timing);
+          applyCreated(await (quick ? quickProvider : provider).createInstance(createInputOf(state)));
         } catch (error) {
           if (failureOf(error).type === FailureType.ProxyGone) onProxyGone();
           await onFailure(error);
