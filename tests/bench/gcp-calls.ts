@@ -52,7 +52,7 @@ import { createGcpProvider } from '../../providers/gcp/provider.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { DRIFT_SWEEP_DEFAULTS } from '../../workflows/drift-sweep/types.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
-import { FakeCompute, type RecordedRequest } from '../helpers/gcp-fake.js';
+import { FAKE_PLACEMENT, FakeCompute, type RecordedRequest } from '../helpers/gcp-fake.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -170,11 +170,7 @@ for (let i = 0; i < N; i += 50) {
           mode: 'Managed',
           provider: 'gcp',
           port: 3128,
-          placement: {
-            zone: 'europe-west1-b',
-            machineType: 'e2-micro',
-            image: 'projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64',
-          },
+          placement: { ...FAKE_PLACEMENT },
         },
       } as never),
     ),

@@ -50,7 +50,7 @@ import { signalProxy } from '../../workflows/proxy/client.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal } from '../../workflows/proxy/messages.js';
 import { LABEL_UID } from '../../providers/gcp/instance.js';
-import { FakeCompute } from '../helpers/gcp-fake.js';
+import { FAKE_PLACEMENT, FakeCompute } from '../helpers/gcp-fake.js';
 import { millis, proxyWorkflowActions, scheduleWorkflowActions } from './actions.js';
 import type { TwoWorkersChildConfig } from './two-workers-worker.js';
 
@@ -163,11 +163,7 @@ try {
               mode: 'Managed',
               provider: 'gcp',
               port: 3128,
-              placement: {
-                zone: 'europe-west1-b',
-                machineType: 'e2-micro',
-                image: 'projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64',
-              },
+              placement: { ...FAKE_PLACEMENT },
             },
           } as never);
         }

@@ -97,6 +97,13 @@ function testPki(): Promise<TestPki> {
   return pki;
 }
 
+/** A placement the fake serves as Compute would: the benches' gcp Proxies all use it. */
+export const FAKE_PLACEMENT = {
+  zone: 'europe-west1-b',
+  machineType: 'e2-micro',
+  image: 'projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64',
+} as const;
+
 /**
  * The delays the fake runs with unless a test changes them: small (the
  * suite's time), but every one of them non-zero, so the provider meets

@@ -163,9 +163,9 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   // The starter sets ProxyPhase at the start; setting it again is a visibility write per Proxy.
   if (resumesFromStatus && input.indexedPhase !== undefined) state.indexedPhase ??= input.indexedPhase;
 
-  // Both local activities in the first workflow task: one batch, one action.
   // The bridge sends what the status recorded when it started the run;
-  // other starters (and starts from before it did) leave it to be read.
+  // other starters (and starts from before it did) leave it to be read, in
+  // the same batch of local activities as the timing (one action).
   // A fresh Proxy the bridge started with its (empty) recorded status has
   // its create as first step: a quick provider makes it in the same local
   // activity that brings the timing (only the worker knows which providers
