@@ -126,6 +126,11 @@ describe('several bridges at once', () => {
       const p = replaced[i]!;
       expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
       expect(await getThroughConnect(p.status!.ip!, port(i, 2), target.port)).toBe('bridges ok');
+      // The replacement's create and status write are local activities of one
+      // workflow task: the status can be read before that task is in history.
+      await eventually('the replacement create in history', async () =>
+        (await creates(name, uid(name))) > 1 ? true : undefined,
+      );
       expect(await creates(name, uid(name))).toBe(2);
       expect(await activities(name, uid(name), 'deleteInstance')).toBe(1);
       const specSignals = (await events(name, uid(name))).filter(

@@ -1,7 +1,7 @@
 /**
  * One trace follows a Proxy change across real processes: the bridge's
- * reconcile span → the Temporal client's SignalWithStart span (its context
- * in the signal's headers) → the worker's RunWorkflow span → StartActivity →
+ * reconcile span → the Temporal client's StartWorkflow span (its context
+ * in the start's headers) → the worker's RunWorkflow span → StartActivity →
  * RunActivity → the provider operation → the provider's own call. A lease
  * request with a `traceparent` joins that trace with a server span. Real
  * parts: `worker`, `bridge` and `api` as CLI child processes with only the
@@ -202,7 +202,8 @@ spec:
       const chain = [create, ...ancestors(byId.get(create.spanId)!, byId)].reverse();
       expect(chain.map((s) => `${s.service}: ${s.name}`)).toEqual([
         'egress-proxies-bridge: bridge reconcile',
-        'egress-proxies-bridge: SignalWithStartWorkflow:proxyWorkflow',
+        // A new Proxy's run is a plain start (its spec is in the input).
+        'egress-proxies-bridge: StartWorkflow:proxyWorkflow',
         'egress-proxies-worker: RunWorkflow:proxyWorkflow',
         expect.stringMatching(/^egress-proxies-worker: StartActivity:\w+$/),
         expect.stringMatching(/^egress-proxies-worker: RunActivity:\w+$/),
