@@ -14,6 +14,7 @@ import { instanceNameFromUid } from '../providers/names.js';
 import { cloudInitContentHash, specHash } from '../providers/spec-hash.js';
 import { unlistedOf, type Provider } from '../providers/types.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
+import { runsWithAddress } from '../workflows/proxy/state.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyClient } from '../kube/proxies.js';
 import { resolveCloudInit } from './kube-activities.js';
@@ -172,8 +173,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
           // running at once (a quick provider's) skips the Provisioning
           // phase: the status goes straight to Running, and the Running Event
           // its write records says the same (one Event, not two a moment apart).
-          const runningAtOnce = look.seen?.found === true && look.seen.state === 'Running' && !!look.seen.ip;
-          if (!runningAtOnce) {
+          if (!(look.seen?.found === true && runsWithAddress(look.seen))) {
             await deps.events?.record(input.ref, {
               type: 'Normal',
               reason: 'Provisioning',

@@ -97,22 +97,27 @@ export function maybeRecord(name: string, history: temporal.api.history.v1.IHist
   );
 }
 
-/**
- * How many calls of an activity type a history holds: scheduled activities
- * and local activities (a `core_local_activity` marker naming the type).
- * createInstance is either, by provider (ProviderCapabilities.quickCreate);
- * status writes are local.
- */
+/** The `core_local_activity` marker of `e` when it records a local activity of this type. */
+function localActivityMarker(
+  e: temporal.api.history.v1.IHistoryEvent,
+  type: string,
+): temporal.api.history.v1.IMarkerRecordedEventAttributes | undefined {
+  const marker = e.markerRecordedEventAttributes;
+  if (marker?.markerName !== 'core_local_activity') return undefined;
+  const data = marker.details?.data?.payloads?.[0]?.data;
+  return data && Buffer.from(data).toString('utf8').includes(`"activity_type":"${type}"`)
+    ? marker
+    : undefined;
+}
+
 /** The results (JSON) of the local activities of this type in `events`, in order. */
 export function localActivityResults(
   events: temporal.api.history.v1.IHistoryEvent[],
   type: string,
 ): unknown[] {
   return events.flatMap((e) => {
-    const marker = e.markerRecordedEventAttributes;
-    if (marker?.markerName !== 'core_local_activity') return [];
-    const data = marker.details?.data?.payloads?.[0]?.data;
-    if (!data || !Buffer.from(data).toString('utf8').includes(`"activity_type":"${type}"`)) return [];
+    const marker = localActivityMarker(e, type);
+    if (!marker) return [];
     const result = marker.details?.result?.payloads?.[0]?.data;
     return [result ? (JSON.parse(Buffer.from(result).toString('utf8')) as unknown) : undefined];
   });
@@ -130,12 +135,16 @@ export function instanceCreates(events: temporal.api.history.v1.IHistoryEvent[])
   return activityCalls(events, 'createInstance') + atStart;
 }
 
+/**
+ * How many calls of an activity type a history holds: scheduled activities
+ * and local activities (a `core_local_activity` marker naming the type).
+ * createInstance is either, by provider (ProviderCapabilities.quickCreate);
+ * status writes are local.
+ */
 export function activityCalls(events: temporal.api.history.v1.IHistoryEvent[], type: string): number {
-  return events.filter((e) => {
-    if (e.activityTaskScheduledEventAttributes?.activityType?.name === type) return true;
-    const marker = e.markerRecordedEventAttributes;
-    if (marker?.markerName !== 'core_local_activity') return false;
-    const data = marker.details?.data?.payloads?.[0]?.data;
-    return data ? Buffer.from(data).toString('utf8').includes(`"activity_type":"${type}"`) : false;
-  }).length;
+  return events.filter(
+    (e) =>
+      e.activityTaskScheduledEventAttributes?.activityType?.name === type ||
+      localActivityMarker(e, type) !== undefined,
+  ).length;
 }

@@ -354,6 +354,11 @@ export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopp
 
 export type Observation = { found: false } | { found: true; state: InstanceState; ip?: string };
 
+/** A provider's answer that counts as Running: the state, and an address to reach the instance at. */
+export function runsWithAddress(seen: { state: InstanceState; ip?: string }): boolean {
+  return seen.state === 'Running' && seen.ip !== undefined && seen.ip !== '';
+}
+
 /**
  * Moves the state by a provider Get answer and says how long to wait before
  * the next look ('now' = act again at once).
@@ -381,7 +386,7 @@ export function observe(
     beginReplacement(state, 'stopped');
     return 'now';
   }
-  const running = seen.state === 'Running' && seen.ip !== undefined && seen.ip !== '';
+  const running = runsWithAddress(seen);
   const ip = running ? seen.ip : undefined;
   if (ip !== state.ip) resetHealth(state);
   state.instanceState = running ? 'Running' : 'Provisioning';
