@@ -9,12 +9,18 @@
  *    with an IP, status written), against N trivial workflows started and
  *    completed on the same server in the same run (the ratio is the figure),
  *    after one untimed round of each (printed as the warm-up);
- *  - the CPU each took per item, by process, and the threads started per item;
+ *  - when the first, half, 90 %, 99 % and all Proxies were Provisioned, and
+ *    where a sample of 100 Proxies' time went, leg by leg, from their
+ *    histories (create → run started → its task picked up → completed);
+ *  - the CPU each took per item, by process (and this process's busiest
+ *    threads), the threads started per item, and the apiserver requests per
+ *    Proxy (from its own metrics);
  *
  * Steady-state cost (billable actions per Ready proxy-hour) is
  * `npm run bench:cost`'s.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { get as httpsGet, type RequestOptions } from 'node:https';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,7 +37,7 @@ import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
-import { bundleWorkflows, createProxyWorker } from '../../cli/worker.js';
+import { bundleWorkflows, createProxyWorker, WORKFLOW_TASK_SLOTS } from '../../cli/worker.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
@@ -91,6 +97,9 @@ const worker = await createProxyWorker({
 const noopWorker = await Worker.create({
   connection: native,
   taskQueue: 'bench-noop',
+  // As the Proxy worker's: the same permits for the baseline.
+  maxConcurrentWorkflowTaskExecutions: WORKFLOW_TASK_SLOTS,
+  maxCachedWorkflows: 2_000,
   workflowsPath: fileURLToPath(new URL('./workflows/noop.ts', import.meta.url)),
 });
 const running = Promise.all([worker.run(), noopWorker.run()]);
@@ -104,6 +113,8 @@ await bridge.start();
 
 /** The key under which cpuNow() keeps the machine's count of threads started. */
 const THREADS = 'threads started';
+/** The prefix of cpuNow()'s keys for this process's threads. */
+const THREAD = 'thread:';
 
 /** CPU seconds so far of this process and of each server it started, by server. */
 function cpuNow(): Map<string, number> {
@@ -111,6 +122,21 @@ function cpuNow(): Map<string, number> {
   const self = process.cpuUsage();
   cpu.set('bench (worker, bridge, local provider)', (self.user + self.system) / 1e6);
   cpu.set(THREADS, threadsStarted());
+  // This process by thread: the main thread, and the rest by ID (Node names
+  // its workflow thread, V8's helpers and libuv's pool all "node").
+  for (const tid of readdirSync(`/proc/${process.pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${process.pid}/task/${tid}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      cpu.set(
+        `${THREAD}${Number(tid) === process.pid ? 'main' : `${comm}#${tid}`}`,
+        (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS_PER_SECOND,
+      );
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
   for (const pid of descendants(process.pid)) {
     const sample = readProc(pid);
     if (sample) cpu.set(sample.name, (cpu.get(sample.name) ?? 0) + sample.cpuTicks / CLOCK_TICKS_PER_SECOND);
@@ -122,14 +148,21 @@ function cpuNow(): Map<string, number> {
 function cpuSplit(before: Map<string, number>, after: Map<string, number>, n: number): string {
   const started = (after.get(THREADS)! - before.get(THREADS)!) / n;
   const used = [...after]
-    .filter(([name]) => name !== THREADS)
+    .filter(([name]) => name !== THREADS && !name.startsWith(THREAD))
     .map(([name, s]) => [name, s - (before.get(name) ?? 0)] as const);
   const total = used.reduce((sum, [, s]) => sum + s, 0);
   return `${((total / n) * 1000).toFixed(1)} ms CPU each: ${used
     .filter(([, s]) => s > 0)
     .sort((a, b) => b[1] - a[1])
     .map(([name, s]) => `${name} ${((s / n) * 1000).toFixed(1)} (${((s / total) * 100).toFixed(0)} %)`)
-    .join(', ')}; threads started ${started.toFixed(1)} each`;
+    .join(', ')}; threads started ${started.toFixed(1)} each; the bench's busiest threads: ${[...after]
+    .filter(([name]) => name.startsWith(THREAD))
+    .map(([name, s]) => [name.slice(THREAD.length), s - (before.get(name) ?? 0)] as const)
+    .filter(([, s]) => s > 0)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 6)
+    .map(([name, s]) => `${name} ${((s / n) * 1000).toFixed(1)}`)
+    .join(', ')}`;
 }
 
 /** One workflow's history so far, as event type x count in order of first appearance. */
@@ -144,6 +177,30 @@ async function historyOf(workflowId: string): Promise<string> {
     counts.set(type, (counts.get(type) ?? 0) + 1);
   }
   return `${history.events?.length ?? 0} events: ${[...counts].map(([t, c]) => (c > 1 ? `${t} x${c}` : t)).join(', ')}`;
+}
+
+/** The apiserver's request counts so far, by verb and resource (its own metrics). */
+async function apiserverRequests(): Promise<Map<string, number>> {
+  const options: RequestOptions = {};
+  await kc.applyToHTTPSOptions(options);
+  const server = new URL(kc.getCurrentCluster()!.server);
+  const text = await new Promise<string>((resolve, reject) => {
+    httpsGet({ ...options, host: server.hostname, port: server.port, path: '/metrics' }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve(body));
+    }).on('error', reject);
+  });
+  const counts = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue;
+    const label = (name: string) => new RegExp(`${name}="([^"]*)"`).exec(line)?.[1] ?? '';
+    const sub = label('subresource');
+    const key = `${label('verb')} ${label('resource')}${sub ? `/${sub}` : ''}`;
+    counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
+  }
+  return counts;
 }
 
 async function baseline(n: number): Promise<number> {
@@ -161,13 +218,59 @@ async function baseline(n: number): Promise<number> {
   return performance.now() - t0;
 }
 
+/** Where a sample of Proxies' time went, from their histories: median and 90th percentile of each leg. */
+async function phasesOf(
+  createdAt: Map<string, number>,
+  provisionedAt: Map<string, number>,
+  refs: Map<string, Proxy>,
+  t0: number,
+): Promise<string> {
+  // performance.now() and the server's event times on one scale: ms after the first create.
+  const origin = performance.timeOrigin + t0;
+  const legs = {
+    'create→run started': [] as number[],
+    'started→task picked up': [] as number[],
+    'task→completed': [] as number[],
+    'task picked up→seen Provisioned': [] as number[],
+  };
+  const names = [...refs.keys()].filter((_, i) => i % Math.max(1, Math.floor(refs.size / 100)) === 0);
+  const EventType = protoModule.temporal.api.enums.v1.EventType;
+  await Promise.all(
+    names.map(async (name) => {
+      const history = await client.workflow.getHandle(proxyWorkflowId(refOf(refs.get(name)!))).fetchHistory();
+      type EventTypeValue = (typeof EventType)[keyof typeof EventType];
+      const at = (type: EventTypeValue) => {
+        const e = history.events?.find((x) => x.eventType === type);
+        const t = e?.eventTime;
+        return t ? Number(t.seconds) * 1000 + (t.nanos ?? 0) / 1e6 - origin : NaN;
+      };
+      const started = at(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED);
+      const picked = at(EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED);
+      const completed = at(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED);
+      legs['create→run started'].push(started - createdAt.get(name)!);
+      legs['started→task picked up'].push(picked - started);
+      legs['task→completed'].push(completed - picked);
+      // The status is written inside the task, before it completes.
+      legs['task picked up→seen Provisioned'].push(provisionedAt.get(name)! - picked);
+    }),
+  );
+  const q = (xs: number[], f: number) =>
+    [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(f * xs.length))]!;
+  return Object.entries(legs)
+    .map(([leg, xs]) => `${leg} ${q(xs, 0.5).toFixed(0)} / ${q(xs, 0.9).toFixed(0)} ms`)
+    .join(', ');
+}
+
 /**
  * Creates N Proxies and times them to all Provisioned, seen through one
  * watch (a list of the namespace every 100 ms, as this bench first did,
  * costs the apiserver and this process more at N = 1,000 than what it
  * measures).
  */
-async function provision(n: number, ns: string): Promise<{ ms: number; history: string; spread: string }> {
+async function provision(
+  n: number,
+  ns: string,
+): Promise<{ ms: number; spread: string; sample: () => Promise<{ history: string; phases: string }> }> {
   await core.createNamespace({ body: { metadata: { name: ns } } });
   const provisioned = new Set<string>();
   /** When each Proxy was first seen Provisioned, ms after the first create. */
@@ -176,12 +279,19 @@ async function provision(n: number, ns: string): Promise<{ ms: number; history: 
   let done: (ms: number) => void = () => undefined;
   const all = new Promise<number>((resolve) => (done = resolve));
   let first: Proxy | undefined;
+  /** When each create returned, ms after the first create, by name. */
+  const createdAt = new Map<string, number>();
+  /** When each Proxy was first seen Provisioned, ms after the first create, by name. */
+  const provisionedAt = new Map<string, number>();
+  const refs = new Map<string, Proxy>();
   const note = (p: Proxy): void => {
     if (p.metadata.name === 'p0') first = p;
     if (!p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')) return;
     if (provisioned.has(p.metadata.name)) return;
     provisioned.add(p.metadata.name);
     doneAt.push(performance.now() - t0);
+    provisionedAt.set(p.metadata.name, performance.now() - t0);
+    refs.set(p.metadata.name, p);
     if (provisioned.size === n) done(doneAt[n - 1]!);
   };
   const watching = await new Watch(kc).watch(
@@ -213,6 +323,7 @@ async function provision(n: number, ns: string): Promise<{ ms: number; history: 
           metadata: { name: `p${i}`, namespace: ns },
           spec: { mode: 'Managed', provider: 'local', port: 20000 + i },
         });
+        createdAt.set(`p${i}`, performance.now() - t0);
       }
     }),
   );
@@ -221,7 +332,10 @@ async function provision(n: number, ns: string): Promise<{ ms: number; history: 
   const at = (q: number) => (doneAt[Math.min(n - 1, Math.ceil(q * n) - 1)]! / 1000).toFixed(2);
   return {
     ms,
-    history: first ? await historyOf(proxyWorkflowId(refOf(first))) : 'not seen',
+    sample: async () => ({
+      history: first ? await historyOf(proxyWorkflowId(refOf(first))) : 'not seen',
+      phases: await phasesOf(createdAt, provisionedAt, refs, t0),
+    }),
     spread: `first Provisioned at ${(doneAt[0]! / 1000).toFixed(2)} s, half at ${at(0.5)} s, 90 % at ${at(0.9)} s, 99 % at ${at(0.99)} s, all at ${at(1)} s`,
   };
 }
@@ -242,8 +356,12 @@ for (const n of SIZES) {
   const cpu0 = cpuNow();
   const base = await baseline(n);
   const cpu1 = cpuNow();
-  const { ms, history, spread } = await provision(n, `bench-${n}`);
+  const requests0 = await apiserverRequests();
+  const { ms, spread, sample } = await provision(n, `bench-${n}`);
   const cpu2 = cpuNow();
+  const requests1 = await apiserverRequests();
+  // Read after the CPU window: these reads are the bench's, not provisioning's.
+  const { history, phases } = await sample();
   const rssMiB = process.memoryUsage().rss / 2 ** 20;
   console.log(
     `N=${String(n).padStart(4)}  process RSS ${rssMiB.toFixed(0)} MiB (worker + bridge + local provider in one process)`,
@@ -252,8 +370,18 @@ for (const n of SIZES) {
     `N=${String(n).padStart(4)}  apply→all Provisioned ${(ms / 1000).toFixed(2)} s   ${n} trivial workflows ${(base / 1000).toFixed(2)} s   ratio ${(ms / base).toFixed(1)}x   per proxy ${(ms / n).toFixed(0)} ms`,
   );
   console.log(`N=${String(n).padStart(4)}  ${spread}`);
+  console.log(
+    `N=${String(n).padStart(4)}  legs, median / 90th percentile of ${Math.min(n, 100)} Proxies: ${phases}`,
+  );
   console.log(`N=${String(n).padStart(4)}  trivial: ${cpuSplit(cpu0, cpu1, n)}`);
   console.log(`N=${String(n).padStart(4)}  Proxy:   ${cpuSplit(cpu1, cpu2, n)}`);
+  console.log(
+    `N=${String(n).padStart(4)}  apiserver requests per Proxy: ${[...requests1]
+      .map(([key, count]) => [key, (count - (requests0.get(key) ?? 0)) / n] as const)
+      .filter(([, each]) => each >= 0.05)
+      .map(([key, each]) => `${key} ${each.toFixed(2)}`)
+      .join(', ')}`,
+  );
   console.log(`N=${String(n).padStart(4)}  one Proxy's history when all were Provisioned: ${history}`);
   console.log(`N=${String(n).padStart(4)}  load average ${loadavg()[0]!.toFixed(2)}`);
   await core.deleteNamespace({ name: `bench-${n}` }).catch(() => undefined);
