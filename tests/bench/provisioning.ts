@@ -254,8 +254,11 @@ async function phasesOf(
       legs['task picked up→seen Provisioned'].push(provisionedAt.get(name)! - picked);
     }),
   );
-  const q = (xs: number[], f: number) =>
-    [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(f * xs.length))]!;
+  // (A task still running when its history was read has no completion: left out.)
+  const q = (xs: number[], f: number) => {
+    const known = xs.filter(Number.isFinite).sort((a, b) => a - b);
+    return known[Math.min(known.length - 1, Math.floor(f * known.length))] ?? NaN;
+  };
   return Object.entries(legs)
     .map(([leg, xs]) => `${leg} ${q(xs, 0.5).toFixed(0)} / ${q(xs, 0.9).toFixed(0)} ms`)
     .join(', ');
