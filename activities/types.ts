@@ -5,13 +5,7 @@
 import type { ProxyPoolStatus, ProxyStatus } from '../resources/proxy-schema.js';
 import type { PoolObservation, PoolRef, RotationReason } from '../workflows/pool/types.js';
 import type { InstanceState, Placement } from '../providers/types.js';
-import type {
-  CloudInitRef,
-  ProxyRef,
-  ProxyState,
-  RecordedStatus,
-  WorkerTiming,
-} from '../workflows/proxy/types.js';
+import type { CloudInitRef, ProxyRef, RecordedStatus, WorkerTiming } from '../workflows/proxy/types.js';
 
 export interface CreateInstanceInput {
   ref: ProxyRef;
@@ -74,31 +68,16 @@ export interface TimingActivities {
    * The worker's timing for a Proxy of this provider: the local activity
    * every run starts with. Given `create` (a fresh Proxy whose first step is
    * its create) and a quick provider, it also creates the instance, so a
-   * provisioning needs one local activity and one activation fewer; given
-   * `report` too, it then writes the status the create leaves (one more of
-   * each fewer). `created` is absent when it did not create, whatever the
-   * reason: the workflow then creates as it always does, and meets any
-   * failure there; `reported` is absent when it did not write.
+   * provisioning needs one local activity and one activation fewer.
+   * `created` is absent when it did not, whatever the reason: the workflow
+   * then creates as it always does, and meets any failure there.
    */
-  proxyTiming(input: ProxyTimingInput): Promise<RunStart>;
-}
-
-export interface ProxyTimingInput {
-  provider: string;
-  create?: CreateInstanceInput;
-  /**
-   * The run's state as the create finds it, and the status the Proxy
-   * holds (for the Events): the status the create leaves is built from
-   * them by the workflow's own rules (`applyCreated`, `buildStatus`).
-   */
-  report?: { state: ProxyState; previous?: ProxyStatus };
+  proxyTiming(input: { provider: string; create?: CreateInstanceInput }): Promise<RunStart>;
 }
 
 /** What a run starts with: the worker's timing, and the instance a quick create at the start made. */
 export interface RunStart extends WorkerTiming {
   created?: CreateInstanceResult;
-  /** The status written for that instance, and the write's outcome. */
-  reported?: { outcome: 'written' | 'gone'; status: ProxyStatus };
 }
 
 /** One provider's part of a drift sweep. */

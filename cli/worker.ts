@@ -207,7 +207,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     logger: deps.logger,
     circuits,
   });
-  const kubeActivities = createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events });
   const activities = {
     ...providerActivities,
     ...createDriftActivities({
@@ -222,10 +221,9 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       timing: deps.timing ?? DEFAULT_TIMING,
       sweepOn: deps.driftSweepOn ?? false,
       createInstance: (input) => providerActivities.createInstance(input),
-      writeProxyStatus: (input) => kubeActivities.writeProxyStatus(input),
       logger: deps.logger,
     }),
-    ...kubeActivities,
+    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
     ...createPoolActivities({
       kubeConfig: deps.kubeConfig,
       logger: deps.logger,
