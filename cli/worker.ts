@@ -178,16 +178,6 @@ export function createWorkerEventRecorder(
  */
 const WORKFLOW_THREAD_SEMI_SPACE_MIB = 4;
 
-/**
- * Workflow tasks in progress at once (the SDK's default is 40). A Proxy's
- * provisioning task holds its slot while its local activities run (a
- * quick provider's create and the status write: tens to hundreds of ms
- * under a burst), so at 40 a burst of new Proxies waited in the task queue
- * with the worker's cores partly idle. A slot is only a permit: activations
- * run one at a time on the workflow thread either way.
- */
-export const WORKFLOW_TASK_SLOTS = 200;
-
 export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
   setFlagsFromString(`--max-semi-space-size=${WORKFLOW_THREAD_SEMI_SPACE_MIB}`);
   const circuitLog = deps.logger.child({ component: 'provider-circuit' });
@@ -255,7 +245,6 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     { workflowBundle: deps.workflowBundle ? 'given' : (prebuilt ?? 'bundled at start from source') },
     'workflow code',
   );
-  const maxCachedWorkflows = deps.maxCachedWorkflows ?? 500;
   return Worker.create({
     connection: deps.connection,
     namespace: deps.namespace,
@@ -266,9 +255,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
         ? { workflowBundle: { codePath: prebuilt } }
         : { workflowsPath: workflowsPath() }),
     activities,
-    maxCachedWorkflows,
-    // (The SDK refuses more slots than cached workflows.)
-    maxConcurrentWorkflowTaskExecutions: Math.min(WORKFLOW_TASK_SLOTS, maxCachedWorkflows),
+    maxCachedWorkflows: deps.maxCachedWorkflows ?? 500,
     ...(deps.shutdownGraceTimeMs ? { shutdownGraceTime: deps.shutdownGraceTimeMs } : {}),
     ...(deps.plugins?.length ? { plugins: deps.plugins } : {}),
   });

@@ -37,7 +37,7 @@ import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
-import { bundleWorkflows, createProxyWorker, WORKFLOW_TASK_SLOTS } from '../../cli/worker.js';
+import { bundleWorkflows, createProxyWorker } from '../../cli/worker.js';
 import { installCrds } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
@@ -97,9 +97,6 @@ const worker = await createProxyWorker({
 const noopWorker = await Worker.create({
   connection: native,
   taskQueue: 'bench-noop',
-  // As the Proxy worker's: the same permits for the baseline.
-  maxConcurrentWorkflowTaskExecutions: WORKFLOW_TASK_SLOTS,
-  maxCachedWorkflows: 2_000,
   workflowsPath: fileURLToPath(new URL('./workflows/noop.ts', import.meta.url)),
 });
 const running = Promise.all([worker.run(), noopWorker.run()]);
