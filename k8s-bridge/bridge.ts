@@ -46,7 +46,7 @@ export interface BridgeOptions {
   taskQueue: string;
   logger: Logger;
   maxHistoryEvents?: number;
-  /** Keys reconciled at once (default 32). */
+  /** Keys reconciled at once. */
   concurrency?: number;
   /** Watch one namespace only (tests); all namespaces when unset. */
   namespace?: string;
@@ -85,9 +85,7 @@ export interface Bridge {
 export function createBridge(opts: BridgeOptions): Bridge {
   const log = opts.logger.child({ component: 'bridge' });
   const core = opts.kubeConfig.makeApiClient(CoreV1Api);
-  // A reconcile mostly waits (a finalizer patch, a workflow start): at 8,
-  // a burst of 1,000 new Proxies waited seconds here with the cores idle.
-  const concurrency = opts.concurrency ?? 32;
+  const concurrency = opts.concurrency ?? 8;
   const proxyClient = createProxyClient(opts.kubeConfig);
 
   /** What was last sent per key: a re-send of the same thing is skipped. Cleared on resync. */
