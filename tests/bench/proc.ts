@@ -17,18 +17,27 @@ export interface ProcSample {
   threads: number;
 }
 
+/** The fields of a `stat` file (a process's or a thread's) that the benches read. */
+function statOf(stat: string): { name: string; ppid: number; cpuTicks: number } {
+  // Fields after the command name, which is in parentheses and may contain spaces.
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return {
+    name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+    ppid: Number(rest[1]),
+    cpuTicks: Number(rest[11]) + Number(rest[12]),
+  };
+}
+
 export function readProc(pid: number): ProcSample | undefined {
   try {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const stat = statOf(readFileSync(`/proc/${pid}/stat`, 'utf8'));
     return {
-      name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+      name: stat.name,
       rssKiB: field('VmRSS'),
       hwmKiB: field('VmHWM'),
-      cpuTicks: Number(rest[11]) + Number(rest[12]),
+      cpuTicks: stat.cpuTicks,
       threads: field('Threads'),
     };
   } catch {
@@ -53,8 +62,7 @@ export function allPids(): number[] {
 
 export function ppidOf(pid: number): number | undefined {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return statOf(readFileSync(`/proc/${pid}/stat`, 'utf8')).ppid;
   } catch {
     return undefined;
   }
@@ -105,4 +113,22 @@ export function socketFds(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/**
+ * CPU time (utime + stime, in clock ticks) of each thread of `pid`, keyed
+ * `main` for the main thread and `<name>#<tid>` for the rest (Node names
+ * its worker threads, V8's helpers and libuv's pool all "node").
+ */
+export function threadCpuTicks(pid: number): Map<string, number> {
+  const ticks = new Map<string, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = statOf(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8'));
+      ticks.set(Number(tid) === pid ? 'main' : `${stat.name}#${tid}`, stat.cpuTicks);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return ticks;
 }

@@ -19,7 +19,7 @@
  * Steady-state cost (billable actions per Ready proxy-hour) is
  * `npm run bench:cost`'s.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { get as httpsGet, type RequestOptions } from 'node:https';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,6 +34,7 @@ import { API_VERSION, PROXY_PLURAL } from '../../kube/coordinates.js';
 import { pino } from 'pino';
 import { createProxyClient, refOf } from '../../kube/proxies.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import type { ProxyRef } from '../../workflows/proxy/types.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { createBridge } from '../../k8s-bridge/bridge.js';
@@ -43,7 +44,7 @@ import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
-import { CLOCK_TICKS_PER_SECOND, descendants, readProc, threadsStarted } from './proc.js';
+import { CLOCK_TICKS_PER_SECOND, descendants, readProc, threadCpuTicks, threadsStarted } from './proc.js';
 
 const sizes = process.argv
   .slice(2)
@@ -119,21 +120,8 @@ function cpuNow(): Map<string, number> {
   const self = process.cpuUsage();
   cpu.set('bench (worker, bridge, local provider)', (self.user + self.system) / 1e6);
   cpu.set(THREADS, threadsStarted());
-  // This process by thread: the main thread, and the rest by ID (Node names
-  // its workflow thread, V8's helpers and libuv's pool all "node").
-  for (const tid of readdirSync(`/proc/${process.pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${process.pid}/task/${tid}/stat`, 'utf8');
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      cpu.set(
-        `${THREAD}${Number(tid) === process.pid ? 'main' : `${comm}#${tid}`}`,
-        (Number(rest[11]) + Number(rest[12])) / CLOCK_TICKS_PER_SECOND,
-      );
-    } catch {
-      // The thread ended between the listing and the read.
-    }
-  }
+  for (const [thread, ticks] of threadCpuTicks(process.pid))
+    cpu.set(`${THREAD}${thread}`, ticks / CLOCK_TICKS_PER_SECOND);
   for (const pid of descendants(process.pid)) {
     const sample = readProc(pid);
     if (sample) cpu.set(sample.name, (cpu.get(sample.name) ?? 0) + sample.cpuTicks / CLOCK_TICKS_PER_SECOND);
@@ -218,8 +206,7 @@ async function baseline(n: number): Promise<number> {
 /** Where a sample of Proxies' time went, from their histories: median and 90th percentile of each leg. */
 async function phasesOf(
   createdAt: Map<string, number>,
-  provisionedAt: Map<string, number>,
-  refs: Map<string, Proxy>,
+  provisioned: Map<string, { atMs: number; ref: ProxyRef }>,
   t0: number,
 ): Promise<string> {
   // performance.now() and the server's event times on one scale: ms after the first create.
@@ -230,11 +217,14 @@ async function phasesOf(
     'task→completed': [] as number[],
     'task picked up→seen Provisioned': [] as number[],
   };
-  const names = [...refs.keys()].filter((_, i) => i % Math.max(1, Math.floor(refs.size / 100)) === 0);
+  const names = [...provisioned.keys()].filter(
+    (_, i) => i % Math.max(1, Math.floor(provisioned.size / 100)) === 0,
+  );
   const EventType = protoModule.temporal.api.enums.v1.EventType;
   await Promise.all(
     names.map(async (name) => {
-      const history = await client.workflow.getHandle(proxyWorkflowId(refOf(refs.get(name)!))).fetchHistory();
+      const { atMs, ref } = provisioned.get(name)!;
+      const history = await client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory();
       type EventTypeValue = (typeof EventType)[keyof typeof EventType];
       const at = (type: EventTypeValue) => {
         const e = history.events?.find((x) => x.eventType === type);
@@ -248,7 +238,7 @@ async function phasesOf(
       legs['started→task picked up'].push(picked - started);
       legs['task→completed'].push(completed - picked);
       // The status is written inside the task, before it completes.
-      legs['task picked up→seen Provisioned'].push(provisionedAt.get(name)! - picked);
+      legs['task picked up→seen Provisioned'].push(atMs - picked);
     }),
   );
   // (A task still running when its history was read has no completion: left out.)
@@ -272,27 +262,22 @@ async function provision(
   ns: string,
 ): Promise<{ ms: number; spread: string; sample: () => Promise<{ history: string; phases: string }> }> {
   await core.createNamespace({ body: { metadata: { name: ns } } });
-  const provisioned = new Set<string>();
-  /** When each Proxy was first seen Provisioned, ms after the first create. */
+  /** When each Proxy was first seen Provisioned, ms after the first create, in that order. */
   const doneAt: number[] = [];
   let t0 = 0;
   let done: (ms: number) => void = () => undefined;
   const all = new Promise<number>((resolve) => (done = resolve));
-  let first: Proxy | undefined;
   /** When each create returned, ms after the first create, by name. */
   const createdAt = new Map<string, number>();
-  /** When each Proxy was first seen Provisioned, ms after the first create, by name. */
-  const provisionedAt = new Map<string, number>();
-  const refs = new Map<string, Proxy>();
+  /** The same, by name, with the Proxy's reference (for its workflow). */
+  const provisioned = new Map<string, { atMs: number; ref: ProxyRef }>();
   const note = (p: Proxy): void => {
-    if (p.metadata.name === 'p0') first = p;
     if (!p.status?.conditions?.some((c) => c.type === 'Provisioned' && c.status === 'True')) return;
     if (provisioned.has(p.metadata.name)) return;
-    provisioned.add(p.metadata.name);
-    doneAt.push(performance.now() - t0);
-    provisionedAt.set(p.metadata.name, performance.now() - t0);
-    refs.set(p.metadata.name, p);
-    if (provisioned.size === n) done(doneAt[n - 1]!);
+    const atMs = performance.now() - t0;
+    provisioned.set(p.metadata.name, { atMs, ref: refOf(p) });
+    doneAt.push(atMs);
+    if (provisioned.size === n) done(atMs);
   };
   const watching = await new Watch(kc).watch(
     `/apis/${API_VERSION}/namespaces/${ns}/${PROXY_PLURAL}`,
@@ -333,8 +318,10 @@ async function provision(
   return {
     ms,
     sample: async () => ({
-      history: first ? await historyOf(proxyWorkflowId(refOf(first))) : 'not seen',
-      phases: await phasesOf(createdAt, provisionedAt, refs, t0),
+      history: provisioned.has('p0')
+        ? await historyOf(proxyWorkflowId(provisioned.get('p0')!.ref))
+        : 'not seen',
+      phases: await phasesOf(createdAt, provisioned, t0),
     }),
     spread: `first Provisioned at ${(doneAt[0]! / 1000).toFixed(2)} s, half at ${at(0.5)} s, 90 % at ${at(0.9)} s, 99 % at ${at(0.99)} s, all at ${at(1)} s`,
   };
