@@ -66,6 +66,23 @@ async function settled(cp: ControlPlane, ref: ProxyRef) {
   });
 }
 
+/**
+ * The history once it holds the replacement's create. A quick create is a
+ * local activity: the provider has the instance before the workflow task
+ * that records its marker completes, so the provider's view alone is too early.
+ */
+async function historyWithReplacement(cp: ControlPlane, ref: ProxyRef) {
+  const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
+  return eventually(
+    'the replacement create in history',
+    async () => {
+      const t = tally((await handle.fetchHistory()).events ?? []);
+      return t.creates >= 2 ? t : undefined;
+    },
+    { timeoutMs: 60_000, intervalMs: 200 },
+  );
+}
+
 describe('drift found by the per-provider sweep', () => {
   let cp: ControlPlane;
   let prefix: string;
@@ -101,7 +118,6 @@ describe('drift found by the per-provider sweep', () => {
     const bystander = await makeProxy(cp, 'px-bystander', 18181);
     await settled(cp, victim.ref);
     await settled(cp, bystander.ref);
-    const victimHandle = cp.client.workflow.getHandle(proxyWorkflowId(victim.ref));
     const bystanderHandle = cp.client.workflow.getHandle(proxyWorkflowId(bystander.ref));
     const bystanderBefore = tally((await bystanderHandle.fetchHistory()).events ?? []);
 
@@ -123,8 +139,7 @@ describe('drift found by the per-provider sweep', () => {
     );
     expect(replaced.uid).toBe(victim.ref.uid);
 
-    const victimEvents = (await victimHandle.fetchHistory()).events ?? [];
-    const t = tally(victimEvents);
+    const t = await historyWithReplacement(cp, victim.ref);
     expect(t.drift).toBeGreaterThanOrEqual(1);
     // The hour-long safety timer never fired: the sweep's signal did it.
     expect(t.timersFired).toBe(0);
@@ -161,7 +176,7 @@ describe('drift found by the per-provider sweep', () => {
     );
     const again = await waitForProxy(cp.api, cp.namespace, 'px-record-gone', 'Running again', running);
     console.log(`[drift] record removed → replacement Running in ${Date.now() - removedAt} ms`);
-    const t = tally((await cp.client.workflow.getHandle(proxyWorkflowId(ref)).fetchHistory()).events ?? []);
+    const t = await historyWithReplacement(cp, ref);
     expect(t.drift).toBeGreaterThanOrEqual(1);
     expect(t.timersFired).toBe(0);
     expect(t.creates).toBe(2);
@@ -245,7 +260,6 @@ describe('drift found by the safety poll when the sweep is off', () => {
     const { ref, first } = await makeProxy(cp, 'px-safety', 18183);
     await settled(cp, ref);
     await cp.registry.get('local')!.delete(first.status!.providerID!, AbortSignal.timeout(5_000));
-    const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     await eventually(
       'a new instance',
       async () => {
@@ -254,7 +268,7 @@ describe('drift found by the safety poll when the sweep is off', () => {
       },
       { timeoutMs: 60_000, intervalMs: 200 },
     );
-    const t = tally((await handle.fetchHistory()).events ?? []);
+    const t = await historyWithReplacement(cp, ref);
     expect(t.drift).toBe(0);
     expect(t.timersFired).toBeGreaterThanOrEqual(1);
     expect(t.creates).toBe(2);
