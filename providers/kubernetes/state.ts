@@ -103,6 +103,13 @@ function quote(message: string | undefined): string {
 const SIGKILL_EXIT = 137;
 /** How runc and containerd word an OOM kill in a message when the reason is not OOMKilled. */
 const OOM_KILLED_MESSAGE = /\bOOM[- ]?kill/i;
+/**
+ * containerd's start of a task whose process had already exited: killed
+ * between the runtime's create and its start, which under a memory limit
+ * is the OOM killer at the container's first allocations (seen here with
+ * a 5Mi limit, in the race the runc "init was OOM-killed" message loses).
+ */
+const STOPPED_BEFORE_START = /cannot start a stopped process/i;
 
 function memoryLimitOf(pod: V1Pod, container: string): string | undefined {
   const limit = pod.spec?.containers.find((c) => c.name === container)?.resources?.limits?.memory;
@@ -119,7 +126,7 @@ function memoryLimitOf(pod: V1Pod, container: string): string | undefined {
  * | PodScheduled=False, reason Unschedulable               | QuotaExceeded (no node has room: capacity) |
  * | ErrImagePull / ImagePullBackOff, registry says absent   | Permanent (the image reference is wrong)   |
  * | ErrImagePull / ImagePullBackOff, anything else         | Transient (the registry may come back)     |
- * | InvalidImageName, ErrImageNeverPull, Create/RunContainerError, CreateContainerConfigError | Permanent |
+ * | InvalidImageName, ErrImageNeverPull, Create/RunContainerError, CreateContainerConfigError | Permanent; an OOM kill at start names the limit |
  * | CrashLoopBackOff after a run shorter than CRASH_LOOP_RUN_SECONDS | Permanent; OOMKilled, or exit 137 under a memory limit, names the limit |
  *
  * Only a pod that is not being deleted and has not ended is judged (those
@@ -153,7 +160,9 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
       const limit = memoryLimitOf(pod, status.name);
       const hint = OOM_KILLED_MESSAGE.test(waiting.message ?? '')
         ? `; its memory limit${limit ? ` ${limit}` : ''} is too low: raise the provider's resources.memoryLimit`
-        : '';
+        : STOPPED_BEFORE_START.test(waiting.message ?? '') && limit
+          ? `; the process was gone before it started, most likely killed by the kernel's OOM killer at its memory limit ${limit}: raise the provider's resources.memoryLimit`
+          : '';
       return { errorClass: 'Permanent', message: `${what}: ${reason}: ${quote(waiting.message)}${hint}` };
     }
     if (reason === 'CrashLoopBackOff') {

@@ -335,6 +335,16 @@ describe('podFailure: what the kubelet and the scheduler report, classified', ()
       'Permanent',
       /RunContainerError: container init was OOM-killed.*memory limit 5Mi is too low: raise the provider's resources.memoryLimit/,
     ],
+    [
+      // The process was OOM-killed between containerd's create and start (seen with a 5Mi limit).
+      'containerd: the task stopped before its start, under a memory limit',
+      waiting(
+        'RunContainerError',
+        'failed to start containerd task "d79e": cannot start a stopped process: unknown',
+      ),
+      'Permanent',
+      /RunContainerError: failed to start containerd task .*cannot start a stopped process.*OOM killer at its memory limit 5Mi: raise the provider's resources.memoryLimit/,
+    ],
     ['a crash after a long run (restarted, may recover)', crashed(3_600, 'Error', 1), undefined],
     ['starting', waiting('ContainerCreating'), undefined],
     [
