@@ -21,13 +21,15 @@ import { findDrift, withIdAliases, type RecordedProxy } from '../workflows/drift
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { driftDetectedSignal } from '../workflows/proxy/messages.js';
 import { signalProxy } from '../workflows/proxy/client.js';
-import type { DriftReport, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
+import { applyCreated, buildStatus } from '../workflows/proxy/state.js';
+import type { DriftReport, ProxyRef, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
 import { withDeadline } from './deadline.js';
 import type { ProviderCircuits } from './provider-circuit.js';
 import type {
   CreateInstanceInput,
   CreateInstanceResult,
   DriftActivities,
+  KubeActivities,
   ProviderDriftSweep,
   TimingActivities,
 } from './types.js';
@@ -196,8 +198,10 @@ export interface TimingActivityDeps {
   sweepOn: boolean;
   /** The provider activities' create, for a quick provider's create at a run's start; none when absent. */
   createInstance?: (input: CreateInstanceInput) => Promise<CreateInstanceResult>;
+  /** The kube activities' status write, for the status that create leaves; none when absent. */
+  writeProxyStatus?: KubeActivities['writeProxyStatus'];
   logger?: Logger;
-  /** How long a create at the start may take before the workflow is left to create itself (default 5 s). */
+  /** How long a create at the start (and its status write) may take before the workflow is left to do it (default 5 s). */
   createAtStartMs?: number;
 }
 
@@ -206,43 +210,67 @@ export function createTimingActivities(deps: TimingActivityDeps): TimingActiviti
   const deadlineMs = deps.createAtStartMs ?? 5_000;
 
   /**
-   * The create, or nothing: a failure is the workflow's to meet (it creates
-   * again, through the activity with the create's own timeouts and retries,
-   * and shows the error), and a create still running at the deadline is left
-   * to finish on its own (create adopts by name, so the workflow's finds it):
+   * What `work` gives by `deadlineAtMs`, or nothing: a failure is the
+   * workflow's to meet (it creates or writes again, through the activities
+   * with their own timeouts and retries, and shows the error), and work
+   * still running at the deadline is left to finish on its own (a create
+   * adopts by name, so the workflow's finds it; a status write is pinned to
+   * the version it was built on, so landing late it replaces nothing newer):
    * this activity's own timeout and endless retries are the timing's, not a
    * create's.
    */
-  async function createAtStart(input: CreateInstanceInput): Promise<CreateInstanceResult | undefined> {
-    const create = deps.createInstance!(input);
+  async function byDeadline<T>(
+    what: string,
+    ref: ProxyRef,
+    deadlineAtMs: number,
+    work: Promise<T>,
+  ): Promise<T | undefined> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<undefined>(
-      (resolve) => (timer = setTimeout(() => resolve(undefined), deadlineMs)),
+      (resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(0, deadlineAtMs - Date.now()))),
     );
     try {
-      return await Promise.race([create, late]);
+      return await Promise.race([work, late]);
     } catch (error) {
       log?.debug(
-        { proxy: `${input.ref.namespace}/${input.ref.name}`, error: (error as Error).message },
-        'create at the start failed; the workflow creates itself',
+        { proxy: `${ref.namespace}/${ref.name}`, error: (error as Error).message },
+        `${what} at the start failed; the workflow does it itself`,
       );
       return undefined;
     } finally {
       clearTimeout(timer);
-      create.catch(() => undefined);
+      work.catch(() => undefined);
     }
   }
 
   return {
-    async proxyTiming({ provider, create }) {
+    async proxyTiming({ provider, create, report }) {
       const timing: WorkerTiming = {
         ...deps.timing,
         swept: isSwept(deps.registry, provider, deps.sweepOn),
         quickCreate: deps.registry.get(provider)?.capabilities?.quickCreate === true,
       };
       if (create === undefined || !timing.quickCreate || !deps.createInstance) return timing;
-      const created = await createAtStart(create);
-      return created ? { ...timing, created } : timing;
+      const deadlineAtMs = Date.now() + deadlineMs;
+      const created = await byDeadline('create', create.ref, deadlineAtMs, deps.createInstance(create));
+      if (!created) return timing;
+      if (!report || !deps.writeProxyStatus) return { ...timing, created };
+      // The workflow's own rules on (a copy of) its own state: the status it
+      // would write next, and will find written.
+      const { state, previous, resourceVersion } = report;
+      applyCreated(state, created, Date.now(), timing);
+      const status = buildStatus(state, new Date());
+      const outcome = await byDeadline(
+        'status write',
+        state.ref,
+        deadlineAtMs,
+        deps.writeProxyStatus({ ref: state.ref, status, resourceVersion, ...(previous ? { previous } : {}) }),
+      );
+      // 'stale': something wrote to the Proxy since the bridge read it (an
+      // edit, another writer): the run writes from what it reads.
+      return outcome === 'written' || outcome === 'gone'
+        ? { ...timing, created, reported: { outcome, status } }
+        : { ...timing, created };
     },
   };
 }

@@ -67,15 +67,15 @@ export function createKubeActivities(deps: {
   };
 
   return {
-    async writeProxyStatus({ ref, status, previous }) {
+    async writeProxyStatus({ ref, status, previous, resourceVersion }) {
       // Events report what changed from what people saw. The workflow, the
       // single writer, knows that and sends it; when it does not (a run that
       // could not read its start), or on a retry (the last attempt may have
       // landed), the status is read first: one GET.
       const before = previous !== undefined && activityAttempt() === 1 ? previous : await statusNow(ref);
-      let written: 'written' | 'gone';
+      let written: 'written' | 'gone' | 'stale';
       try {
-        written = await proxies.writeStatus(ref, status);
+        written = await proxies.writeStatus(ref, status, resourceVersion ? { resourceVersion } : undefined);
       } catch (error) {
         const code = httpCode(error);
         // Said here, at each attempt: the workflow hears of a failure only

@@ -5,7 +5,13 @@
 import type { ProxyPoolStatus, ProxyStatus } from '../resources/proxy-schema.js';
 import type { PoolObservation, PoolRef, RotationReason } from '../workflows/pool/types.js';
 import type { InstanceState, Placement } from '../providers/types.js';
-import type { CloudInitRef, ProxyRef, RecordedStatus, WorkerTiming } from '../workflows/proxy/types.js';
+import type {
+  CloudInitRef,
+  ProxyRef,
+  ProxyState,
+  RecordedStatus,
+  WorkerTiming,
+} from '../workflows/proxy/types.js';
 
 export interface CreateInstanceInput {
   ref: ProxyRef;
@@ -52,7 +58,12 @@ export interface KubeActivities {
      * without a read. Absent when the workflow does not know; then it reads.
      */
     previous?: ProxyStatus;
-  }): Promise<'written' | 'gone'>;
+    /**
+     * Write only if the Proxy is still at this resourceVersion ('stale'
+     * when not): for a write that may land after a newer one.
+     */
+    resourceVersion?: string;
+  }): Promise<'written' | 'gone' | 'stale'>;
   /**
    * What the status of the Proxy with this UID records about its instance
    * (empty when it records none, or the Proxy is gone): read by a run that
@@ -68,16 +79,33 @@ export interface TimingActivities {
    * The worker's timing for a Proxy of this provider: the local activity
    * every run starts with. Given `create` (a fresh Proxy whose first step is
    * its create) and a quick provider, it also creates the instance, so a
-   * provisioning needs one local activity and one activation fewer.
-   * `created` is absent when it did not, whatever the reason: the workflow
-   * then creates as it always does, and meets any failure there.
+   * provisioning needs one local activity and one activation fewer; given
+   * `report` too, it then writes the status that create leaves (one more of
+   * each fewer). `created` is absent when it did not create, whatever the
+   * reason: the workflow then creates as it always does, and meets any
+   * failure there; `reported` is absent when it did not write (the workflow
+   * then writes).
    */
-  proxyTiming(input: { provider: string; create?: CreateInstanceInput }): Promise<RunStart>;
+  proxyTiming(input: ProxyTimingInput): Promise<RunStart>;
+}
+
+export interface ProxyTimingInput {
+  provider: string;
+  create?: CreateInstanceInput;
+  /**
+   * The run's state as the create finds it (a copy), the status the Proxy
+   * holds (for its Events) and the resourceVersion it was read at (the
+   * write is pinned to it): the status the create leaves is built from them
+   * by the workflow's own rules (`applyCreated`, `buildStatus`).
+   */
+  report?: { state: ProxyState; previous?: ProxyStatus; resourceVersion: string };
 }
 
 /** What a run starts with: the worker's timing, and the instance a quick create at the start made. */
 export interface RunStart extends WorkerTiming {
   created?: CreateInstanceResult;
+  /** The status written for that instance, and the write's outcome. */
+  reported?: { outcome: 'written' | 'gone'; status: ProxyStatus };
 }
 
 /** One provider's part of a drift sweep. */

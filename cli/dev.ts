@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { loadKubeConfig } from './kube.js';
-import { installCrds } from './local-servers/install-crds.js';
+import { installCrds, installFinalizerPolicy } from './local-servers/install-crds.js';
 import { acquireStartLock, lockInstance, reapServers } from './local-servers/instance.js';
 import { startLocalKubeApiServer } from './local-servers/kube.js';
 import { preferredOrFreePort } from './local-servers/ports.js';
@@ -123,6 +123,9 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
     }
     const kc = loadKubeConfig(kubeconfigPath);
     await installCrds(kc);
+    // dev's own apiserver, every namespace watched: as a cluster-wide install
+    // has it, the apiserver puts the finalizer on each new Managed Proxy.
+    if (!dev.kubeconfig && !bridgeConfig.watchNamespaces) await installFinalizerPolicy(kc);
 
     // --node: a kubelet on this apiserver. Its name is kept in the instance
     // directory, so after a restart the same Node comes back and its kubelet

@@ -197,6 +197,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
     logger: deps.logger,
     circuits,
   });
+  const kubeActivities = createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events });
   const activities = {
     ...providerActivities,
     ...createDriftActivities({
@@ -211,9 +212,10 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       timing: deps.timing ?? DEFAULT_TIMING,
       sweepOn: deps.driftSweepOn ?? false,
       createInstance: (input) => providerActivities.createInstance(input),
+      writeProxyStatus: (input) => kubeActivities.writeProxyStatus(input),
       logger: deps.logger,
     }),
-    ...createKubeActivities({ kubeConfig: deps.kubeConfig, logger: deps.logger, events }),
+    ...kubeActivities,
     ...createPoolActivities({
       kubeConfig: deps.kubeConfig,
       logger: deps.logger,

@@ -198,10 +198,13 @@ export function createBridge(opts: BridgeOptions): Bridge {
     metrics.depth.set(queue.depth());
   }
 
-  async function addFinalizer(proxy: Proxy): Promise<void> {
+  /** The Proxy's resourceVersion after the patch; undefined when it was not added. */
+  async function addFinalizer(proxy: Proxy): Promise<string | undefined> {
     // A conflict (another bridge changed it) or a Proxy already gone: its next event brings us back.
-    if ((await proxyClient.addFinalizer(proxy, FINALIZER)) !== 'added') return;
+    const { result, resourceVersion } = await proxyClient.addFinalizer(proxy, FINALIZER);
+    if (result !== 'added') return undefined;
     metrics.finalizers.inc();
+    return resourceVersion;
   }
 
   async function reconcile(k: string, span: SpanHandle): Promise<void> {
@@ -227,12 +230,15 @@ export function createBridge(opts: BridgeOptions): Bridge {
     }
     const ref = refOf(proxy);
     lastRef.set(k, ref);
+    // The version the status below was read at: this bridge's own finalizer
+    // patch moves it on.
+    let recordedVersion = proxy.metadata.resourceVersion;
     if (
       proxy.spec.mode === 'Managed' &&
       !proxy.metadata.deletionTimestamp &&
       !(proxy.metadata.finalizers ?? []).includes(FINALIZER)
     ) {
-      await addFinalizer(proxy);
+      recordedVersion = (await addFinalizer(proxy)) ?? recordedVersion;
     }
     const desired = desiredSpecOf(proxy, lookupSecret);
     const fingerprint = JSON.stringify([ref.uid, desired]);
@@ -249,6 +255,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       desired,
       recorded: recordedStatusOf(proxy.status),
       indexedPhase: START_PHASE,
+      ...(recordedVersion ? { recordedVersion } : {}),
     };
     if (opts.maxHistoryEvents) input.maxHistoryEvents = opts.maxHistoryEvents;
     const start = {

@@ -83,14 +83,25 @@ export interface ProxyClient {
   /**
    * Replaces the status of exactly this Proxy (the patch tests the UID, so it
    * never lands on a recreated Proxy of the same name: that fails with 422).
+   * With `pin`, only if the Proxy is still at that resourceVersion (a second
+   * `test`): 'stale' when anything wrote to it since, so a write that lands
+   * late never replaces a newer one.
    */
-  writeStatus(ref: ProxyRef, status: ProxyStatus): Promise<'written' | 'gone'>;
+  writeStatus(
+    ref: ProxyRef,
+    status: ProxyStatus,
+    pin?: { resourceVersion: string },
+  ): Promise<'written' | 'gone' | 'stale'>;
   /**
    * Adds `finalizer` to the Proxy as read (the patch names its
    * resourceVersion): 'conflict' when it changed since (its next event brings
-   * the caller back), 'gone' when it no longer exists.
+   * the caller back), 'gone' when it no longer exists. `resourceVersion` is
+   * the Proxy's after the patch, or as read when nothing was patched.
    */
-  addFinalizer(proxy: Proxy, finalizer: string): Promise<'added' | 'present' | 'conflict' | 'gone'>;
+  addFinalizer(
+    proxy: Proxy,
+    finalizer: string,
+  ): Promise<{ result: 'added' | 'present' | 'conflict' | 'gone'; resourceVersion?: string }>;
   /**
    * Removes `finalizer` from the Proxy with this UID, pinned to the
    * resourceVersion read (a 409 is thrown: the caller retries on a fresh
@@ -100,6 +111,11 @@ export interface ProxyClient {
     ref: ProxyRef,
     finalizer: string,
   ): Promise<{ result: 'removed' | 'absent' | 'gone'; proxy?: Proxy }>;
+}
+
+function versionOf(proxy: Proxy): { resourceVersion?: string } {
+  const version = proxy.metadata.resourceVersion;
+  return version === undefined ? {} : { resourceVersion: version };
 }
 
 export function createProxyClient(kc: KubeConfig): ProxyClient {
@@ -207,7 +223,7 @@ export function createProxyClient(kc: KubeConfig): ProxyClient {
       return out;
     },
 
-    async writeStatus(ref, status) {
+    async writeStatus(ref, status, pin) {
       try {
         await api.patchNamespacedCustomObjectStatus(
           {
@@ -216,6 +232,7 @@ export function createProxyClient(kc: KubeConfig): ProxyClient {
             name: ref.name,
             body: [
               { op: 'test', path: '/metadata/uid', value: ref.uid },
+              ...(pin ? [{ op: 'test', path: '/metadata/resourceVersion', value: pin.resourceVersion }] : []),
               { op: 'add', path: '/status', value: status },
             ],
           },
@@ -224,18 +241,24 @@ export function createProxyClient(kc: KubeConfig): ProxyClient {
         return 'written';
       } catch (error) {
         if (isProxyNotFound(error, ref.name)) return 'gone';
-        // 422 is both a failed UID test and a status the schema rejects: only
-        // a fresh read tells them apart.
-        if (httpCode(error) === 422 && (await read(ref)) === undefined) return 'gone';
+        // 422 is a failed test (UID or version) and a status the schema
+        // rejects alike: only a fresh read tells them apart.
+        if (httpCode(error) === 422) {
+          const now = await read(ref);
+          if (now === undefined) return 'gone';
+          if (pin && now.metadata.resourceVersion !== pin.resourceVersion) return 'stale';
+        }
         throw error;
       }
     },
 
     async addFinalizer(proxy, finalizer) {
       const finalizers = proxy.metadata.finalizers ?? [];
-      if (finalizers.includes(finalizer)) return 'present';
+      if (finalizers.includes(finalizer)) {
+        return { result: 'present', ...versionOf(proxy) };
+      }
       try {
-        await api.patchNamespacedCustomObject(
+        const patched = (await api.patchNamespacedCustomObject(
           {
             ...base,
             namespace: proxy.metadata.namespace ?? 'default',
@@ -248,11 +271,11 @@ export function createProxyClient(kc: KubeConfig): ProxyClient {
             },
           },
           mergePatch,
-        );
-        return 'added';
+        )) as Proxy;
+        return { result: 'added', ...versionOf(patched) };
       } catch (error) {
-        if (httpCode(error) === 409) return 'conflict';
-        if (isProxyNotFound(error, proxy.metadata.name)) return 'gone';
+        if (httpCode(error) === 409) return { result: 'conflict' };
+        if (isProxyNotFound(error, proxy.metadata.name)) return { result: 'gone' };
         throw error;
       }
     },

@@ -24,8 +24,9 @@ export const LABEL_POOL = 'crawl.example.com/pool';
 /** On every Proxy a ProxyPool made: the hash of the template it was made from. */
 export const LABEL_POOL_TEMPLATE_HASH = 'crawl.example.com/pool-template-hash';
 
-export const DEFAULT_PORT = 3128;
-export const DEFAULT_MAX_LEASES = 5;
+import { DEFAULT_MAX_LEASES, DEFAULT_PORT } from './proxy-defaults.js';
+
+export { DEFAULT_MAX_LEASES, DEFAULT_PORT };
 export const DEFAULT_HEALTH_CHECK = {
   probeURL: 'https://www.gstatic.com/generate_204',
   intervalSeconds: 30,

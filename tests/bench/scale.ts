@@ -89,7 +89,7 @@ import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { API_VERSION, PROXY_PLURAL } from '../../kube/coordinates.js';
 import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
-import { installCrds } from '../../cli/local-servers/install-crds.js';
+import { installCrds, installFinalizerPolicy } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { freePort } from '../../cli/local-servers/ports.js';
 import { scheduleIds } from '../../cli/schedules.js';
@@ -385,6 +385,8 @@ async function run(): Promise<void> {
   const kc = new KubeConfig();
   kc.loadFromFile(kube.kubeconfigPath);
   await installCrds(kc);
+  // A cluster-wide install's admission policy (infra/k8s/overlays/cluster-wide).
+  await installFinalizerPolicy(kc);
   const objects = createProxyClient(kc);
   const core = kc.makeApiClient(CoreV1Api);
   // Right after the CRDs are installed the apiserver may still answer 429 "storage is

@@ -94,9 +94,11 @@ export async function startControlPlane(opts: {
    * call `startWorker()` later.
    */
   startWorker?: boolean;
+  /** An apiserver of the test's own (default: the shared one from the global setup). */
+  kubeconfigPath?: string;
 }): Promise<ControlPlane> {
   quietTemporalRuntime();
-  const kc = kubeConfig();
+  const kc = kubeConfig(opts.kubeconfigPath);
   const api = proxyClient(kc);
   const namespace = await createNamespace(kc, opts.prefix);
   const stateRoot = mkdtempSync(join(tmpdir(), `ep-${opts.prefix}-`));

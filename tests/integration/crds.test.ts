@@ -2,7 +2,12 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { ProviderHealthClient } from '../../kube/provider-healths.js';
 import { refOf, type ProxyClient } from '../../kube/proxies.js';
-import { DEFAULT_HEALTH_CHECK, DEFAULT_MAX_LEASES, DEFAULT_PORT } from '../../resources/proxy-schema.js';
+import {
+  DEFAULT_HEALTH_CHECK,
+  DEFAULT_MAX_LEASES,
+  DEFAULT_PORT,
+  FINALIZER,
+} from '../../resources/proxy-schema.js';
 import type { ProxySpecInput } from '../../resources/proxy-schema.js';
 import {
   apiErrorMessage,
@@ -149,6 +154,39 @@ describe('Proxy and ProviderHealth CRDs on the real apiserver', () => {
     expect(out).toContain('condition met');
     expect(await kubectl(['get', 'px', '-n', ns, 'ready'])).toMatch(
       /ready\s+External\s+(<none>\s+)?Ready\s+(<none>\s+)?True\s+True/,
+    );
+  });
+
+  it('a status write pinned to a resourceVersion lands only while the Proxy is at it (stale after any other write)', async () => {
+    const created = await createProxy(api, ns, 'pinned', { mode: 'Managed', provider: 'stub' });
+    const ref = refOf(created);
+    // The bridge's finalizer patch says the version it leaves.
+    const added = await api.addFinalizer(created, FINALIZER);
+    expect(added.result).toBe('added');
+    expect(added.resourceVersion).toBe((await getProxy(api, ns, 'pinned')).metadata.resourceVersion);
+    expect((await api.addFinalizer(await getProxy(api, ns, 'pinned'), FINALIZER)).result).toBe('present');
+
+    const first = { phase: 'Provisioning' as const, conditions: [] };
+    expect(await api.writeStatus(ref, first, { resourceVersion: added.resourceVersion! })).toBe('written');
+    const after = await getProxy(api, ns, 'pinned');
+    expect(after.status?.phase).toBe('Provisioning');
+    // The same pin again: the first write moved the version on, so a late copy replaces nothing.
+    const late = { phase: 'Pending' as const, conditions: [] };
+    expect(await api.writeStatus(ref, late, { resourceVersion: added.resourceVersion! })).toBe('stale');
+    expect((await getProxy(api, ns, 'pinned')).status?.phase).toBe('Provisioning');
+    // Unpinned, as the workflow writes: lands.
+    expect(await api.writeStatus(ref, late)).toBe('written');
+    expect((await getProxy(api, ns, 'pinned')).status?.phase).toBe('Pending');
+    // A status the schema rejects is an error, pinned or not, not 'stale'.
+    const bad = { phase: 'Sideways', conditions: [] } as unknown as typeof first;
+    const current = (await getProxy(api, ns, 'pinned')).metadata.resourceVersion!;
+    await expect(api.writeStatus(ref, bad, { resourceVersion: current })).rejects.toThrow();
+    // A recreated Proxy of the same name: gone, whatever the pin.
+    await api.removeFinalizer(ref, FINALIZER);
+    await kubectl(['delete', 'px', '-n', ns, 'pinned', '--wait=true']);
+    const again = await createProxy(api, ns, 'pinned', { mode: 'Managed', provider: 'stub' });
+    expect(await api.writeStatus(ref, first, { resourceVersion: again.metadata.resourceVersion! })).toBe(
+      'gone',
     );
   });
 

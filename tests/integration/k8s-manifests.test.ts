@@ -51,6 +51,7 @@ import {
   kubectl as sharedKubectl,
   providerHealthClient,
   proxyClient,
+  removeFinalizers,
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
@@ -388,7 +389,19 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'rolebinding.rbac.authorization.k8s.io/egress-proxies-worker',
       ]);
     }
+    const policies = async () =>
+      (await kubectl(['get', 'mutatingadmissionpolicies,mutatingadmissionpolicybindings', '-o', 'name']))
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .sort();
+    // A namespaced install has no finalizer policy: it would mark Proxies in namespaces nobody watches.
+    expect(await policies()).toEqual([]);
     await applyOverlay('cluster-wide');
+    expect(await policies()).toEqual([
+      'mutatingadmissionpolicy.admissionregistration.k8s.io/egress-proxies-finalizer',
+      'mutatingadmissionpolicybinding.admissionregistration.k8s.io/egress-proxies-finalizer',
+    ]);
     expect(await installedObjects()).toEqual(
       [
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-api',
@@ -559,6 +572,9 @@ describe('infra/k8s on an enforcing apiserver', () => {
         provider: localProvider,
         port: port(),
       });
+      // The overlay's admission policy put the finalizer on at the create:
+      // taken off by hand, only the bridge's patch puts it back.
+      await removeFinalizers(objects, proxyNs, proxyNamed('finalizer'));
       await eventually(
         'bridge log: forbidden patch',
         () => Promise.resolve(forbidden('patch', PROXY_PLURAL).test(processes.bridge.output()) || undefined),
@@ -569,9 +585,14 @@ describe('infra/k8s on an enforcing apiserver', () => {
       );
     },
     async healed() {
-      await waitForProxy(objects, proxyNs, proxyNamed('finalizer'), 'provisioned', isProvisioned, {
-        timeoutMs: 90_000,
-      });
+      await waitForProxy(
+        objects,
+        proxyNs,
+        proxyNamed('finalizer'),
+        'provisioned, with the finalizer back',
+        (p) => isProvisioned(p) && Boolean(p.metadata.finalizers?.includes(FINALIZER)),
+        { timeoutMs: 90_000 },
+      );
     },
   });
   cases.push({
@@ -794,6 +815,9 @@ describe('infra/k8s on an enforcing apiserver', () => {
       join(K8S, 'overlays/cluster-wide/rbac.yaml'),
       '-f',
       join(K8S, 'overlays/cluster-wide/kubernetes-provider-rbac.yaml'),
+      // A namespaced install has no finalizer policy (README: switching overlays).
+      '-f',
+      join(K8S, 'admission/proxy-finalizer.yaml'),
     ]);
     await applyOverlay('namespaced');
     const rendered = await render('namespaced');

@@ -112,7 +112,7 @@ describe('Proxy lifecycle with the local provider', () => {
     maybeRecord('proxy-create-ready-replace-delete', await handle.fetchHistory());
   });
 
-  it('a quick provider provisions in one workflow task: the create rides with the timing, then one status write', async () => {
+  it('a quick provider provisions in one workflow task and one local activity: the timing, the create and the status it leaves', async () => {
     const created = await createProxy(cp.api, cp.namespace, 'px-quick', {
       mode: 'Managed',
       provider: 'local',
@@ -145,8 +145,15 @@ describe('Proxy lifecycle with the local provider', () => {
         seen: { found: true, state: 'Running', ip: running.status?.ip },
       },
     });
-    // One status write, after the create: nothing showed "Pending" for the moment the create took.
-    expect(activityCalls(provisioning, 'writeProxyStatus')).toBe(1);
+    // The same local activity wrote the status the create left, after the
+    // create (nothing showed "Pending" for the moment it took), and the run,
+    // finding it written, wrote nothing more.
+    expect(starts[0]!.reported).toMatchObject({
+      outcome: 'written',
+      status: { phase: 'Provisioning', providerID: running.status?.providerID, ip: running.status?.ip },
+    });
+    expect(activityCalls(provisioning, 'writeProxyStatus')).toBe(0);
+    expect(running.status?.conditions).toEqual(starts[0]!.reported!.status.conditions);
     expect(running.status?.providerID).toBeTruthy();
     await remove('px-quick');
     await gone('px-quick');
@@ -165,7 +172,12 @@ describe('Proxy lifecycle with the local provider', () => {
       const events = (await handle.fetchHistory()).events ?? [];
       const scheduled = (type: string) =>
         events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type).length;
-      return { gets: scheduled('getInstance'), writes: activityCalls(events, 'writeProxyStatus') };
+      // A fresh run's first write rides with its create, in its first local activity.
+      const atStart = (localActivityResults(events, 'proxyTiming') as RunStart[]).filter((r) => r.reported);
+      return {
+        gets: scheduled('getInstance'),
+        writes: activityCalls(events, 'writeProxyStatus') + atStart.length,
+      };
     };
     await waitFor('px-quiet', 'Provisioned=True with an IP', (p) =>
       Boolean(

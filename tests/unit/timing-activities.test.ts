@@ -1,14 +1,18 @@
 /**
  * The run's first local activity: the worker's timing, and for a fresh
  * Proxy of a quick provider the create as well, or nothing of the create
- * (never an error) when it fails or takes too long.
+ * (never an error) when it fails or takes too long; given the run's state,
+ * the status write after that create too, built by the workflow's rules
+ * and pinned to the resourceVersion the bridge read.
  */
 import { describe, expect, it } from 'vitest';
 import { createTimingActivities } from '../../activities/drift-activities.js';
-import type { CreateInstanceInput, CreateInstanceResult } from '../../activities/types.js';
+import type { CreateInstanceInput, CreateInstanceResult, KubeActivities } from '../../activities/types.js';
 import type { ProviderRegistry } from '../../providers/config.js';
 import type { Provider } from '../../providers/types.js';
-import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
+import { applyCreated, buildStatus, initialState } from '../../workflows/proxy/state.js';
+import { DEFAULT_TIMING, type ProxyState } from '../../workflows/proxy/types.js';
+import type { ProxyStatus } from '../../resources/proxy-schema.js';
 
 /** A registry of named providers, each only as far as capabilities go. */
 function registryOf(providers: Record<string, { quickCreate: boolean }>): ProviderRegistry {
@@ -102,5 +106,126 @@ describe('proxyTiming', () => {
     } finally {
       process.off('unhandledRejection', onUnhandled);
     }
+  });
+
+  describe('with the run state: the status the create leaves', () => {
+    /** A fresh run's state, as the workflow sends it (a copy). */
+    const fresh = (): ProxyState =>
+      initialState({
+        ref: create.ref,
+        desired: {
+          generation: 3,
+          mode: 'Managed',
+          provider: 'quick',
+          placement: {},
+          port: 3128,
+          specHash: 'h',
+          legacySpecHashes: [],
+          skipCleanup: false,
+          deletionRequested: false,
+        },
+      });
+    type Write = Parameters<KubeActivities['writeProxyStatus']>[0];
+    const timingWith = (
+      writeProxyStatus: (input: Write) => Promise<'written' | 'gone' | 'stale'>,
+      createAtStartMs?: number,
+    ) =>
+      createTimingActivities({
+        registry: registryOf({ quick: { quickCreate: true } }),
+        timing: DEFAULT_TIMING,
+        sweepOn: false,
+        createInstance: () => Promise.resolve(made),
+        writeProxyStatus,
+        ...(createAtStartMs ? { createAtStartMs } : {}),
+      });
+
+    it('writes what the workflow would, against the status it knows, and says so', async () => {
+      const writes: Write[] = [];
+      const previous: ProxyStatus = { conditions: [] };
+      const activities = timingWith((input) => {
+        writes.push(input);
+        return Promise.resolve('written');
+      });
+      const start = await activities.proxyTiming({
+        provider: 'quick',
+        create,
+        report: { state: fresh(), previous, resourceVersion: '41' },
+      });
+      expect(writes).toHaveLength(1);
+      expect(writes[0]!.ref).toEqual(create.ref);
+      expect(writes[0]!.previous).toEqual(previous);
+      expect(writes[0]!.resourceVersion).toBe('41');
+      expect(writes[0]!.status).toMatchObject({
+        phase: 'Provisioning',
+        providerID: 'local/p',
+        ip: '127.0.0.2',
+        observedGeneration: 3,
+      });
+      expect(start.reported).toEqual({ outcome: 'written', status: writes[0]!.status });
+      // The workflow, taking those conditions, builds the same status later:
+      // its first publish has nothing to write.
+      const mine = fresh();
+      applyCreated(mine, made, Date.now(), start);
+      mine.conditions = start.reported!.status.conditions ?? [];
+      expect(JSON.stringify(buildStatus(mine, new Date(Date.now() + 60_000)))).toBe(
+        JSON.stringify(start.reported!.status),
+      );
+    });
+
+    it('a Proxy gone by the write is reported gone', async () => {
+      const activities = timingWith(() => Promise.resolve('gone'));
+      const start = await activities.proxyTiming({
+        provider: 'quick',
+        create,
+        report: { state: fresh(), resourceVersion: '41' },
+      });
+      expect(start.created).toEqual(made);
+      expect(start.reported?.outcome).toBe('gone');
+    });
+
+    it('a Proxy written to since the bridge read it is not written: the workflow writes itself', async () => {
+      const activities = timingWith(() => Promise.resolve('stale'));
+      const start = await activities.proxyTiming({
+        provider: 'quick',
+        create,
+        report: { state: fresh(), resourceVersion: '41' },
+      });
+      expect(start.created).toEqual(made);
+      expect(start.reported).toBeUndefined();
+    });
+
+    it('a failed write keeps the create: the workflow writes itself', async () => {
+      const activities = timingWith(() => Promise.reject(new Error('apiserver down')));
+      const start = await activities.proxyTiming({
+        provider: 'quick',
+        create,
+        report: { state: fresh(), resourceVersion: '41' },
+      });
+      expect(start.created).toEqual(made);
+      expect(start.reported).toBeUndefined();
+    });
+
+    it('a write past the deadline keeps the create and is left to finish; its late failure is nobody’s', async () => {
+      let fail: (error: Error) => void = () => undefined;
+      const activities = timingWith(() => new Promise<'written'>((_, reject) => (fail = reject)), 20);
+      const unhandled: unknown[] = [];
+      const onUnhandled = (reason: unknown) => unhandled.push(reason);
+      process.on('unhandledRejection', onUnhandled);
+      try {
+        const start = await activities.proxyTiming({
+          provider: 'quick',
+          create,
+          report: { state: fresh(), resourceVersion: '41' },
+        });
+        expect(start.created).toEqual(made);
+        expect(start.reported).toBeUndefined();
+        fail(new Error('too late'));
+        await new Promise((resolve) => setImmediate(resolve));
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(unhandled).toEqual([]);
+      } finally {
+        process.off('unhandledRejection', onUnhandled);
+      }
+    });
   });
 });

@@ -22,7 +22,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { PoolActivities } from '../../activities/types.js';
-import { DEFAULT_MAX_LEASES } from '../../resources/proxy-schema.js';
+import { DEFAULT_MAX_LEASES } from '../../resources/proxy-defaults.js';
 import { POOL_ACTIVITY_OPTIONS } from './activity-options.js';
 import { applyDemandReport, aggregateDemand, decideReplicas, initialAutoscale } from './autoscale.js';
 import { poolChangedSignal, poolDemandSignal, poolStateQuery } from './messages.js';

@@ -359,6 +359,29 @@ export function runsWithAddress(seen: { state: InstanceState; ip?: string }): bo
   return seen.state === 'Running' && seen.ip !== undefined && seen.ip !== '';
 }
 
+/** What a create leaves behind: the instance, and (when its own first look answered) what that look saw. */
+export interface Created {
+  id: string;
+  specHash: string;
+  seen?: Observation;
+}
+
+/**
+ * The state a create leaves: the instance, and its first look's answer.
+ * The create activity's own first look stands for the Get that would follow
+ * (histories from before it carry none: they Get). Also run by the first
+ * local activity on a copy of the state, to write the status a create at
+ * the start leaves: one rule for both.
+ */
+export function applyCreated(state: ProxyState, created: Created, nowMs: number, timing: WorkerTiming): void {
+  state.instanceId = created.id;
+  state.instanceSpecHash = created.specHash;
+  state.instanceState = 'Provisioning';
+  state.nextLookAtMs = undefined;
+  if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
+  if (created.seen) scheduleLook(state, observe(state, created.seen), nowMs, timing);
+}
+
 /**
  * Moves the state by a provider Get answer and says how long to wait before
  * the next look ('now' = act again at once).

@@ -200,6 +200,11 @@ export interface ProxyWorkflowInput {
    * Absent from starts older than it, which read.
    */
   recorded?: RecordedStatus;
+  /**
+   * The Proxy's resourceVersion when `recorded` was read: a status written
+   * at the start is pinned to it, so it never replaces a newer write.
+   */
+  recordedVersion?: string;
   /** The ProxyPhase search attribute the starter set at the start, so the run does not set it again. */
   indexedPhase?: ProxyPhase;
 }

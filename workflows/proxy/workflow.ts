@@ -27,6 +27,7 @@ import type {
   CreateInstanceResult,
   KubeActivities,
   ProviderActivities,
+  ProxyTimingInput,
   TimingActivities,
 } from '../../activities/types.js';
 import { FailureType } from './failure-types.js';
@@ -41,6 +42,7 @@ import {
 } from './messages.js';
 import { ProxyPhaseKey } from './search-attributes.js';
 import {
+  applyCreated,
   applyDeletion,
   applyDrift,
   applyHealth,
@@ -63,7 +65,7 @@ import {
   view,
 } from './state.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
-import type { ProxyState, ProxyWorkflowInput, WorkerTiming } from './types.js';
+import type { HealthReport, ProxyState, ProxyWorkflowInput, RecordedStatus, WorkerTiming } from './types.js';
 
 const provider = proxyActivities<ProviderActivities>(PROXY_ACTIVITY_OPTIONS.provider);
 // A quick provider's create in the workflow task that decided on it: the
@@ -149,8 +151,16 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   setHandler(deletionRequestedSignal, (request) => {
     if (applyDeletion(state, request)) woken = true;
   });
+  // A report that names an address this run does not know yet, kept while
+  // the create at the start is out: its status (with the address) is
+  // written inside that local activity, so a prober can read it and report
+  // before the run has the result (a workflow task heartbeated while the
+  // activity runs delivers signals). Applied once the create is taken.
+  let earlyHealth: HealthReport | undefined;
+  let createAtStartOut = false;
   setHandler(healthChangedSignal, (report) => {
     if (applyHealth(state, report)) woken = true;
+    else if (createAtStartOut && state.instanceId === undefined) earlyHealth = report;
   });
   setHandler(driftDetectedSignal, (report) => {
     if (applyDrift(state, report)) woken = true;
@@ -163,29 +173,40 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   // The starter sets ProxyPhase at the start; setting it again is a visibility write per Proxy.
   if (resumesFromStatus && input.indexedPhase !== undefined) state.indexedPhase ??= input.indexedPhase;
 
+  // What the Proxy's status held when this run started, as far as it knows:
+  // sent with each status write so its Events need no read.
+  const startedFrom = (recorded: RecordedStatus | undefined): ProxyStatus | undefined =>
+    recorded && { conditions: recorded.conditions ?? [] };
+
   // The bridge sends what the status recorded when it started the run;
   // other starters (and starts from before it did) leave it to be read, in
   // the same batch of local activities as the timing (one action).
   // A fresh Proxy the bridge started with its (empty) recorded status has
   // its create as first step: a quick provider makes it in the same local
   // activity that brings the timing (only the worker knows which providers
-  // are quick). Worked out on a copy: the run takes the recorded status
-  // below, as every run does, once the timing is in.
-  const createAtStart = ((): CreateInstanceInput | undefined => {
-    if (!resumesFromStatus || input.recorded === undefined) return undefined;
+  // are quick), and writes the status it leaves, built by this module's
+  // rules from a copy of the state and pinned to the version the bridge
+  // read (the run's own status write and its activation fewer). Worked out
+  // on that copy: the run takes the recorded status below, as every run
+  // does, once the timing is in.
+  const atStart = ((): Pick<ProxyTimingInput, 'create' | 'report'> => {
+    if (!resumesFromStatus || input.recorded === undefined) return {};
     const probe = JSON.parse(JSON.stringify(state)) as ProxyState;
     resumeFromStatus(probe, input.recorded);
-    if (probe.desired.deletionRequested || nextStep(probe).kind !== 'create') return undefined;
-    return createInputOf(probe);
+    if (probe.desired.deletionRequested || nextStep(probe).kind !== 'create') return {};
+    const create = createInputOf(probe);
+    if (input.recordedVersion === undefined) return { create };
+    const previous = startedFrom(input.recorded);
+    return {
+      create,
+      report: { state: probe, resourceVersion: input.recordedVersion, ...(previous ? { previous } : {}) },
+    };
   })();
+  createAtStartOut = atStart.create !== undefined;
   // (Each promise made in a workflow costs a stack trace, source-mapped, for
   // the SDK's stack trace query: the common start awaits the one call alone.)
-  const timingNow = () =>
-    workerConfig.proxyTiming({
-      provider: state.desired.provider ?? '',
-      ...(createAtStart ? { create: createAtStart } : {}),
-    });
-  const [{ created: createdAtStart, ...timing }, recorded] =
+  const timingNow = () => workerConfig.proxyTiming({ provider: state.desired.provider ?? '', ...atStart });
+  const [{ created: createdAtStart, reported, ...timing }, recorded] =
     !resumesFromStatus || input.recorded !== undefined
       ? [await timingNow(), resumesFromStatus ? input.recorded : undefined]
       : await Promise.all([
@@ -202,29 +223,35 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
   state.nextLookAtMs = undefined;
   if (recorded) resumeFromStatus(state, recorded);
 
-  /** The state a create leaves: the instance, and its first look's answer. */
-  const applyCreated = (created: CreateInstanceResult): void => {
-    state.instanceId = created.id;
-    state.instanceSpecHash = created.specHash;
-    state.instanceState = 'Provisioning';
-    state.nextLookAtMs = undefined;
-    if (state.failure?.type !== FailureType.Permanent) state.failure = undefined;
-    // The create activity's own first look stands for the Get that
-    // would follow (histories from before it carry none: they Get).
-    if (created.seen) scheduleLook(state, observe(state, created.seen), Date.now(), timing);
-  };
-  // Whatever signals came with it (a deletion, a new spec), the instance
-  // exists now: the loop goes on from there as after any create.
-  if (createdAtStart) applyCreated(createdAtStart);
-
   // What the Proxy's status holds as far as this run knows, sent with each
   // write so its Events need no read: what the run started from, then what
   // it wrote. Unknown (undefined) when the start could not be read.
   let knownStatus: ProxyStatus | undefined = resumesFromStatus
-    ? recorded && { conditions: recorded.conditions ?? [] }
+    ? startedFrom(recorded)
     : state.lastWrittenStatus === undefined
       ? undefined
       : (JSON.parse(state.lastWrittenStatus) as ProxyStatus);
+
+  const applyCreatedNow = (created: CreateInstanceResult): void =>
+    applyCreated(state, created, Date.now(), timing);
+  // Whatever signals came with it (a deletion, a new spec), the instance
+  // exists now: the loop goes on from there as after any create.
+  if (createdAtStart) {
+    applyCreatedNow(createdAtStart);
+    if (reported?.outcome === 'written') {
+      // The run's own rules gave that status: taking its conditions (their
+      // transition times) and counting it written, the run's first publish
+      // finds nothing new to write unless a signal that came with the
+      // timing changed something. Histories from before carry no report:
+      // their runs write it themselves.
+      state.conditions = reported.status.conditions ?? [];
+      state.lastWrittenStatus = JSON.stringify(reported.status);
+      knownStatus = reported.status;
+    } else if (reported?.outcome === 'gone') onProxyGone();
+  }
+  createAtStartOut = false;
+  if (earlyHealth && applyHealth(state, earlyHealth)) woken = true;
+  earlyHealth = undefined;
 
   const publish = async (): Promise<void> => {
     const status = buildStatus(state, new Date());
@@ -367,7 +394,7 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
         const quick = timing.quickCreate === true;
         if (!quick) await publish();
         try {
-          applyCreated(await (quick ? quickProvider : provider).createInstance(createInputOf(state)));
+          applyCreatedNow(await (quick ? quickProvider : provider).createInstance(createInputOf(state)));
         } catch (error) {
           if (failureOf(error).type === FailureType.ProxyGone) onProxyGone();
           await onFailure(error);
