@@ -78,6 +78,14 @@ describe('the finalizer admission policy', () => {
       port: 18301,
     });
     expect(managed.metadata.finalizers).toEqual([FINALIZER]);
+    // One the creator set is kept beside ours.
+    const held = await cp.api.create({
+      metadata: { name: 'px-held', namespace: cp.namespace, finalizers: ['example.com/hold'] },
+      spec: { mode: 'Managed', provider: 'local', port: 18304 },
+    });
+    expect([...(held.metadata.finalizers ?? [])].sort()).toEqual(['example.com/hold', FINALIZER].sort());
+    await removeFinalizers(cp.api, cp.namespace, 'px-held');
+    await deleteProxy(cp.api, cp.namespace, 'px-held');
     const external = await createProxy(cp.api, cp.namespace, 'px-external', {
       mode: 'External',
       endpoint: { host: '203.0.113.7' },
