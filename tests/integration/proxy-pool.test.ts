@@ -257,11 +257,16 @@ describe('ProxyPool', () => {
     expect((await proxies.get(cp.namespace, name))?.status?.ip).toBe(oldIp);
 
     await leaseApi(apiUrl).release(lease.body.leaseID);
+    // Replaced: an instance of the new spec, Ready. (Its address usually
+    // differs, but the local provider may hand the freed one out again.)
+    const oldSpecHash = ready.status!.specHash;
     const replaced = await eventually(
       `${name} replaced after the release`,
       async () => {
         const p = await proxies.get(cp.namespace, name);
-        return p && proxyCondition(p, 'Ready')?.status === 'True' && p.status?.ip !== oldIp ? p : undefined;
+        return p && proxyCondition(p, 'Ready')?.status === 'True' && p.status?.specHash !== oldSpecHash
+          ? p
+          : undefined;
       },
       { timeoutMs: 60_000, intervalMs: 250 },
     );

@@ -358,7 +358,12 @@ export async function proxyWorkflow(input: ProxyWorkflowInput): Promise<void> {
     await condition(allHandlersFinished);
     state.nextPollAt = undefined;
     // What the start carried for a fresh run has served its purpose.
-    const { recorded: _recorded, indexedPhase: _indexedPhase, ...rest } = input;
+    const {
+      recorded: _recorded,
+      recordedVersion: _recordedVersion,
+      indexedPhase: _indexedPhase,
+      ...rest
+    } = input;
     await continueAsNew<typeof proxyWorkflow>({ ...rest, desired: state.desired, carried: state });
   };
 
