@@ -20,6 +20,7 @@ import {
   VERSION,
   type Proxy,
 } from '../../resources/proxy-schema.js';
+import { httpCode } from '../../kube/errors.js';
 
 export const CRD_DIR = fileURLToPath(new URL('../../infra/k8s/crds/', import.meta.url));
 export const ADMISSION_DIR = fileURLToPath(new URL('../../infra/k8s/admission/', import.meta.url));
@@ -133,7 +134,7 @@ export async function installFinalizerPolicy(
         },
       })
       .catch((error: unknown) => {
-        const code = (error as { code?: number }).code;
+        const code = httpCode(error);
         if (code === 429 || code === 503) return undefined;
         throw error;
       })) as Proxy | undefined;

@@ -20,7 +20,6 @@
  * `npm run bench:cost`'s.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { get as httpsGet, type RequestOptions } from 'node:https';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -44,6 +43,7 @@ import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
 import { DEFAULT_TIMING } from '../../workflows/proxy/types.js';
+import { apiserverRequests } from '../helpers/apiserver-metrics.js';
 import { CLOCK_TICKS_PER_SECOND, descendants, readProc, threadCpuTicks, threadsStarted } from './proc.js';
 
 const sizes = process.argv
@@ -165,30 +165,6 @@ async function historyOf(workflowId: string): Promise<string> {
     counts.set(type, (counts.get(type) ?? 0) + 1);
   }
   return `${history.events?.length ?? 0} events: ${[...counts].map(([t, c]) => (c > 1 ? `${t} x${c}` : t)).join(', ')}`;
-}
-
-/** The apiserver's request counts so far, by verb and resource (its own metrics). */
-async function apiserverRequests(): Promise<Map<string, number>> {
-  const options: RequestOptions = {};
-  await kc.applyToHTTPSOptions(options);
-  const server = new URL(kc.getCurrentCluster()!.server);
-  const text = await new Promise<string>((resolve, reject) => {
-    httpsGet({ ...options, host: server.hostname, port: server.port, path: '/metrics' }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve(body));
-    }).on('error', reject);
-  });
-  const counts = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{')) continue;
-    const label = (name: string) => new RegExp(`${name}="([^"]*)"`).exec(line)?.[1] ?? '';
-    const sub = label('subresource');
-    const key = `${label('verb')} ${label('resource')}${sub ? `/${sub}` : ''}`;
-    counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
-  }
-  return counts;
 }
 
 async function baseline(n: number): Promise<number> {
@@ -348,10 +324,10 @@ for (const n of SIZES) {
   const cpu0 = cpuNow();
   const base = await baseline(n);
   const cpu1 = cpuNow();
-  const requests0 = await apiserverRequests();
+  const requests0 = await apiserverRequests(kc);
   const { ms, spread, sample } = await provision(n, `bench-${n}`);
   const cpu2 = cpuNow();
-  const requests1 = await apiserverRequests();
+  const requests1 = await apiserverRequests(kc);
   // Read after the CPU window: these reads are the bench's, not provisioning's.
   const { history, phases } = await sample();
   const rssMiB = process.memoryUsage().rss / 2 ** 20;

@@ -7,7 +7,6 @@
  * by the bridge, as on an apiserver without the policy.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { get as httpsGet, type RequestOptions } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -15,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { installCrds, installFinalizerPolicy } from '../../cli/local-servers/install-crds.js';
 import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
 import { FINALIZER } from '../../resources/proxy-schema.js';
+import { apiserverRequests } from '../helpers/apiserver-metrics.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import {
   createProxy,
@@ -29,25 +29,7 @@ import {
 
 /** The apiserver's own count of PATCHes of Proxies (the main resource, not status). */
 async function proxyPatches(kc: KubeConfig): Promise<number> {
-  const options: RequestOptions = {};
-  await kc.applyToHTTPSOptions(options);
-  const server = new URL(kc.getCurrentCluster()!.server);
-  const metrics = await new Promise<string>((resolve, reject) => {
-    httpsGet({ ...options, host: server.hostname, port: server.port, path: '/metrics' }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve(body));
-    }).on('error', reject);
-  });
-  let total = 0;
-  for (const line of metrics.split('\n')) {
-    if (!line.startsWith('apiserver_request_total{')) continue;
-    if (!line.includes('verb="PATCH"') || !line.includes('resource="proxies"')) continue;
-    if (!line.includes('subresource=""')) continue;
-    total += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return total;
+  return (await apiserverRequests(kc)).get('PATCH proxies') ?? 0;
 }
 
 describe('the finalizer admission policy', () => {

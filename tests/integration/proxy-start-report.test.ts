@@ -20,6 +20,7 @@ import type { Provider } from '../../providers/types.js';
 import { PROXY_WORKFLOW_TYPE } from '../../workflows/proxy/client.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { DEFAULT_TIMING, type ProxyWorkflowInput } from '../../workflows/proxy/types.js';
+import { desiredSpec } from '../helpers/desired-spec.js';
 import { eventually, uniqueTaskQueue, workflowBundle } from '../helpers/temporal.js';
 
 const EventType = proto.temporal.api.enums.v1.EventType;
@@ -90,17 +91,7 @@ describe('a health report that reaches a run before its create at the start', ()
     const uid = randomBytes(8).toString('hex');
     const input: ProxyWorkflowInput = {
       ref: { namespace: 'ns', name: 'px-early', uid },
-      desired: {
-        generation: 1,
-        mode: 'Managed',
-        provider: 'held',
-        placement: {},
-        port: 3128,
-        specHash: 'h',
-        legacySpecHashes: [],
-        skipCleanup: false,
-        deletionRequested: false,
-      },
+      desired: desiredSpec({ provider: 'held', specHash: 'h' }),
       recorded: {},
       recordedVersion: '7',
       indexedPhase: 'Pending',

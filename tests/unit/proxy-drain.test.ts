@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { desiredSpec } from '../helpers/desired-spec.js';
 import {
   applyLeasesDrained,
   applySpec,
@@ -14,20 +15,7 @@ import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
 
 const T0 = Date.parse('2026-12-03T10:00:00Z');
 
-function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
-  return {
-    generation: 1,
-    mode: 'Managed',
-    provider: 'local',
-    placement: {},
-    port: 3128,
-    specHash: 'v2:aaaa',
-    legacySpecHashes: [],
-    skipCleanup: false,
-    deletionRequested: false,
-    ...over,
-  };
-}
+const desired = desiredSpec;
 
 function running(over: Partial<DesiredSpec> = {}, ip = '127.0.0.5'): ProxyState {
   const s = initialState({ ref: { namespace: 'ns', name: 'p', uid: 'u1' }, desired: desired(over) });

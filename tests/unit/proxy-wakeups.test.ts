@@ -5,6 +5,7 @@
  * Temporal.
  */
 import { describe, expect, it } from 'vitest';
+import { desiredSpec } from '../helpers/desired-spec.js';
 import {
   applyDeletion,
   applyDrift,
@@ -35,20 +36,7 @@ const SWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: true };
 const UNSWEPT: WorkerTiming = { ...DEFAULT_TIMING, swept: false };
 const at = (ms: number) => ({ nowMs: NOW + ms, errorRetryMs: DEFAULT_TIMING.errorRetryMs });
 
-function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
-  return {
-    generation: 1,
-    mode: 'Managed',
-    provider: 'local',
-    placement: {},
-    port: 3128,
-    specHash: 'v2:aaaa',
-    legacySpecHashes: [],
-    skipCleanup: false,
-    deletionRequested: false,
-    ...over,
-  };
-}
+const desired = desiredSpec;
 
 /** A steady proxy: Running at 127.0.0.5, its next look scheduled by the answer that said so. */
 function steady(timing: WorkerTiming = SWEPT): ProxyState {

@@ -6,6 +6,7 @@
  * and pinned to the resourceVersion the bridge read.
  */
 import { describe, expect, it } from 'vitest';
+import { desiredSpec } from '../helpers/desired-spec.js';
 import { createTimingActivities } from '../../activities/drift-activities.js';
 import type { CreateInstanceInput, CreateInstanceResult, KubeActivities } from '../../activities/types.js';
 import type { ProviderRegistry } from '../../providers/config.js';
@@ -37,6 +38,21 @@ const made: CreateInstanceResult = {
   specHash: 'h',
   seen: { found: true, state: 'Running', ip: '127.0.0.2' },
 };
+
+/** The unhandled rejections `act` leads to, a turn of the event loop later (when Node reports them). */
+async function unhandledAfter(act: () => void): Promise<unknown[]> {
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    act();
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    return unhandled;
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+}
 
 describe('proxyTiming', () => {
   it('creates only when asked to and the provider is quick', async () => {
@@ -91,21 +107,10 @@ describe('proxyTiming', () => {
         return new Promise<CreateInstanceResult>((_, reject) => (fail = reject));
       },
     });
-    const unhandled: unknown[] = [];
-    const onUnhandled = (reason: unknown) => unhandled.push(reason);
-    process.on('unhandledRejection', onUnhandled);
-    try {
-      const start = await activities.proxyTiming({ provider: 'quick', create });
-      expect(started).toBe(true);
-      expect(start.created).toBeUndefined();
-      fail(new Error('too late'));
-      // A turn of the event loop for an unhandled rejection to be reported.
-      await new Promise((resolve) => setImmediate(resolve));
-      await new Promise((resolve) => setImmediate(resolve));
-      expect(unhandled).toEqual([]);
-    } finally {
-      process.off('unhandledRejection', onUnhandled);
-    }
+    const start = await activities.proxyTiming({ provider: 'quick', create });
+    expect(started).toBe(true);
+    expect(start.created).toBeUndefined();
+    expect(await unhandledAfter(() => fail(new Error('too late')))).toEqual([]);
   });
 
   describe('with the run state: the status the create leaves', () => {
@@ -113,17 +118,7 @@ describe('proxyTiming', () => {
     const fresh = (): ProxyState =>
       initialState({
         ref: create.ref,
-        desired: {
-          generation: 3,
-          mode: 'Managed',
-          provider: 'quick',
-          placement: {},
-          port: 3128,
-          specHash: 'h',
-          legacySpecHashes: [],
-          skipCleanup: false,
-          deletionRequested: false,
-        },
+        desired: desiredSpec({ generation: 3, provider: 'quick', specHash: 'h' }),
       });
     type Write = Parameters<KubeActivities['writeProxyStatus']>[0];
     const timingWith = (
@@ -137,6 +132,17 @@ describe('proxyTiming', () => {
         createInstance: () => Promise.resolve(made),
         writeProxyStatus,
         ...(createAtStartMs ? { createAtStartMs } : {}),
+      });
+
+    /** A fresh run's start with its state (pinned to version 41), against this status write. */
+    const startWith = (
+      writeProxyStatus: (input: Write) => Promise<'written' | 'gone' | 'stale'>,
+      createAtStartMs?: number,
+    ) =>
+      timingWith(writeProxyStatus, createAtStartMs).proxyTiming({
+        provider: 'quick',
+        create,
+        report: { state: fresh(), resourceVersion: '41' },
       });
 
     it('writes what the workflow would, against the status it knows, and says so', async () => {
@@ -173,59 +179,29 @@ describe('proxyTiming', () => {
     });
 
     it('a Proxy gone by the write is reported gone', async () => {
-      const activities = timingWith(() => Promise.resolve('gone'));
-      const start = await activities.proxyTiming({
-        provider: 'quick',
-        create,
-        report: { state: fresh(), resourceVersion: '41' },
-      });
+      const start = await startWith(() => Promise.resolve('gone'));
       expect(start.created).toEqual(made);
       expect(start.reported?.outcome).toBe('gone');
     });
 
     it('a Proxy written to since the bridge read it is not written: the workflow writes itself', async () => {
-      const activities = timingWith(() => Promise.resolve('stale'));
-      const start = await activities.proxyTiming({
-        provider: 'quick',
-        create,
-        report: { state: fresh(), resourceVersion: '41' },
-      });
+      const start = await startWith(() => Promise.resolve('stale'));
       expect(start.created).toEqual(made);
       expect(start.reported).toBeUndefined();
     });
 
     it('a failed write keeps the create: the workflow writes itself', async () => {
-      const activities = timingWith(() => Promise.reject(new Error('apiserver down')));
-      const start = await activities.proxyTiming({
-        provider: 'quick',
-        create,
-        report: { state: fresh(), resourceVersion: '41' },
-      });
+      const start = await startWith(() => Promise.reject(new Error('apiserver down')));
       expect(start.created).toEqual(made);
       expect(start.reported).toBeUndefined();
     });
 
     it('a write past the deadline keeps the create and is left to finish; its late failure is nobody’s', async () => {
       let fail: (error: Error) => void = () => undefined;
-      const activities = timingWith(() => new Promise<'written'>((_, reject) => (fail = reject)), 20);
-      const unhandled: unknown[] = [];
-      const onUnhandled = (reason: unknown) => unhandled.push(reason);
-      process.on('unhandledRejection', onUnhandled);
-      try {
-        const start = await activities.proxyTiming({
-          provider: 'quick',
-          create,
-          report: { state: fresh(), resourceVersion: '41' },
-        });
-        expect(start.created).toEqual(made);
-        expect(start.reported).toBeUndefined();
-        fail(new Error('too late'));
-        await new Promise((resolve) => setImmediate(resolve));
-        await new Promise((resolve) => setImmediate(resolve));
-        expect(unhandled).toEqual([]);
-      } finally {
-        process.off('unhandledRejection', onUnhandled);
-      }
+      const start = await startWith(() => new Promise<'written'>((_, reject) => (fail = reject)), 20);
+      expect(start.created).toEqual(made);
+      expect(start.reported).toBeUndefined();
+      expect(await unhandledAfter(() => fail(new Error('too late')))).toEqual([]);
     });
   });
 });
