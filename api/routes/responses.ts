@@ -28,10 +28,12 @@ export function toJson(p: ProxyView, activeLeases: number): ProxyJson {
 
 /** RFC 3339 in UTC with trailing fraction zeros trimmed, as Go prints a time.Time: 2026-08-11T22:05:00Z. */
 export function rfc3339(epochMs: number): string {
-  return new Date(epochMs)
-    .toISOString()
-    .replace(/(\.\d*?)0+Z$/, '$1Z')
-    .replace(/\.Z$/, 'Z');
+  const iso = new Date(epochMs).toISOString();
+  // toISOString always prints three fraction digits (a year past 9999 aside): trim the zeros.
+  if (iso.length !== 24) return iso.replace(/(\.\d*?)0+Z$/, '$1Z').replace(/\.Z$/, 'Z');
+  let end = 23;
+  while (end > 20 && iso.charCodeAt(end - 1) === 0x30) end--;
+  return `${iso.slice(0, end === 20 ? 19 : end)}Z`;
 }
 
 /** JSON with a trailing newline, as the seed's encoder wrote it. */

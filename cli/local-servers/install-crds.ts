@@ -29,6 +29,14 @@ function isNotFound(error: unknown): boolean {
   return (error as { code?: number }).code === 404;
 }
 
+/** Polls `probe` every 100 ms until it returns true; throws `${what} after 30 s` past `deadline`. */
+async function until(what: string, deadline: number, probe: () => Promise<boolean>): Promise<void> {
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`${what} after 30 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /**
  * Creates or replaces our CRDs and waits until the apiserver serves them
  * (a new CRD is not usable until it is Established and in discovery).
@@ -56,23 +64,15 @@ export async function installCrds(kc: KubeConfig, dir = CRD_DIR): Promise<string
   const apis = kc.makeApiClient(ApisApi);
   const deadline = Date.now() + 30_000;
   for (const name of names) {
-    for (;;) {
+    await until(`CRD ${name} not Established`, deadline, async () => {
       const crd = await api.readCustomResourceDefinition({ name });
-      const established = crd.status?.conditions?.some(
-        (c) => c.type === 'Established' && c.status === 'True',
-      );
-      if (established) break;
-      if (Date.now() > deadline) throw new Error(`CRD ${name} not Established after 30 s`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false;
+    });
   }
   // Discovery lags Established by a moment.
-  for (;;) {
-    const groups = await apis.getAPIVersions();
-    if (groups.groups.some((g) => g.name === 'crawl.example.com')) break;
-    if (Date.now() > deadline) throw new Error('crawl.example.com not in discovery after 30 s');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await until(`${GROUP} not in discovery`, deadline, async () =>
+    (await apis.getAPIVersions()).groups.some((g) => g.name === GROUP),
+  );
   return names;
 }
 
@@ -117,7 +117,7 @@ export async function installFinalizerPolicy(
   const custom = kc.makeApiClient(CustomObjectsApi);
   const namespace = opts.namespace ?? 'default';
   const deadline = Date.now() + 30_000;
-  for (;;) {
+  await until('the finalizer policy is not applied', deadline, async () => {
     // A CRD just installed may still answer 429 or 503 while its storage starts.
     const probe = (await custom
       .createNamespacedCustomObject({
@@ -138,8 +138,7 @@ export async function installFinalizerPolicy(
         if (code === 429 || code === 503) return undefined;
         throw error;
       })) as Proxy | undefined;
-    if (probe?.metadata.finalizers?.includes(FINALIZER)) return true;
-    if (Date.now() > deadline) throw new Error('the finalizer policy is not applied after 30 s');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    return probe?.metadata.finalizers?.includes(FINALIZER) ?? false;
+  });
+  return true;
 }
