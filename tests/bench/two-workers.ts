@@ -306,3 +306,5 @@ try {
   await stopAll();
   rmSync(dir, { recursive: true, force: true });
 }
+// The figures are printed; the in-process bridge, the fake and the clients still hold sockets open.
+process.exit(0);
