@@ -14,22 +14,12 @@ import {
 import { FailureType } from '../../workflows/proxy/failure-types.js';
 import { parseProxyWorkflowId, proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
+import { desiredSpec } from '../helpers/desired-spec.js';
 
 const T0 = new Date('2026-11-29T10:00:00Z');
 
 function desired(over: Partial<DesiredSpec> = {}): DesiredSpec {
-  return {
-    generation: 1,
-    mode: 'Managed',
-    provider: 'local',
-    placement: {},
-    port: 3128,
-    specHash: 'v2:aaaa',
-    legacySpecHashes: ['v1:old-aaaa'],
-    skipCleanup: false,
-    deletionRequested: false,
-    ...over,
-  };
+  return desiredSpec({ legacySpecHashes: ['v1:old-aaaa'], ...over });
 }
 
 function state(over: Partial<DesiredSpec> = {}): ProxyState {
