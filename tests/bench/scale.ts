@@ -764,11 +764,9 @@ async function run(): Promise<void> {
         `kubectl get px -A ${kubectl.seconds.toFixed(2)} s (${kubectl.lines} lines); ` +
         `visibility: count ${listing.countSeconds.toFixed(2)} s, list all ${listing.listSeconds.toFixed(2)} s (${listing.listed} Ready); ` +
         (lease
-          ? `lease API (medians of ${lease.rounds} rounds) ${lease.pairsPerSecond.toFixed(0)} pairs/s, ${lease.ratio.toFixed(2)} (${lease.ratioMin.toFixed(2)}-${lease.ratioMax.toFixed(2)}) of bare Hono's ${lease.bare.toFixed(0)}, pair p99 ${lease.p99.toFixed(1)} ms (${lease.p99Ratio.toFixed(2)}x), ${lease.errors} errors`
+          ? `lease API (medians of ${lease.rounds} rounds) ${describeLease(lease)}`
           : 'lease API not measured') +
-        (leaseOnly
-          ? `; lease-only replica (--no-prober) ${leaseOnly.pairsPerSecond.toFixed(0)} pairs/s, ${leaseOnly.ratio.toFixed(2)} (${leaseOnly.ratioMin.toFixed(2)}-${leaseOnly.ratioMax.toFixed(2)}) of bare, pair p99 ${leaseOnly.p99Ratio.toFixed(2)}x, ${leaseOnly.errors} errors`
-          : ''),
+        (leaseOnly ? `; lease-only replica (--no-prober) ${describeLease(leaseOnly)}` : ''),
     );
     results.push({
       n: N,
@@ -1095,6 +1093,11 @@ async function leaseFigures(
     };
   };
   return { api: figures(samples.api), leaseOnly: figures(samples.leaseOnly) };
+}
+
+/** One replica's lease figures on one line. */
+function describeLease(l: LeaseFigures): string {
+  return `${l.pairsPerSecond.toFixed(0)} pairs/s, ${l.ratio.toFixed(2)} (${l.ratioMin.toFixed(2)}-${l.ratioMax.toFixed(2)}) of bare Hono's ${l.bare.toFixed(0)}, pair p99 ${l.p99.toFixed(1)} ms (${l.p99Ratio.toFixed(2)}x), ${l.errors} errors`;
 }
 
 /** One table for all sizes, then how each figure grows with N (the exponent k in figure ∝ N^k between sizes). */
