@@ -10,7 +10,9 @@
 # No loop devices and no mounts: the root filesystem is made from the
 # directory with `mkfs.ext4 -d`, the ESP with mtools, and the two are copied
 # into a GPT laid out by sfdisk; qemu-img compresses the result to qcow2.
-# The guest never needs the internet (everything is in the image).
+# The guest never needs the internet (everything is in the image). The
+# packages come from the Debian mirror this machine's apt uses
+# (lib/apt-mirror.sh), or from KVM_GUEST_MIRROR when it is set.
 #
 # Cached under ~/.cache/egress-proxies/kvm-guest/<sha256 of this script>/:
 # a changed script builds a new image, an unchanged one is reused. Prints the
@@ -20,7 +22,6 @@
 set -euo pipefail
 
 SUITE=bookworm
-MIRROR="${KVM_GUEST_MIRROR:-http://deb.debian.org/debian}"
 ESP_MIB=96
 TOOLS=(mmdebstrap mtools dosfstools e2fsprogs fdisk qemu-utils)
 TOOL_BINARIES=(mmdebstrap mcopy mkfs.vfat mkfs.ext4 sfdisk qemu-img)
@@ -28,6 +29,7 @@ TOOL_BINARIES=(mmdebstrap mcopy mkfs.vfat mkfs.ext4 sfdisk qemu-img)
 say() { echo "build-kvm-guest: $*" >&2; }
 
 script_path="$(readlink -f "${BASH_SOURCE[0]}")"
+source "$(dirname "$script_path")/lib/apt-mirror.sh"
 key="$(sha256sum "$script_path" | cut -c1-16)"
 cache="${EGRESS_PROXIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/kvm-guest/$key"
 image="$cache/debian-12-egress-guest.qcow2"
@@ -64,6 +66,8 @@ if [[ $missing -eq 1 ]]; then
   flock -u 8
 fi
 export PATH="$PATH:/usr/sbin:/sbin"
+# The mirror this machine's apt uses, or KVM_GUEST_MIRROR.
+MIRROR="$(apt_mirror "$SUITE" KVM_GUEST_MIRROR)"
 
 work="$(mktemp -d "$(dirname "$cache")/.build-$key.XXXXXX")"
 trap 'rm -rf "$work"' EXIT

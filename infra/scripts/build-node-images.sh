@@ -15,14 +15,16 @@
 #
 # Cached under ~/.cache/egress-proxies/node-images/<sha256 of this script and
 # its helpers>/; prints that directory on stdout, the build time on stderr.
-# Needs root (mmdebstrap's root mode) and Go (for pause).
+# Needs root (mmdebstrap's root mode) and Go (for pause). The packages come
+# from the Debian mirror this machine's apt uses (lib/apt-mirror.sh), or from
+# NODE_IMAGE_MIRROR when it is set.
 set -euo pipefail
 
 SUITE=bookworm
-MIRROR="${NODE_IMAGE_MIRROR:-http://deb.debian.org/debian}"
 say() { echo "build-node-images: $*" >&2; }
 
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
+source "$here/lib/apt-mirror.sh"
 key="$(cat "$here/build-node-images.sh" "$here/lib/oci-archive.py" | sha256sum | cut -c1-16)"
 cache="${EGRESS_PROXIES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/node-images/$key"
 
@@ -42,6 +44,8 @@ if done_already; then
   exit 0
 fi
 
+# The mirror this machine's apt uses, or NODE_IMAGE_MIRROR.
+MIRROR="$(apt_mirror "$SUITE" NODE_IMAGE_MIRROR)"
 started=$(date +%s)
 rm -rf "$cache"
 mkdir -p "$cache"

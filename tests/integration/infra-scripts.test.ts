@@ -309,3 +309,117 @@ describe('infra/scripts/build-kube.sh against a fake module proxy', () => {
     expect(result.status).toBe(1);
   });
 });
+
+describe('infra/scripts/lib/apt-mirror.sh', () => {
+  /** A sources.list and a sources.list.d with these files, and an APT_CONFIG pointing apt at them. */
+  function aptSources(list: string, parts: Record<string, string>): NodeJS.ProcessEnv {
+    const root = mkdtempSync(join(tmpdir(), 'ep-apt-'));
+    dirs.push(root);
+    mkdirSync(join(root, 'sources.list.d'));
+    writeFileSync(join(root, 'sources.list'), list);
+    for (const [name, text] of Object.entries(parts)) writeFileSync(join(root, 'sources.list.d', name), text);
+    writeFileSync(
+      join(root, 'apt.conf'),
+      `Dir::Etc::sourcelist "${join(root, 'sources.list')}";\nDir::Etc::sourceparts "${join(root, 'sources.list.d')}";\n`,
+    );
+    return { ...process.env, APT_CONFIG: join(root, 'apt.conf'), TEST_MIRROR: '' };
+  }
+  /** apt_mirror SUITE TEST_MIRROR, its messages through a `say` like the build scripts'. */
+  const mirror = (suite: string, env: NodeJS.ProcessEnv) =>
+    spawnSync(
+      'bash',
+      [
+        '-c',
+        `say() { echo "build-x: $*" >&2; }; source '${join(SCRIPTS, 'lib', 'apt-mirror.sh')}'; apt_mirror "$1" TEST_MIRROR`,
+        'apt-mirror-test',
+        suite,
+      ],
+      { encoding: 'utf8', env },
+    );
+
+  const debian = [
+    'Types: deb deb-src',
+    '# http://snapshot.debian.org/archive/debian/20250520T000000Z',
+    'URIs: http://mirror.example/debian/',
+    'Suites: bookworm',
+    '  bookworm-updates',
+    'Components: main contrib',
+    'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg',
+    '',
+    'types: deb',
+    'uris: http://mirror.example/debian-security',
+    'suites: bookworm-security',
+    'components: main',
+    '',
+  ].join('\n');
+  const env = () =>
+    aptSources(
+      [
+        '# deb http://commented.example/debian bookworm main',
+        'deb-src http://source-only.example/debian bookworm main',
+        'deb [arch=amd64 signed-by=/etc/apt/keyrings/x.gpg] http://no-main.example/debian bookworm contrib',
+        '',
+      ].join('\n'),
+      {
+        'a-nodesource.sources':
+          'Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\nComponents: main\n',
+        'b-off.sources':
+          'Enabled: no\nTypes: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nComponents: main\n',
+        'c-debian.sources': debian,
+        'd-later.list': 'deb http://later.example/debian bookworm main\n',
+        'a-ignored.list.disabled': 'deb http://ignored.example/debian bookworm main\n',
+      },
+    );
+
+  it("takes the first enabled deb entry with the suite and main, in apt's order, from deb822 files", () => {
+    const e = env();
+    for (const [suite, want] of [
+      ['bookworm', 'http://mirror.example/debian'],
+      ['bookworm-updates', 'http://mirror.example/debian'],
+      ['bookworm-security', 'http://mirror.example/debian-security'],
+    ] as const) {
+      const result = mirror(suite, e);
+      expect(result.stderr, suite).toBe('');
+      expect(result.status, suite).toBe(0);
+      expect(result.stdout, suite).toBe(`${want}\n`);
+    }
+  });
+
+  it('reads one-line entries (options in brackets) and the .list and .sources files in name order', () => {
+    const result = mirror(
+      'bookworm',
+      aptSources('', {
+        'a-local.list':
+          '# a mirror of our own\ndeb [ arch=amd64 trusted=yes ] https://local.example/debian bookworm main # pinned\n',
+        'b-debian.sources': debian,
+      }),
+    );
+    expect(result.stderr).toBe('');
+    expect(result.stdout).toBe('https://local.example/debian\n');
+    const fromList = mirror('bookworm', aptSources('deb http://list.example/debian/ bookworm main\n', {}));
+    expect(fromList.stdout).toBe('http://list.example/debian\n');
+  });
+
+  it('lets the variable override the machine', () => {
+    const result = mirror('bookworm', { ...env(), TEST_MIRROR: 'https://override.example/debian/' });
+    expect(result.stderr).toBe('');
+    expect(result.stdout).toBe('https://override.example/debian\n');
+  });
+
+  it('fails with one line saying what it looked for and which variable to set', () => {
+    const e = env();
+    const result = mirror('trixie', e);
+    expect(result.status).toBe(1);
+    expect(result.stdout).toBe('');
+    const root = e.APT_CONFIG!.replace(/\/apt\.conf$/, '');
+    expect(result.stderr.trim().split('\n')).toEqual([
+      `build-x: no Debian mirror for trixie (an enabled deb entry with component main) in ${root}/sources.list or ${root}/sources.list.d/*.list, *.sources; set TEST_MIRROR to the mirror's URL (the directory holding dists/)`,
+    ]);
+  });
+
+  it("finds this machine's mirror for the suite the images are built from", () => {
+    const result = mirror('bookworm', { ...process.env, TEST_MIRROR: '' });
+    expect(result.stderr).toBe('');
+    expect(result.stdout).toMatch(/^\S+:\/\/\S+\n$/);
+  });
+});

@@ -5,9 +5,10 @@
  * it can restart them without disturbing other test files.
  *
  * Besides a restart while a Proxy is steady, restarts land inside an
- * operation: the `slow` provider (the real local provider with a start
- * delay) keeps a new instance Provisioning for a few seconds, and each
- * restart happens while the provider still says Provisioning.
+ * operation: the `held` provider (the real local provider, its new instances
+ * held in Provisioning until the test releases them, tests/helpers/held-provisioning.ts)
+ * keeps the operation open across the restart however long that takes, the
+ * test checks the provider still says Provisioning, then releases it.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,7 +18,7 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, type Worker } from '@temporalio/worker';
 import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Proxy } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
@@ -43,6 +44,7 @@ import {
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { activityCalls, eventually, instanceCreates, workflowBundle } from '../helpers/temporal.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { holdProvisioning, type HeldProvisioning } from '../helpers/held-provisioning.js';
 
 describe('restarts of the apiserver and the Temporal server', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-restarts-'));
@@ -54,6 +56,8 @@ describe('restarts of the apiserver and the Temporal server', () => {
   let kc: KubeConfig;
   let api: ProxyClient;
   let registry: ProviderRegistry;
+  /** Holds the `held` provider's new instances in Provisioning: the window a restart lands in. */
+  let held: HeldProvisioning;
   let connection: Connection;
   let client: Client;
   let nativeConnection: NativeConnection;
@@ -63,8 +67,6 @@ describe('restarts of the apiserver and the Temporal server', () => {
   let target: Awaited<ReturnType<typeof startTarget>>;
   const ns = 'default';
   const taskQueue = 'restarts';
-  /** The `slow` provider's start delay: the Provisioning window a restart lands in. */
-  const START_DELAY_SECONDS = 5;
 
   const startKube = async () => {
     kube = await startLocalKubeApiServer({
@@ -95,16 +97,20 @@ describe('restarts of the apiserver and the Temporal server', () => {
     // Two neighbouring /24s, so the providers never hand out the same address.
     const localRange = privateLoopbackRange();
     const [, second, third] = localRange.split('.').map(Number) as [number, number, number];
-    const slowRange = `127.${second}.${third + 1}.0/24`;
-    registry = buildProviders(
-      parseProvidersConfig(
-        `providers:\n` +
-          `  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${localRange} }\n` +
-          `  - name: slow\n    type: local\n    local: { stateDir: ${dir}/slow, addressRange: ${slowRange}, startDelaySeconds: ${START_DELAY_SECONDS} }\n`,
-        'test',
+    const heldRange = `127.${second}.${third + 1}.0/24`;
+    held = holdProvisioning(
+      buildProviders(
+        parseProvidersConfig(
+          `providers:\n` +
+            `  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${localRange} }\n` +
+            `  - name: held\n    type: local\n    local: { stateDir: ${dir}/held, addressRange: ${heldRange} }\n`,
+          'test',
+        ),
+        { logger, stateRoot: dir },
       ),
-      { logger, stateRoot: dir },
+      'held',
     );
+    registry = held.registry;
     connection = await Connection.connect({ address: temporal.address });
     client = new Client({ connection });
     nativeConnection = await NativeConnection.connect({ address: temporal.address });
@@ -124,6 +130,9 @@ describe('restarts of the apiserver and the Temporal server', () => {
     await bridge.start();
     target = await startTarget('restart ok');
   });
+
+  // A test that failed while holding leaves nothing held for the next one.
+  afterEach(() => held?.release());
 
   afterAll(async () => {
     await bridge?.stop();
@@ -193,7 +202,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
   /** Every instance carrying this UID mark, on either provider. */
   const instancesOf = async (uid: string) => {
     const listed = await Promise.all(
-      ['local', 'slow'].map((p) => registry.get(p)!.listByTag(AbortSignal.timeout(5_000))),
+      ['local', 'held'].map((p) => registry.get(p)!.listByTag(AbortSignal.timeout(5_000))),
     );
     return listed.flat().filter((i) => i.uid === uid);
   };
@@ -201,12 +210,12 @@ describe('restarts of the apiserver and the Temporal server', () => {
     activityCalls((await handleOf(name, uid).fetchHistory()).events ?? [], type);
   const creates = async (name: string, uid: string) =>
     instanceCreates((await handleOf(name, uid).fetchHistory()).events ?? []);
-  /** The create returned and the instance is inside its start delay: the window a restart lands in. */
-  const insideStartDelay = (p: Proxy) =>
+  /** The create returned and the instance is held in Provisioning: the window a restart lands in. */
+  const heldInProvisioning = (p: Proxy) =>
     Boolean(p.status?.providerID) && proxyCondition(p, 'Provisioned')?.reason === 'Provisioning';
   /** The provider itself (not the workflow) still says Provisioning: the restart really is mid-create. */
   const expectStillProvisioning = async (id: string) =>
-    expect((await registry.get('slow')!.get(id, AbortSignal.timeout(5_000))).state).toBe('Provisioning');
+    expect((await registry.get('held')!.get(id, AbortSignal.timeout(5_000))).state).toBe('Provisioning');
   /** Resolves once nothing accepts connections on the port any more. */
   const portClosed = (port: number) =>
     eventually(
@@ -261,16 +270,18 @@ describe('restarts of the apiserver and the Temporal server', () => {
   };
 
   it('an apiserver restart while a create is provisioning: Running, one instance, clean delete', async () => {
+    held.hold();
     const created = await createProxy(api, ns, 'mid-create-kube', {
       mode: 'Managed',
-      provider: 'slow',
+      provider: 'held',
       port: 18382,
     });
     const uid = created.metadata.uid!;
-    const provisioning = await waitFor('mid-create-kube', 'inside the start delay', insideStartDelay);
+    const provisioning = await waitFor('mid-create-kube', 'held in Provisioning', heldInProvisioning);
     const id = provisioning.status!.providerID!;
 
     await restartKube(() => expectStillProvisioning(id));
+    held.release();
 
     const running = await waitFor('mid-create-kube', 'Running after the apiserver restart', provisioned);
     expect(running.status?.providerID).toBe(id);
@@ -283,17 +294,19 @@ describe('restarts of the apiserver and the Temporal server', () => {
   });
 
   it('a Temporal server restart while a create is provisioning: Running, one instance, clean delete', async () => {
+    held.hold();
     const created = await createProxy(api, ns, 'mid-create-temporal', {
       mode: 'Managed',
-      provider: 'slow',
+      provider: 'held',
       port: 18383,
     });
     const uid = created.metadata.uid!;
-    const provisioning = await waitFor('mid-create-temporal', 'inside the start delay', insideStartDelay);
+    const provisioning = await waitFor('mid-create-temporal', 'held in Provisioning', heldInProvisioning);
     const id = provisioning.status!.providerID!;
     const { runId } = await handleOf('mid-create-temporal', uid).describe();
 
     await restartTemporal(() => expectStillProvisioning(id));
+    held.release();
 
     const running = await waitFor('mid-create-temporal', 'Running after the Temporal restart', provisioned);
     expect(running.status?.providerID).toBe(id);
@@ -311,24 +324,26 @@ describe('restarts of the apiserver and the Temporal server', () => {
   it('a Temporal server restart while a replacement is provisioning: one instance on the new spec', async () => {
     const created = await createProxy(api, ns, 'mid-replace', {
       mode: 'Managed',
-      provider: 'slow',
+      provider: 'held',
       port: 18384,
     });
     const uid = created.metadata.uid!;
     const first = await waitFor('mid-replace', 'Running', provisioned);
+    held.hold();
     await editProxySpec(api, ns, 'mid-replace', (spec) => ({ ...spec, port: 18385 }));
-    // The old instance is deleted and the new one created: it is inside its own start delay.
+    // The old instance is deleted and the new one created: it is held in Provisioning.
     const replacing = await waitFor(
       'mid-replace',
-      'replacement inside the start delay',
+      'replacement held in Provisioning',
       (p) =>
         p.status?.observedGeneration === 2 &&
         p.status.specHash !== first.status?.specHash &&
-        insideStartDelay(p),
+        heldInProvisioning(p),
     );
     const id = replacing.status!.providerID!;
 
     await restartTemporal(() => expectStillProvisioning(id));
+    held.release();
 
     const replaced = await waitFor(
       'mid-replace',
