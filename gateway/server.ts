@@ -43,7 +43,7 @@ import {
   type GatewayOutcome,
   type UpstreamErrorReason,
 } from './metrics.js';
-import { HOP_BY_HOP } from '../providers/local/forward-proxy.js';
+import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
 
 export type GatewaySettings = Pick<
   GatewayOptions,
@@ -733,17 +733,7 @@ export function hostOf(host: string): string {
 }
 
 function requestHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  const connectionListed = new Set(
-    String(headers.connection ?? '')
-      .split(',')
-      .map((h) => h.trim().toLowerCase()),
-  );
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || connectionListed.has(name)) continue;
-    out[name] = value;
-  }
-  return out;
+  return endToEndHeaders(headers, connectionListed(headers));
 }
 
 function responseHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
