@@ -19,6 +19,7 @@ COPY infra/scripts/write-build-info.mjs infra/scripts/bundle-workflows.mjs infra
 COPY activities activities
 COPY api api
 COPY cli cli
+COPY forwarding forwarding
 COPY gateway gateway
 COPY k8s-bridge k8s-bridge
 COPY kube kube

@@ -33,6 +33,46 @@ export function registerGatewayMetrics(
   registry: Registry,
   options: { maxTargetLabels: number; sessions: () => number },
 ): GatewayMetrics {
+  const m = instruments(registry, options.sessions);
+  for (const kind of ['connect', 'http'] as const) m.requests.inc({ kind, outcome: 'ok' }, 0);
+
+  const labelled = new Set<string>();
+  const targetLabel = (target: string): string => {
+    if (labelled.has(target)) return target;
+    if (labelled.size < options.maxTargetLabels) {
+      labelled.add(target);
+      return target;
+    }
+    return 'other';
+  };
+
+  return {
+    connection(kind, proxy, target) {
+      m.proxyConnections.inc({ proxy, kind });
+      m.targetConnections.inc({ target: targetLabel(target), kind });
+    },
+    bytes(proxy, target, upstream, downstream) {
+      const t = targetLabel(target);
+      m.proxyBytes.inc({ proxy, direction: 'upstream' }, upstream);
+      m.proxyBytes.inc({ proxy, direction: 'downstream' }, downstream);
+      m.targetBytes.inc({ target: t, direction: 'upstream' }, upstream);
+      m.targetBytes.inc({ target: t, direction: 'downstream' }, downstream);
+    },
+    upstreamError(proxy, target, reason) {
+      m.proxyErrors.inc({ proxy, reason });
+      m.targetErrors.inc({ target: targetLabel(target), reason });
+    },
+    outcome: (kind, outcome) => m.requests.inc({ kind, outcome }),
+    retry: () => m.retries.inc(),
+    leaseWait: (seconds) => m.leaseWait.observe(seconds),
+    tunnelOpened: () => m.active.inc(),
+    tunnelClosed: () => m.active.dec(),
+    rateLimited: (_proxy, target) => m.rateLimited.inc({ target: targetLabel(target) }),
+  };
+}
+
+/** The gateway's series, registered on `registry`. */
+function instruments(registry: Registry, sessions: () => number) {
   const reg = [registry];
   const proxyConnections = new Counter({
     name: 'egress_gateway_proxy_connections_total',
@@ -103,42 +143,20 @@ export function registerGatewayMetrics(
     help: 'Sticky sessions whose lease is held.',
     registers: reg,
     collect() {
-      this.set(options.sessions());
+      this.set(sessions());
     },
   });
-  for (const kind of ['connect', 'http'] as const) requests.inc({ kind, outcome: 'ok' }, 0);
-
-  const labelled = new Set<string>();
-  const targetLabel = (target: string): string => {
-    if (labelled.has(target)) return target;
-    if (labelled.size < options.maxTargetLabels) {
-      labelled.add(target);
-      return target;
-    }
-    return 'other';
-  };
-
   return {
-    connection(kind, proxy, target) {
-      proxyConnections.inc({ proxy, kind });
-      targetConnections.inc({ target: targetLabel(target), kind });
-    },
-    bytes(proxy, target, upstream, downstream) {
-      const t = targetLabel(target);
-      proxyBytes.inc({ proxy, direction: 'upstream' }, upstream);
-      proxyBytes.inc({ proxy, direction: 'downstream' }, downstream);
-      targetBytes.inc({ target: t, direction: 'upstream' }, upstream);
-      targetBytes.inc({ target: t, direction: 'downstream' }, downstream);
-    },
-    upstreamError(proxy, target, reason) {
-      proxyErrors.inc({ proxy, reason });
-      targetErrors.inc({ target: targetLabel(target), reason });
-    },
-    outcome: (kind, outcome) => requests.inc({ kind, outcome }),
-    retry: () => retries.inc(),
-    leaseWait: (seconds) => leaseWait.observe(seconds),
-    tunnelOpened: () => active.inc(),
-    tunnelClosed: () => active.dec(),
-    rateLimited: (_proxy, target) => rateLimited.inc({ target: targetLabel(target) }),
+    proxyConnections,
+    targetConnections,
+    proxyBytes,
+    targetBytes,
+    proxyErrors,
+    targetErrors,
+    rateLimited,
+    requests,
+    retries,
+    leaseWait,
+    active,
   };
 }

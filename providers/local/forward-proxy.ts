@@ -24,6 +24,7 @@ import {
 } from 'node:http';
 import { connect, isIP, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { endToEndHeaders } from '../../forwarding/headers.js';
 
 export type ForwardProxyBehaviour =
   /** forwards traffic */
@@ -49,19 +50,6 @@ export interface ForwardProxy {
   behaviour: ForwardProxyBehaviour;
   close(): Promise<void>;
 }
-
-/** Headers that belong to one connection (RFC 9110 §7.6.1), never forwarded; the gateway strips the same. */
-export const HOP_BY_HOP: ReadonlySet<string> = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
 
 export function isLoopbackHost(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '');
@@ -120,10 +108,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       res.writeHead(403, { 'content-type': 'text/plain' }).end('target not allowed\n');
       return;
     }
-    const headers: Record<string, string | string[]> = {};
-    for (const [name, value] of Object.entries(req.headers)) {
-      if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
-    }
+    const headers = endToEndHeaders(req.headers);
     const upstream = httpRequest(
       {
         ...egressSource(listenAddress, target.hostname),
@@ -135,11 +120,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
         timeout: connectTimeoutMs,
       },
       (upstreamRes) => {
-        const out: Record<string, string | string[]> = {};
-        for (const [name, value] of Object.entries(upstreamRes.headers)) {
-          if (value !== undefined && !HOP_BY_HOP.has(name)) out[name] = value;
-        }
-        res.writeHead(upstreamRes.statusCode ?? 502, out);
+        res.writeHead(upstreamRes.statusCode ?? 502, endToEndHeaders(upstreamRes.headers));
         upstreamRes.pipe(res);
       },
     );

@@ -185,6 +185,7 @@ function distOutOfDate(entry: string): string | undefined {
     'activities',
     'api',
     'cli',
+    'forwarding',
     'k8s-bridge',
     'kube',
     'providers',

@@ -19,6 +19,7 @@ const SOURCE_DIRS = [
   'activities',
   'api',
   'cli',
+  'forwarding',
   'gateway',
   'k8s-bridge',
   'kube',

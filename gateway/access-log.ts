@@ -1,0 +1,56 @@
+/**
+ * The gateway's access log: one line per connection (a CONNECT tunnel or a
+ * plain-HTTP request), written when it ends. Never the Proxy-Authorization
+ * header, the password or a URL path (which may carry a crawler's own
+ * secrets).
+ */
+import type { Logger } from 'pino';
+import type { ConnectionKind } from './metrics.js';
+
+export interface AccessEntry {
+  kind: ConnectionKind;
+  /** The CONNECT authority or the request URL's host. */
+  target: string;
+  /** The upstream proxy that carried it, if one did. */
+  proxy?: string | undefined;
+  session?: string | undefined;
+  status: number;
+  /** `performance.now()` when the connection arrived. */
+  started: number;
+  /** Upstream attempts made (0 when refused before any). */
+  attempts: number;
+  sentBytes: number;
+  receivedBytes: number;
+}
+
+export type AccessLog = (entry: AccessEntry) => void;
+
+export function createAccessLog(log: Logger): AccessLog {
+  return ({ kind, target, proxy, session, status, started, attempts, sentBytes, receivedBytes }) => {
+    log.info(
+      {
+        kind,
+        target,
+        ...(proxy ? { proxy } : {}),
+        ...(session !== undefined ? { session } : {}),
+        status,
+        attempts,
+        sentBytes,
+        receivedBytes,
+        durationMs: Math.round((performance.now() - started) * 10) / 10,
+      },
+      'gateway access',
+    );
+  };
+}
+
+/** The line of a connection refused before or while an upstream was picked: nothing was carried. */
+export function refusedEntry(
+  kind: ConnectionKind,
+  target: string,
+  status: number,
+  started: number,
+  session: string | undefined,
+): AccessEntry {
+  return { kind, target, status, started, session, attempts: 0, sentBytes: 0, receivedBytes: 0 };
+}

@@ -1,0 +1,152 @@
+/**
+ * Plain HTTP: an absolute-form request (GET http://host/path), forwarded to
+ * a leased upstream proxy in absolute form, its answer piped back. Bodies
+ * are never buffered; the lease is held for the one exchange.
+ */
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
+import type { TraceSpan } from '../tracing/http.js';
+import { admit, hostOf, traceOf } from './admission.js';
+import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
+import type { ConnectionOptions } from './credentials.js';
+import type { ConnectionLease } from './leases.js';
+import { Refusal, refuseRequest } from './refusal.js';
+import { reportAnswer } from './upstream-policy.js';
+import { forward } from './upstream-request.js';
+
+/** One request's state shared by its handlers: whether the crawler left, and the upstream request. */
+interface Exchange {
+  aborted: boolean;
+  upstream: ClientRequest | undefined;
+}
+
+export async function handleRequest(
+  ctx: GatewayContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const started = performance.now();
+  const rawUrl = req.url ?? '';
+  const exchange: Exchange = { aborted: false, upstream: undefined };
+  res.once('close', () => {
+    exchange.aborted = !res.writableFinished;
+    // The crawler left: the upstream request ends now, and with it the lease.
+    if (exchange.aborted) exchange.upstream?.destroy();
+  });
+  let sent = 0;
+  let url: URL | undefined;
+  let options: ConnectionOptions;
+  try {
+    url = absoluteUrl(rawUrl);
+    options = admit(req, ctx.token, ctx.settings.maxLeaseTtlSeconds);
+  } catch (error) {
+    if (!(error instanceof Refusal)) throw error;
+    recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, session: undefined });
+    refuseRequest(res, error);
+    return;
+  }
+  const target = hostOf(url.hostname);
+  const span = traceOf(ctx.traceHook, req, url.host);
+  let picked;
+  try {
+    picked = await pickUpstream(ctx, 'http', target, options, {
+      isAborted: () => exchange.aborted || res.destroyed,
+      onLost: () => {
+        exchange.upstream?.destroy();
+        res.destroy();
+      },
+      attempt: (proxy) =>
+        forward(proxy, ctx.agents.for(proxy), {
+          req,
+          rawUrl,
+          timeoutMs: ctx.settings.connectTimeoutMs,
+          expose: (r) => {
+            exchange.upstream = r;
+          },
+          countBody: (n) => (sent += n),
+        }),
+    });
+  } catch (error) {
+    if (!(error instanceof Refusal)) throw error;
+    recordRefused(ctx, 'http', error, { target: url.host, started, session: options.session, span });
+    refuseRequest(res, error);
+    return;
+  }
+  if (!picked) {
+    exchange.upstream?.destroy();
+    ctx.metrics.outcome('http', 'client_closed');
+    span?.end(499);
+    return;
+  }
+  const { status, received } = await relayResponse(ctx, picked.lease, target, span, {
+    res,
+    exchange,
+    response: picked.result,
+  });
+  recordCarried(ctx, 'http', picked, { target, logTarget: url.host, started, status }, { sent, received });
+}
+
+/** The request's absolute-form http:// URL; throws Refusal (400) for anything else. */
+function absoluteUrl(rawUrl: string): URL {
+  if (!/^http:\/\//i.test(rawUrl)) {
+    throw new Refusal(
+      400,
+      /^https:\/\//i.test(rawUrl)
+        ? 'https:// URLs go through CONNECT (set this gateway as the proxy for https too)'
+        : 'this is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port',
+      'bad_request',
+    );
+  }
+  try {
+    return new URL(rawUrl);
+  } catch {
+    throw new Refusal(400, 'the request URL cannot be parsed', 'bad_request');
+  }
+}
+
+/**
+ * Passes the upstream answer on (a rate-limit status reported first) and
+ * waits until it has been sent or the crawler left. Whatever happens, the
+ * lease is let go of when the exchange ends (a leaked one would renew forever).
+ */
+async function relayResponse(
+  ctx: GatewayContext,
+  lease: ConnectionLease,
+  target: string,
+  span: TraceSpan | undefined,
+  ends: { res: ServerResponse; exchange: Exchange; response: IncomingMessage },
+): Promise<{ status: number; received: number }> {
+  const { res, exchange, response } = ends;
+  const status = response.statusCode ?? 502;
+  let received = 0;
+  // Reported before the lease is let go of: a released lease is forgotten by the store.
+  let reported: Promise<void> = Promise.resolve();
+  try {
+    ctx.metrics.outcome('http', 'ok');
+    ctx.metrics.connection('http', lease.proxy.id, target);
+    ctx.carrying.opened();
+    span?.end(status);
+    reported = reportAnswer(status, ctx.rateLimitStatuses, lease, target, ctx.metrics, ctx.log);
+    response.on('data', (chunk: Buffer) => (received += chunk.length));
+    response.on('error', () => res.destroy());
+    res.writeHead(
+      status,
+      response.statusMessage,
+      endToEndHeaders(response.headers, connectionListed(response.headers)),
+    );
+    response.pipe(res);
+    await new Promise<void>((resolve) => {
+      if (res.destroyed || res.writableFinished) resolve();
+      else res.once('close', () => resolve());
+    });
+  } finally {
+    if (!res.writableFinished) {
+      exchange.upstream?.destroy();
+      res.destroy();
+    }
+    ctx.carrying.closed();
+    await reported;
+    await lease.done();
+  }
+  return { status, received };
+}

@@ -1,0 +1,176 @@
+/**
+ * The upstream policy: which proxy a connection tries, when it tries
+ * another, what is reported, and what the crawler is told in the end. The
+ * relay (connect.ts, plain-http.ts) supplies the attempt; this module only
+ * decides, so it runs without sockets.
+ *
+ * - An attempt that fails before anything of the crawler's was carried
+ *   (refused, timed out, CONNECT answered with another status than 200,
+ *   reset) is an UpstreamAttemptError: the proxy is reported rate_limited
+ *   for the target, let go of and excluded, and another is leased, up to
+ *   `maxAttempts` proxies. Any other error ends the connection as it is.
+ * - Nothing leasable on the first attempt: 503 (no_match), with why. On a
+ *   later one, or after the last attempt: 502 (upstream_failed), naming the
+ *   last failure. A catalog not loaded yet or an unreachable lease store: 503
+ *   (unavailable).
+ * - A crawler that went away is no fault of the proxy: nothing is reported,
+ *   the lease is let go of, and there is no answer to give (undefined).
+ * - A plain-HTTP answer with a rate-limit status is passed on as it is (no
+ *   retry: the request was carried) and reported rate_limited for the target.
+ */
+import type { Logger } from 'pino';
+import { LeaseStoreUnavailableError } from '../api/lease-store.js';
+import type { ProxyView } from '../api/proxy-catalog.js';
+import { CatalogNotSyncedError, type ConnectionLease, type LeaseOutcome } from './leases.js';
+import type { ConnectionKind, GatewayMetrics, UpstreamErrorReason } from './metrics.js';
+import { Refusal } from './refusal.js';
+
+/** An upstream attempt failed in a way another proxy may not share. */
+export class UpstreamAttemptError extends Error {
+  override name = 'UpstreamAttemptError';
+  constructor(
+    readonly reason: UpstreamErrorReason,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A socket error while reaching the upstream proxy (before it carried anything): another may be tried. */
+export function dialFailure(error: NodeJS.ErrnoException): UpstreamAttemptError {
+  return new UpstreamAttemptError(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', error.message);
+}
+
+/**
+ * A plain-HTTP upstream request's error: retryable until the crawler's body
+ * started flowing (`connected`); after that the crawler gets a 502.
+ */
+export function requestFailure(
+  error: NodeJS.ErrnoException,
+  proxyId: string,
+  connected: boolean,
+): UpstreamAttemptError | Refusal {
+  if (error instanceof UpstreamAttemptError) return error;
+  if (!connected) return dialFailure(error);
+  return new Refusal(502, `the upstream proxy ${proxyId} failed: ${error.message}`, 'upstream_failed');
+}
+
+export interface UpstreamAttempts<T> {
+  kind: ConnectionKind;
+  /** The lease target: the CONNECT host or the request's host. */
+  target: string;
+  /** At most this many proxies are tried. */
+  maxAttempts: number;
+  /** Leases a proxy, avoiding the proxies (ids) that already failed this connection. */
+  acquire(excluded: ReadonlySet<string>): Promise<LeaseOutcome>;
+  /** The crawler went away. */
+  isAborted(): boolean;
+  /** One try through `proxy`; throws UpstreamAttemptError when another proxy may do better. */
+  attempt(proxy: ProxyView): Promise<T>;
+  metrics: Pick<GatewayMetrics, 'retry' | 'leaseWait' | 'upstreamError'>;
+  log: Pick<Logger, 'warn'>;
+}
+
+export interface Carried<T> {
+  lease: ConnectionLease;
+  result: T;
+  /** Which attempt carried it (1 = the first). */
+  attempts: number;
+}
+
+/**
+ * Runs the attempts; resolves with the lease that carried the connection,
+ * or undefined when the crawler went away. Throws Refusal when none did.
+ */
+export async function attemptUpstream<T>(a: UpstreamAttempts<T>): Promise<Carried<T> | undefined> {
+  const excluded = new Set<string>();
+  let lastError = '';
+  for (let n = 1; n <= a.maxAttempts; n++) {
+    if (n > 1) a.metrics.retry();
+    const outcome = await leaseFor(a, excluded);
+    if (!outcome.granted) {
+      if (n > 1) break;
+      const s = outcome.stats;
+      throw new Refusal(
+        503,
+        `no healthy proxy with free capacity matched (considered ${s.considered + s.unhealthy}: ${s.atCapacity} at capacity, ${s.inCooldown} cooling down for ${a.target}, ${s.unhealthy} unhealthy)`,
+        'no_match',
+      );
+    }
+    const lease = outcome.granted;
+    if (a.isAborted()) {
+      await lease.done();
+      return undefined;
+    }
+    try {
+      return { lease, result: await a.attempt(lease.proxy), attempts: n };
+    } catch (error) {
+      if (a.isAborted()) {
+        await lease.done();
+        return undefined;
+      }
+      if (!(error instanceof UpstreamAttemptError)) {
+        await lease.done();
+        throw error;
+      }
+      reportFailed(a, lease, error, n);
+      lastError = `${lease.proxy.id}: ${error.message}`;
+      excluded.add(lease.proxy.id);
+      await lease.failed(a.target);
+      if (a.isAborted()) return undefined;
+    }
+  }
+  throw new Refusal(502, `no upstream proxy could carry the request (last: ${lastError})`, 'upstream_failed');
+}
+
+async function leaseFor<T>(a: UpstreamAttempts<T>, excluded: ReadonlySet<string>): Promise<LeaseOutcome> {
+  const started = performance.now();
+  let outcome;
+  try {
+    outcome = await a.acquire(excluded);
+  } catch (error) {
+    if (error instanceof CatalogNotSyncedError || error instanceof LeaseStoreUnavailableError)
+      throw new Refusal(503, error.message, 'unavailable');
+    throw error;
+  }
+  a.metrics.leaseWait((performance.now() - started) / 1000);
+  return outcome;
+}
+
+function reportFailed<T>(
+  a: UpstreamAttempts<T>,
+  lease: ConnectionLease,
+  error: UpstreamAttemptError,
+  attempt: number,
+): void {
+  a.metrics.upstreamError(lease.proxy.id, a.target, error.reason);
+  a.log.warn(
+    { kind: a.kind, proxy: lease.proxy.id, target: a.target, reason: error.reason, attempt },
+    'gateway: upstream proxy failed; reported rate_limited for the target and trying another',
+  );
+}
+
+/**
+ * After a plain-HTTP answer: a rate-limit status cools the proxy down for
+ * the target. Resolves (never rejects) once reported; the lease must be let
+ * go of only after that (a released lease is forgotten by the store).
+ */
+export function reportAnswer(
+  status: number,
+  rateLimitStatuses: ReadonlySet<number>,
+  lease: ConnectionLease,
+  target: string,
+  metrics: Pick<GatewayMetrics, 'rateLimited'>,
+  log: Pick<Logger, 'warn'>,
+): Promise<void> {
+  if (!rateLimitStatuses.has(status)) return Promise.resolve();
+  metrics.rateLimited(lease.proxy.id, target);
+  return lease
+    .rateLimited(target)
+    .catch((err: unknown) =>
+      log.warn(
+        { err: err instanceof Error ? err.message : String(err) },
+        'gateway: reporting rate_limited failed',
+      ),
+    );
+}
