@@ -41,6 +41,9 @@ import {
   stateQuery,
 } from './messages.js';
 import { ProxyPhaseKey } from './search-attributes.js';
+import { deletionFailureAction, failureWait, scheduleLook } from './scheduling.js';
+import { buildStatus, view } from './status.js';
+import { deletionStep, nextStep } from './steps.js';
 import {
   applyCreated,
   applyDeletion,
@@ -50,20 +53,13 @@ import {
   applySpec,
   beginDrain,
   beginReplacement,
-  buildStatus,
-  deletionFailureAction,
-  deletionStep,
   drainDone,
-  failureWait,
   initialState,
   latch,
   needsDrain,
-  nextStep,
   observe,
   resumeFromStatus,
-  scheduleLook,
-  view,
-} from './state.js';
+} from './transitions.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import type { HealthReport, ProxyState, ProxyWorkflowInput, RecordedStatus, WorkerTiming } from './types.js';
 
