@@ -6,6 +6,7 @@
  * only runs them.
  */
 import { log, patched } from '@temporalio/workflow';
+import { PATCHES } from '../versions.js';
 import { failureOf, finalizer, provider } from './activity-proxies.js';
 import { maybeContinueAsNew } from './continue-as-new.js';
 import { publish } from './publish.js';
@@ -16,19 +17,10 @@ import { beginDrain, drainDone, latch, needsDrain } from './transitions.js';
 import type { WorkerTiming } from './types.js';
 import { pause } from './waits.js';
 
-/**
- * Patch marker (issue 26): a deletion held up by a provider error shows the
- * error (Provisioned: DeletionBlocked) rather than "Deleting"; an error from
- * before the deletion is dropped when it begins, and one from the deletion
- * when a delete call succeeds again. Status content only, but a different
- * status means different status writes (local activities), hence the gate.
- */
-const DELETION_SHOWS_ERROR = 'deletion-shows-error';
-
 export async function runDeletion(entity: ProxyEntity, timing: WorkerTiming): Promise<void> {
   const { state } = entity;
   const providerName = state.desired.provider ?? '';
-  if (!state.deletionShowsError && patched(DELETION_SHOWS_ERROR)) {
+  if (!state.deletionShowsError && patched(PATCHES.deletionShowsError.id)) {
     state.deletionShowsError = true;
     // What failed before the deletion is not what holds it up.
     state.failure = undefined;
