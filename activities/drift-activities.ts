@@ -21,7 +21,8 @@ import { findDrift, withIdAliases, type RecordedProxy } from '../workflows/drift
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { driftDetectedSignal } from '../workflows/proxy/messages.js';
 import { signalProxy } from '../workflows/proxy/client.js';
-import { applyCreated, buildStatus } from '../workflows/proxy/state.js';
+import { applyCreated } from '../workflows/proxy/transitions.js';
+import { buildStatus } from '../workflows/proxy/status.js';
 import type { DriftReport, ProxyRef, ProxyTiming, WorkerTiming } from '../workflows/proxy/types.js';
 import { withDeadline } from './deadline.js';
 import type { ProviderCircuits } from './provider-circuit.js';

@@ -14,7 +14,7 @@ import { instanceNameFromUid } from '../providers/names.js';
 import { cloudInitContentHash, specHash } from '../providers/spec-hash.js';
 import { unlistedOf, type Provider } from '../providers/types.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
-import { runsWithAddress } from '../workflows/proxy/state.js';
+import { runsWithAddress } from '../workflows/proxy/transitions.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyClient } from '../kube/proxies.js';
 import { resolveCloudInit } from './kube-activities.js';

@@ -4,13 +4,13 @@ import {
   applyLeasesDrained,
   applySpec,
   beginDrain,
-  buildStatus,
   drainDone,
   initialState,
   needsDrain,
-  nextStep,
   observe,
-} from '../../workflows/proxy/state.js';
+} from '../../workflows/proxy/transitions.js';
+import { buildStatus } from '../../workflows/proxy/status.js';
+import { nextStep } from '../../workflows/proxy/steps.js';
 import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
 
 const T0 = Date.parse('2026-12-03T10:00:00Z');

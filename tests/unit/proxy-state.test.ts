@@ -3,14 +3,12 @@ import {
   applyDeletion,
   applyHealth,
   applySpec,
-  buildConditions,
-  buildStatus,
-  derivePhase,
   initialState,
   latch,
-  nextStep,
   observe,
-} from '../../workflows/proxy/state.js';
+} from '../../workflows/proxy/transitions.js';
+import { buildConditions, buildStatus, derivePhase } from '../../workflows/proxy/status.js';
+import { nextStep } from '../../workflows/proxy/steps.js';
 import { FailureType } from '../../workflows/proxy/failure-types.js';
 import { parseProxyWorkflowId, proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';

@@ -1,8 +1,8 @@
 /**
- * The Proxy lifecycle rules of drift-by-sweep (state.ts): when a look at the
- * instance is due, what a wake-up does, the wait after each failure,
- * deletion's steps, and what a fresh run resumes from. Pure functions, no
- * Temporal.
+ * The Proxy lifecycle rules of drift-by-sweep (workflows/proxy's
+ * transitions.ts, steps.ts, scheduling.ts): when a look at the instance is
+ * due, what a wake-up does, the wait after each failure, deletion's steps,
+ * and what a fresh run resumes from. Pure functions, no Temporal.
  */
 import { describe, expect, it } from 'vitest';
 import { desiredSpec } from '../helpers/desired-spec.js';
@@ -11,18 +11,19 @@ import {
   applyDrift,
   applyHealth,
   applySpec,
-  buildStatus,
-  deletionFailureAction,
-  deletionStep,
-  failureWait,
   initialState,
-  nextStep,
   observe,
   resumeFromStatus,
+} from '../../workflows/proxy/transitions.js';
+import { buildStatus } from '../../workflows/proxy/status.js';
+import {
+  deletionFailureAction,
+  failureWait,
   scheduleLook,
   steadyPollMs,
   waitMs,
-} from '../../workflows/proxy/state.js';
+} from '../../workflows/proxy/scheduling.js';
+import { deletionStep, nextStep } from '../../workflows/proxy/steps.js';
 import { FailureType } from '../../workflows/proxy/failure-types.js';
 import {
   DEFAULT_TIMING,

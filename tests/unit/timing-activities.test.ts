@@ -11,7 +11,8 @@ import { createTimingActivities } from '../../activities/drift-activities.js';
 import type { CreateInstanceInput, CreateInstanceResult, KubeActivities } from '../../activities/types.js';
 import type { ProviderRegistry } from '../../providers/config.js';
 import type { Provider } from '../../providers/types.js';
-import { applyCreated, buildStatus, initialState } from '../../workflows/proxy/state.js';
+import { applyCreated, initialState } from '../../workflows/proxy/transitions.js';
+import { buildStatus } from '../../workflows/proxy/status.js';
 import { DEFAULT_TIMING, type ProxyState } from '../../workflows/proxy/types.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 

@@ -23,6 +23,7 @@ import {
 } from '@temporalio/workflow';
 import type { PoolActivities } from '../../activities/types.js';
 import { DEFAULT_MAX_LEASES } from '../../resources/proxy-defaults.js';
+import { PATCHES } from '../versions.js';
 import { POOL_ACTIVITY_OPTIONS } from './activity-options.js';
 import { applyDemandReport, aggregateDemand, decideReplicas, initialAutoscale } from './autoscale.js';
 import { poolChangedSignal, poolDemandSignal, poolStateQuery } from './messages.js';
@@ -47,8 +48,6 @@ const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
  * (the members' events wake it), so a pool of thousands grows in steps.
  */
 const MAX_MEMBERS_PER_STEP = 50;
-/** Patch marker: a step deletes before it creates. */
-const REMOVE_BEFORE_CREATE = 'pool-remove-before-create';
 
 export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void> {
   const timing = { ...DEFAULT_POOL_TIMING, ...input.timing };
@@ -233,7 +232,7 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     // Removals first: a member on its way out no longer counts, so making the
     // new ones after keeps live members within replicas + maxSurge (runs
     // started before this order keep theirs).
-    if (patched(REMOVE_BEFORE_CREATE)) {
+    if (patched(PATCHES.poolRemoveBeforeCreate.id)) {
       await removeMembers();
       await createMembers();
     } else {
