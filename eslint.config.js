@@ -74,6 +74,33 @@ export default tseslint.config(
     },
   },
   {
+    // The Proxy workflow's pure modules: no SDK either, so unit tests and the
+    // activities (which build a status by the same rules) can import them.
+    files: [
+      'workflows/proxy/transitions.ts',
+      'workflows/proxy/steps.ts',
+      'workflows/proxy/scheduling.ts',
+      'workflows/proxy/status.ts',
+    ],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [...forbiddenInWorkflows.filter((p) => !p.includes('*')), '@temporalio/workflow'].map(
+            (name) => ({ name, message: 'not allowed in a pure workflow module' }),
+          ),
+          patterns: [
+            {
+              group: [...forbiddenInWorkflows.filter((p) => p.includes('*')), '**/activities/*'],
+              allowTypeImports: true,
+              message: 'not allowed in a pure workflow module',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['**/*.js'],
     ...tseslint.configs.disableTypeChecked,
   },

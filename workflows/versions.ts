@@ -66,10 +66,9 @@ export const PATCHES = {
       'A pool step removes members before it creates new ones, so a step that does both never shows ' +
       'replicas + maxSurge + 1 live members; the old path creates first. Called at every step that acts ' +
       '(pool/workflow.ts).',
-    // pool-scale-heal-delete was recorded before the patch (bbf59b8) and
-    // re-recorded with its marker in 0f6bdf1 without keeping the old bytes:
-    // `git show bbf59b8:tests/fixtures/histories/pool-scale-heal-delete.binpb`.
-    oldPathHistories: [],
+    // Recorded before the patch (bbf59b8), restored from there when this
+    // table was made: the re-recording in 0f6bdf1 had not kept the old bytes.
+    oldPathHistories: ['pool-scale-heal-delete@pool-remove-before-create.binpb'],
     deprecateWhen:
       'once every ProxyPool run open on a worker from before 99af1de has ended or continued as new (a ' +
       'pool run continues as new within 4,000 history events; the new run takes the new path at its ' +
