@@ -30,7 +30,7 @@ export interface CustomResourceKind {
    * Whether an error says that the object `name` does not exist. Default: a
    * 404 whose Status names it (`isNotFoundOf`), never a bare 404.
    */
-  isNotFound?(error: unknown, name: string): boolean;
+  isNotFound?: (error: unknown, name: string) => boolean;
 }
 
 /** KindCalls an object is: its name, and its namespace for a namespaced kind. */
@@ -70,7 +70,7 @@ export interface NewObject {
 
 export interface CustomResourceClient<T extends CustomObject> {
   /** Whether an apiserver error says that the object `name` does not exist (the kind's rule). */
-  isNotFound(error: unknown, name: string): boolean;
+  isNotFound: (error: unknown, name: string) => boolean;
   /** The watch path of the kind in one namespace, or in all (and always for a cluster-scoped kind). */
   watchPath(namespace?: string): string;
   /** The object of this name, whatever its UID, or undefined when there is none. */
@@ -160,7 +160,7 @@ export function createCustomResourceClient<T extends CustomObject>(
 /** The kind's calls, and its rule for "this object does not exist". */
 interface KindCalls {
   api: ObjectsApi;
-  isNotFound(error: unknown, name: string): boolean;
+  isNotFound: (error: unknown, name: string) => boolean;
 }
 
 type Reads<T extends CustomObject> = Pick<CustomResourceClient<T>, 'get' | 'read' | 'list' | 'listAll'>;
