@@ -1,6 +1,7 @@
 /**
  * The bridge's reconcile pass: running Proxy workflows against the Proxies
- * in its cache, both ways.
+ * in its cache, both ways; and the sweep that runs it, one pass at a time,
+ * at start, after a watch outage and once per period.
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
