@@ -1,6 +1,7 @@
 /**
  * The bridge's reconcile pass: running Proxy workflows against the Proxies
- * in its cache, both ways.
+ * in its cache, both ways; and the sweep that runs it, one pass at a time,
+ * at start, after a watch outage and once per period.
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
@@ -12,23 +13,39 @@ import { parseProxyWorkflowId, proxyWorkflowId } from '../workflows/proxy/ids.js
 import { deletionRequestedSignal } from '../workflows/proxy/messages.js';
 import { ProxyNamespaceKey } from '../workflows/proxy/search-attributes.js';
 import type { BridgeMetrics } from './metrics.js';
-import type { WorkQueue } from './workqueue.js';
+import type { ProxyReconciler } from './proxy-reconciler.js';
 
-export interface ReconcilePassDeps {
-  client: Client;
+export interface SweepSettings {
   taskQueue: string;
   /** The watched namespaces; empty for all. */
   namespaces: readonly string[];
+  /** How often a pass runs (±20 % jitter), besides at start and after every watch outage. */
+  periodMs: number;
+  /** Most workflows restarted per second by one pass. */
   restartsPerSecond: number;
+}
+
+export interface RunSweepDeps {
+  settings: SweepSettings;
+  client: Client;
   proxies: ResilientInformer<Proxy>;
-  proxyClient: ProxyClient;
-  queue: WorkQueue;
-  /** What was last sent per key: a Proxy found without a run has it forgotten, so it is sent again. */
-  lastSent: Map<string, string>;
-  /** When each key was last sent (a pass skips what it sent since the pass began). */
-  sentAt: Map<string, number>;
+  proxyClient: Pick<ProxyClient, 'read'>;
+  /**
+   * The Proxy reconciler's lane and what it sent: a Proxy found without a
+   * run is queued again with what was sent forgotten, so it is sent again.
+   */
+  reconciler: Pick<ProxyReconciler, 'queue' | 'sent'>;
   metrics: BridgeMetrics;
   log: Logger;
+}
+
+export interface RunSweep {
+  /** One pass now (a call during a pass joins it); a failure to list is logged and counted, never thrown. */
+  run(): Promise<void>;
+  /** A pass now, then one per period until stop. */
+  start(): Promise<void>;
+  /** No pass after this; resolves when the one running ends. */
+  stop(): Promise<void>;
 }
 
 /**
@@ -65,11 +82,12 @@ export function runningProxyWorkflowsQuery(taskQueue: string, namespaces: readon
  * missing from this bridge's cache is confirmed by a direct read first,
  * because another bridge may have started its workflow before this cache
  * saw it. Runs at start, after a watch outage and periodically, one
- * pass at a time (reconcileRuns).
+ * pass at a time (createRunSweep).
  */
-export async function reconcilePass(deps: ReconcilePassDeps): Promise<void> {
-  const { proxies, proxyClient, queue, lastSent, sentAt, metrics, log } = deps;
-  const query = runningProxyWorkflowsQuery(deps.taskQueue, deps.namespaces);
+async function reconcilePass(deps: RunSweepDeps): Promise<void> {
+  const { proxies, proxyClient, metrics, log } = deps;
+  const { queue, sent } = deps.reconciler;
+  const query = runningProxyWorkflowsQuery(deps.settings.taskQueue, deps.settings.namespaces);
   let failures = 0;
   const runningIds = new Set<string>();
   // Proxies in the cache before the list: one created during it may not be listed yet.
@@ -98,7 +116,7 @@ export async function reconcilePass(deps: ReconcilePassDeps): Promise<void> {
     }
   }
   let missing = 0;
-  const spacingMs = 1_000 / deps.restartsPerSecond;
+  const spacingMs = 1_000 / deps.settings.restartsPerSecond;
   for (const p of cached) {
     const ref = refOf(p);
     if (runningIds.has(proxyWorkflowId(ref))) continue;
@@ -106,8 +124,8 @@ export async function reconcilePass(deps: ReconcilePassDeps): Promise<void> {
     // Still the same object, and not already being retried after a failure
     // (its retry sends again anyway; an earlier add would cut its backoff).
     if (proxies.get(ref.name, ref.namespace)?.metadata.uid !== ref.uid) continue;
-    if (queue.failures(k) > 0 || (sentAt.get(k) ?? 0) >= passStartedAt) continue;
-    lastSent.delete(k);
+    if (queue.failures(k) > 0 || sent.sentSince(k, passStartedAt)) continue;
+    sent.forget(k);
     queue.addAfter(k, missing * spacingMs);
     missing += 1;
   }
@@ -127,4 +145,49 @@ export async function reconcilePass(deps: ReconcilePassDeps): Promise<void> {
   );
   if (missing > 0) log.warn({ proxies: missing }, 'Proxies without a running workflow; starting them again');
   if (failures > 0) log.warn({ failures }, 'reconcile pass: some runs could not be checked');
+}
+
+/** The passes: one at a time, at start, on demand (a watch outage) and once per period (jittered). */
+export function createRunSweep(deps: RunSweepDeps): RunSweep {
+  // One pass at a time: a reconnect during the start-up pass joins it.
+  let sweeping: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let running = false;
+  function run(): Promise<void> {
+    sweeping ??= reconcilePass(deps)
+      .catch((error: unknown) => {
+        deps.metrics.errors.inc({ stage: 'list_runs' });
+        deps.log.warn(
+          { err: error instanceof Error ? error.message : String(error) },
+          'could not list the running Proxy workflows; the next pass tries again',
+        );
+      })
+      .finally(() => {
+        sweeping = undefined;
+      });
+    return sweeping;
+  }
+  function schedule(): void {
+    if (!running) return;
+    timer = setTimeout(
+      () => {
+        void run().finally(schedule);
+      },
+      deps.settings.periodMs * (0.8 + Math.random() * 0.4),
+    );
+    timer.unref();
+  }
+  return {
+    run,
+    async start() {
+      running = true;
+      await run();
+      schedule();
+    },
+    async stop() {
+      running = false;
+      if (timer) clearTimeout(timer);
+      await sweeping;
+    },
+  };
 }

@@ -1,14 +1,17 @@
 /**
  * A Proxy's cloud-init from the Secret it references, read one way by both
  * of its readers: the bridge (from its informer's cache of labelled
- * Secrets, to hash the content into the spec hash) and the create activity
- * (from the API, to hand the text to the provider). The rules and the
- * messages are here once; a message names the Secret and key, never the
- * content.
+ * Secrets, to hash the content into the spec hash; the informer is here
+ * too) and the create activity (from the API, to hand the text to the
+ * provider). The rules and the messages are here once; a message names the
+ * Secret and key, never the content.
  */
 import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
 import { LABEL_CLOUD_INIT } from '../resources/proxy-schema.js';
 import { httpCode } from './errors.js';
+import { createResilientInformer, type ResilientInformer } from './informer.js';
+import { unionInformers } from './namespaced-informer.js';
 
 /** A Secret as cloud-init reads it: labels and base64 values, as the API returns them. */
 export interface SecretView {
@@ -61,4 +64,35 @@ export async function readCloudInitSecret(
     if (httpCode(error) !== 404) throw error;
   }
   return cloudInitFromSecret(where, secret && secretViewOf(secret));
+}
+
+/**
+ * The list+watch of the Secrets labelled for cloud-init (the bridge's cache:
+ * it hashes their content into each Proxy's spec hash), one per scope
+ * (`watchScopes`: undefined is every namespace), read as one cache.
+ */
+export function createCloudInitSecretInformer(options: {
+  kubeConfig: KubeConfig;
+  logger: Logger;
+  scopes: ReadonlyArray<string | undefined>;
+  /** Called each time a watch is scheduled to restart after an error. */
+  onRestart?: () => void;
+}): ResilientInformer<V1Secret> {
+  const core = options.kubeConfig.makeApiClient(CoreV1Api);
+  const labelSelector = `${LABEL_CLOUD_INIT}=true`;
+  return unionInformers(
+    options.scopes.map((namespace) =>
+      createResilientInformer<V1Secret>({
+        kubeConfig: options.kubeConfig,
+        path: namespace ? `/api/v1/namespaces/${namespace}/secrets` : '/api/v1/secrets',
+        labelSelector,
+        list: () =>
+          namespace
+            ? core.listNamespacedSecret({ namespace, labelSelector })
+            : core.listSecretForAllNamespaces({ labelSelector }),
+        logger: options.logger,
+        ...(options.onRestart ? { onRestart: options.onRestart } : {}),
+      }),
+    ),
+  );
 }

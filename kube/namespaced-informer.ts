@@ -3,7 +3,12 @@
  * listed namespace, read as one cache. Under a Role per namespace there is
  * no cluster-wide list or watch to open, so the union is built here.
  */
-import type { ResilientInformer } from './informer.js';
+import type { CustomObject, CustomResourceClient } from './custom-resources.js';
+import {
+  createResilientInformer,
+  type ResilientInformer,
+  type ResilientInformerOptions,
+} from './informer.js';
 
 /**
  * One informer from several, each covering its own namespaces (disjoint).
@@ -51,4 +56,23 @@ export function unionInformers<T extends object>(
 /** The namespaces to watch: the listed ones, or `[undefined]` for all namespaces at once. */
 export function watchScopes(namespaces: readonly string[] | undefined): Array<string | undefined> {
   return namespaces && namespaces.length > 0 ? [...namespaces] : [undefined];
+}
+
+/** One custom resource's list+watch, one per scope (`watchScopes`), read as one cache. */
+export function createCustomResourceInformer<T extends CustomObject>(
+  options: Omit<ResilientInformerOptions, 'path' | 'list' | 'labelSelector'> & {
+    objects: CustomResourceClient<T>;
+    scopes: ReadonlyArray<string | undefined>;
+  },
+): ResilientInformer<T> {
+  const { objects, scopes, ...informer } = options;
+  return unionInformers(
+    scopes.map((namespace) =>
+      createResilientInformer<T>({
+        ...informer,
+        path: objects.watchPath(namespace),
+        list: () => objects.list(namespace),
+      }),
+    ),
+  );
 }

@@ -1,20 +1,18 @@
 /**
  * The typed client for ProviderHealth objects (cluster-scoped, one per
- * configured provider): the one place that spells their group, version and
- * plural. Writes are pinned to the object read (UID, resourceVersion or a
+ * configured provider): the one place that names the kind, over the generic
+ * client (`custom-resources.ts`). Writes are pinned to the object read (UID, resourceVersion or a
  * label tested in a JSON patch), so a recreated object, or one another
  * installation has claimed since, fails them (422) and the caller retries on
  * a fresh read.
  */
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import {
-  API_VERSION,
-  GROUP,
   PROVIDER_HEALTH_PLURAL,
-  VERSION,
   type ProviderHealth,
   type ProviderHealthStatus,
 } from '../resources/proxy-schema.js';
+import { createCustomResourceClient, type CustomResourceKind, type JsonPatchOp } from './custom-resources.js';
 import { httpCode } from './errors.js';
 
 /** A label key as a JSON Pointer segment (RFC 6901: `~` then `/` escaped). */
@@ -40,34 +38,30 @@ export interface ProviderHealthClient {
   delete(object: ProviderHealth): Promise<'deleted' | 'gone' | 'conflict'>;
 }
 
-export function createProviderHealthClient(kc: KubeConfig): ProviderHealthClient {
-  const api = kc.makeApiClient(CustomObjectsApi);
-  const base = { group: GROUP, version: VERSION, plural: PROVIDER_HEALTH_PLURAL } as const;
-  const jsonPatch = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
+/** Cluster-scoped; a bare 404 on a get or a delete says the object is gone. */
+export const PROVIDER_HEALTH_KIND: CustomResourceKind = {
+  kind: 'ProviderHealth',
+  plural: PROVIDER_HEALTH_PLURAL,
+  namespaced: false,
+  isNotFound: (error) => httpCode(error) === 404,
+};
 
-  const get = async (name: string): Promise<ProviderHealth | undefined> => {
-    try {
-      return (await api.getClusterCustomObject({ ...base, name })) as ProviderHealth;
-    } catch (error) {
-      if (httpCode(error) === 404) return undefined;
-      throw error;
-    }
-  };
+export function createProviderHealthClient(kc: KubeConfig): ProviderHealthClient {
+  const objects = createCustomResourceClient<ProviderHealth>(kc, PROVIDER_HEALTH_KIND);
+  const get = (name: string) => objects.get({ name });
+  /** The JSON-patch test that pins a write to the object read (one recreated under the name has another UID). */
+  const sameUid = (object: ProviderHealth): JsonPatchOp => ({
+    op: 'test',
+    path: '/metadata/uid',
+    value: object.metadata.uid,
+  });
 
   return {
     get,
 
     async create(name, labels) {
-      const body: ProviderHealth = {
-        apiVersion: API_VERSION,
-        kind: 'ProviderHealth',
-        metadata: { name, labels },
-      };
       try {
-        return {
-          object: (await api.createClusterCustomObject({ ...base, body })) as ProviderHealth,
-          created: true,
-        };
+        return { object: await objects.create({ metadata: { name, labels } }), created: true };
       } catch (error) {
         if (httpCode(error) !== 409) throw error;
         const existing = await get(name);
@@ -76,55 +70,23 @@ export function createProviderHealthClient(kc: KubeConfig): ProviderHealthClient
       }
     },
 
-    async setLabels(object, labels) {
-      return (await api.patchClusterCustomObject(
-        {
-          ...base,
-          name: object.metadata.name,
-          body: [
-            { op: 'test', path: '/metadata/uid', value: object.metadata.uid },
-            { op: 'test', path: '/metadata/resourceVersion', value: object.metadata.resourceVersion },
-            { op: 'add', path: '/metadata/labels', value: labels },
-          ],
-        },
-        jsonPatch,
-      )) as ProviderHealth;
-    },
+    setLabels: (object, labels) =>
+      objects.jsonPatch(object.metadata, [
+        sameUid(object),
+        { op: 'test', path: '/metadata/resourceVersion', value: object.metadata.resourceVersion },
+        { op: 'add', path: '/metadata/labels', value: labels },
+      ]),
 
     async writeStatus(object, pin, status) {
-      await api.patchClusterCustomObjectStatus(
-        {
-          ...base,
-          name: object.metadata.name,
-          body: [
-            { op: 'test', path: '/metadata/uid', value: object.metadata.uid },
-            { op: 'test', path: `/metadata/labels/${pointerSegment(pin.key)}`, value: pin.value },
-            { op: 'add', path: '/status', value: status },
-          ],
-        },
-        jsonPatch,
-      );
+      await objects.patchStatus(object.metadata, [
+        sameUid(object),
+        { op: 'test', path: `/metadata/labels/${pointerSegment(pin.key)}`, value: pin.value },
+        { op: 'add', path: '/status', value: status },
+      ]);
     },
 
-    async list(labelSelector) {
-      return ((await api.listClusterCustomObject({ ...base, labelSelector })) as { items: ProviderHealth[] })
-        .items;
-    },
+    list: async (labelSelector) => (await objects.list(undefined, { labelSelector })).items,
 
-    async delete(object) {
-      try {
-        await api.deleteClusterCustomObject({
-          ...base,
-          name: object.metadata.name,
-          body: { preconditions: { uid: object.metadata.uid } },
-        });
-        return 'deleted';
-      } catch (error) {
-        const code = httpCode(error);
-        if (code === 409) return 'conflict';
-        if (code === 404) return 'gone';
-        throw error;
-      }
-    },
+    delete: (object) => objects.deleteExactly({ name: object.metadata.name, uid: object.metadata.uid }),
   };
 }

@@ -1,28 +1,31 @@
 /**
- * The typed client for Proxy objects: the one place that spells the Proxy
- * resource's group, version and plural. Every read and write the product
- * makes of a Proxy goes through here: a direct read by reference (the
- * authoritative "does the Proxy with this UID still exist?"), the paged
- * list, the status write, the finalizer's add and removal, and the
- * list+watch the informers use.
+ * The typed client for Proxy objects: the one place that names the Proxy
+ * kind. Every read and write the product makes of a Proxy goes through
+ * here, as the generic client (`custom-resources.ts`) does it: a direct
+ * read by reference (the authoritative "does the Proxy with this UID still
+ * exist?"), the paged list, the spec patch and status write pinned to the
+ * UID, the finalizer's add and removal, and the list+watch the informers use.
  *
  * Answers are values where the caller decides on them ('gone', 'absent',
  * 'conflict'); anything else is thrown as the apiserver's error, read with
  * `kube/errors.ts`.
  */
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import {
-  API_VERSION,
-  GROUP,
   PROXY_PLURAL,
-  VERSION,
   type ObjectMeta,
   type Proxy,
   type ProxySpecInput,
   type ProxyStatus,
 } from '../resources/proxy-schema.js';
 import type { ProxyRef } from '../resources/proxy-ref.js';
-import { httpCode, isNotFoundOf } from './errors.js';
+import {
+  createCustomResourceClient,
+  type CustomResourceKind,
+  type JsonPatchOp,
+  type ObjectList,
+} from './custom-resources.js';
+import { isNotFoundOf } from './errors.js';
 
 export type { ProxyRef } from '../resources/proxy-ref.js';
 export { proxyKey, refOf } from '../resources/proxy-ref.js';
@@ -32,18 +35,10 @@ export function isProxyNotFound(error: unknown, name: string): boolean {
   return isNotFoundOf(error, PROXY_PLURAL, name);
 }
 
-/** The watch path of Proxies in one namespace, or in all. */
-export function proxyWatchPath(namespace?: string): string {
-  return namespace
-    ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_PLURAL}`
-    : `/apis/${GROUP}/${VERSION}/${PROXY_PLURAL}`;
-}
+export const PROXY_KIND: CustomResourceKind = { kind: 'Proxy', plural: PROXY_PLURAL, namespaced: true };
 
 /** A list as the apiserver's JSON has it (custom objects are not deserialised: the token is `metadata.continue`). */
-export interface ProxyList {
-  items: Proxy[];
-  metadata?: { resourceVersion?: string; continue?: string };
-}
+export type ProxyList = ObjectList<Proxy>;
 
 /** What a caller gives to create a Proxy: the metadata it sets and a spec as a user writes it. */
 export interface NewProxy {
@@ -113,198 +108,39 @@ export interface ProxyClient {
   ): Promise<{ result: 'removed' | 'absent' | 'gone'; proxy?: Proxy }>;
 }
 
-function versionOf(proxy: Proxy): { resourceVersion?: string } {
-  const version = proxy.metadata.resourceVersion;
-  return version === undefined ? {} : { resourceVersion: version };
-}
-
 export function createProxyClient(kc: KubeConfig): ProxyClient {
-  const api = kc.makeApiClient(CustomObjectsApi);
-  const base = { group: GROUP, version: VERSION, plural: PROXY_PLURAL } as const;
-  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
-  const jsonPatch = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
-
-  const read = async (ref: ProxyRef): Promise<Proxy | undefined> => {
-    try {
-      const proxy = (await api.getNamespacedCustomObject({
-        ...base,
-        namespace: ref.namespace,
-        name: ref.name,
-      })) as Proxy;
-      return proxy.metadata.uid === ref.uid ? proxy : undefined;
-    } catch (error) {
-      if (isProxyNotFound(error, ref.name)) return undefined;
-      throw error;
-    }
-  };
-
-  const list = async (
-    namespace?: string,
-    extra: { limit?: number; _continue?: string; labelSelector?: string } = {},
-  ) =>
-    (await (namespace === undefined
-      ? api.listClusterCustomObject({ ...base, ...extra })
-      : api.listNamespacedCustomObject({ ...base, namespace, ...extra }))) as ProxyList;
-
+  const objects = createCustomResourceClient<Proxy>(kc, PROXY_KIND);
   return {
-    read,
-    async get(namespace, name) {
-      try {
-        return (await api.getNamespacedCustomObject({ ...base, namespace, name })) as Proxy;
-      } catch (error) {
-        if (isProxyNotFound(error, name)) return undefined;
-        throw error;
-      }
-    },
+    read: (ref) => objects.read(ref),
+    get: (namespace, name) => objects.get({ namespace, name }),
     list: (namespace, opts = {}) =>
-      list(namespace, opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
-
-    async create(proxy) {
-      return (await api.createNamespacedCustomObject({
-        ...base,
-        namespace: proxy.metadata.namespace,
-        body: { apiVersion: API_VERSION, kind: 'Proxy', metadata: proxy.metadata, spec: proxy.spec },
-      })) as Proxy;
-    },
+      objects.list(namespace, opts.labelSelector ? { labelSelector: opts.labelSelector } : {}),
+    create: (proxy) => objects.create({ metadata: proxy.metadata, spec: proxy.spec }),
 
     async patch(ref, patch) {
-      // A JSON patch so the UID can be tested: a merge patch cannot pin the object.
-      const body: unknown[] = [{ op: 'test', path: '/metadata/uid', value: ref.uid }];
-      if (patch.spec) body.push({ op: 'replace', path: '/spec', value: patch.spec });
+      const ops: JsonPatchOp[] = [];
+      if (patch.spec) ops.push({ op: 'replace', path: '/spec', value: patch.spec });
       // `add` on an existing member replaces it: the maps are given whole.
-      if (patch.labels) body.push({ op: 'add', path: '/metadata/labels', value: patch.labels });
-      if (patch.annotations)
-        body.push({ op: 'add', path: '/metadata/annotations', value: patch.annotations });
-      try {
-        await api.patchNamespacedCustomObject(
-          { ...base, namespace: ref.namespace, name: ref.name, body },
-          jsonPatch,
-        );
-        return 'patched';
-      } catch (error) {
-        if (isProxyNotFound(error, ref.name)) return 'gone';
-        if (httpCode(error) === 422 && (await read(ref)) === undefined) return 'gone';
-        throw error;
-      }
+      if (patch.labels) ops.push({ op: 'add', path: '/metadata/labels', value: patch.labels });
+      if (patch.annotations) ops.push({ op: 'add', path: '/metadata/annotations', value: patch.annotations });
+      // A JSON patch so the UID can be tested: a merge patch cannot pin the object. Unpinned: never 'stale'.
+      return (await objects.patchExactly(ref, ops)) === 'patched' ? 'patched' : 'gone';
     },
-
-    async delete(ref) {
-      try {
-        await api.deleteNamespacedCustomObject({
-          ...base,
-          namespace: ref.namespace,
-          name: ref.name,
-          body: { preconditions: { uid: ref.uid } },
-        });
-        return 'deleted';
-      } catch (error) {
-        if (isProxyNotFound(error, ref.name)) return 'gone';
-        // A UID precondition that fails is a 409: the name now belongs to another Proxy.
-        if (httpCode(error) === 409) return 'gone';
-        throw error;
-      }
-    },
-
-    async listAll(opts) {
-      const out: Proxy[] = [];
-      const scopes: Array<string | undefined> =
-        opts.namespaces && opts.namespaces.length > 0 ? [...opts.namespaces] : [undefined];
-      for (const namespace of scopes) {
-        let next: string | undefined;
-        do {
-          const page = await list(namespace, {
-            limit: opts.pageSize,
-            ...(next === undefined ? {} : { _continue: next }),
-          });
-          out.push(...page.items);
-          next = page.metadata?.continue || undefined;
-        } while (next !== undefined);
-      }
-      return out;
-    },
+    // A failed UID precondition (a conflict) means the name now belongs to another Proxy.
+    delete: async (ref) => ((await objects.deleteExactly(ref)) === 'deleted' ? 'deleted' : 'gone'),
+    listAll: (opts) => objects.listAll(opts),
 
     async writeStatus(ref, status, pin) {
-      try {
-        await api.patchNamespacedCustomObjectStatus(
-          {
-            ...base,
-            namespace: ref.namespace,
-            name: ref.name,
-            body: [
-              { op: 'test', path: '/metadata/uid', value: ref.uid },
-              ...(pin ? [{ op: 'test', path: '/metadata/resourceVersion', value: pin.resourceVersion }] : []),
-              { op: 'add', path: '/status', value: status },
-            ],
-          },
-          jsonPatch,
-        );
-        return 'written';
-      } catch (error) {
-        if (isProxyNotFound(error, ref.name)) return 'gone';
-        // 422 is a failed test (UID or version) and a status the schema
-        // rejects alike: only a fresh read tells them apart.
-        if (httpCode(error) === 422) {
-          const now = await read(ref);
-          if (now === undefined) return 'gone';
-          if (pin && now.metadata.resourceVersion !== pin.resourceVersion) return 'stale';
-        }
-        throw error;
-      }
+      const result = await objects.patchExactly(ref, [{ op: 'add', path: '/status', value: status }], {
+        status: true,
+        ...(pin ? { resourceVersion: pin.resourceVersion } : {}),
+      });
+      return result === 'patched' ? 'written' : result;
     },
-
-    async addFinalizer(proxy, finalizer) {
-      const finalizers = proxy.metadata.finalizers ?? [];
-      if (finalizers.includes(finalizer)) {
-        return { result: 'present', ...versionOf(proxy) };
-      }
-      try {
-        const patched = (await api.patchNamespacedCustomObject(
-          {
-            ...base,
-            namespace: proxy.metadata.namespace ?? 'default',
-            name: proxy.metadata.name,
-            body: {
-              metadata: {
-                resourceVersion: proxy.metadata.resourceVersion,
-                finalizers: [...finalizers, finalizer],
-              },
-            },
-          },
-          mergePatch,
-        )) as Proxy;
-        return { result: 'added', ...versionOf(patched) };
-      } catch (error) {
-        if (httpCode(error) === 409) return { result: 'conflict' };
-        if (isProxyNotFound(error, proxy.metadata.name)) return { result: 'gone' };
-        throw error;
-      }
-    },
-
+    addFinalizer: (proxy, finalizer) => objects.addFinalizer(proxy, finalizer),
     async removeFinalizer(ref, finalizer) {
-      const proxy = await read(ref);
-      if (!proxy) return { result: 'gone' };
-      const finalizers = proxy.metadata.finalizers ?? [];
-      if (!finalizers.includes(finalizer)) return { result: 'absent', proxy };
-      try {
-        await api.patchNamespacedCustomObject(
-          {
-            ...base,
-            namespace: ref.namespace,
-            name: ref.name,
-            body: {
-              metadata: {
-                resourceVersion: proxy.metadata.resourceVersion,
-                finalizers: finalizers.filter((f) => f !== finalizer),
-              },
-            },
-          },
-          mergePatch,
-        );
-      } catch (error) {
-        if (isProxyNotFound(error, ref.name)) return { result: 'gone' };
-        throw error;
-      }
-      return { result: 'removed', proxy };
+      const { result, object } = await objects.removeFinalizer(ref, finalizer);
+      return object ? { result, proxy: object } : { result };
     },
   };
 }

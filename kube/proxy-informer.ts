@@ -6,9 +6,10 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Proxy } from '../resources/proxy-schema.js';
-import { createResilientInformer, type ResilientInformer } from './informer.js';
-import { createProxyClient, proxyWatchPath } from './proxies.js';
-import { unionInformers, watchScopes } from './namespaced-informer.js';
+import type { ResilientInformer } from './informer.js';
+import { createCustomResourceClient } from './custom-resources.js';
+import { PROXY_KIND } from './proxies.js';
+import { createCustomResourceInformer, watchScopes } from './namespaced-informer.js';
 
 export interface ProxyInformerOptions {
   kubeConfig: KubeConfig;
@@ -24,20 +25,11 @@ export interface ProxyInformerOptions {
 }
 
 export function createProxyInformer(options: ProxyInformerOptions): ResilientInformer<Proxy> {
-  const { kubeConfig } = options;
-  const proxies = createProxyClient(kubeConfig);
-  const scopes = watchScopes(options.namespace ? [options.namespace] : options.namespaces);
-  return unionInformers(
-    scopes.map((namespace) =>
-      createResilientInformer<Proxy>({
-        kubeConfig,
-        path: proxyWatchPath(namespace),
-        list: () => proxies.list(namespace),
-        logger: options.logger,
-        initialBackoffMs: options.initialBackoffMs,
-        maxBackoffMs: options.maxBackoffMs,
-        ...(options.onRestart ? { onRestart: options.onRestart } : {}),
-      }),
-    ),
-  );
+  const { namespace, namespaces, kubeConfig, ...rest } = options;
+  return createCustomResourceInformer({
+    ...rest,
+    kubeConfig,
+    objects: createCustomResourceClient<Proxy>(kubeConfig, PROXY_KIND),
+    scopes: watchScopes(namespace ? [namespace] : namespaces),
+  });
 }

@@ -6,9 +6,10 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ProxyPool } from '../resources/proxy-schema.js';
-import { createResilientInformer, type ResilientInformer } from './informer.js';
-import { unionInformers } from './namespaced-informer.js';
-import { createProxyPoolClient, proxyPoolWatchPath } from './proxy-pools.js';
+import type { ResilientInformer } from './informer.js';
+import { createCustomResourceClient } from './custom-resources.js';
+import { createCustomResourceInformer } from './namespaced-informer.js';
+import { PROXY_POOL_KIND } from './proxy-pools.js';
 
 export function createProxyPoolInformer(options: {
   kubeConfig: KubeConfig;
@@ -16,15 +17,8 @@ export function createProxyPoolInformer(options: {
   /** One watch per scope (`watchScopes`: undefined is every namespace). */
   scopes: ReadonlyArray<string | undefined>;
 }): ResilientInformer<ProxyPool> {
-  const client = createProxyPoolClient(options.kubeConfig);
-  return unionInformers(
-    options.scopes.map((namespace) =>
-      createResilientInformer<ProxyPool>({
-        kubeConfig: options.kubeConfig,
-        path: proxyPoolWatchPath(namespace),
-        list: () => client.list(namespace),
-        logger: options.logger,
-      }),
-    ),
-  );
+  return createCustomResourceInformer({
+    ...options,
+    objects: createCustomResourceClient<ProxyPool>(options.kubeConfig, PROXY_POOL_KIND),
+  });
 }

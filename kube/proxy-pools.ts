@@ -1,24 +1,23 @@
 /**
- * The typed client for ProxyPool objects, and what a pool's members carry:
- * the one place that spells the ProxyPool resource's coordinates. Also the
+ * The typed client for ProxyPool objects (the generic client,
+ * `custom-resources.ts`, for this kind), and what a pool's members carry:
+ * the one place that names the ProxyPool kind. Also the
  * template hash (bridge and activities compute it the same way) and the
  * Proxy a template makes.
  */
 import { createHash } from 'node:crypto';
-import { CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import {
   API_VERSION,
-  GROUP,
   LABEL_POOL,
   LABEL_POOL_TEMPLATE_HASH,
   PROXY_POOL_PLURAL,
-  VERSION,
   type Proxy,
   type ProxyPool,
   type ProxyPoolSpecInput,
   type ProxyPoolStatus,
 } from '../resources/proxy-schema.js';
-import { httpCode, isNotFoundOf } from './errors.js';
+import { createCustomResourceClient, type CustomResourceKind, type ObjectList } from './custom-resources.js';
 import type { NewProxy, OwnerReference } from './proxies.js';
 
 /** A pool's identity, as a Proxy's: namespace, name, UID. */
@@ -36,12 +35,11 @@ export function poolRefOf(pool: ProxyPool): PoolRef {
   };
 }
 
-/** The watch path of ProxyPools in one namespace, or in all. */
-export function proxyPoolWatchPath(namespace?: string): string {
-  return namespace
-    ? `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PROXY_POOL_PLURAL}`
-    : `/apis/${GROUP}/${VERSION}/${PROXY_POOL_PLURAL}`;
-}
+export const PROXY_POOL_KIND: CustomResourceKind = {
+  kind: 'ProxyPool',
+  plural: PROXY_POOL_PLURAL,
+  namespaced: true,
+};
 
 /** The scale subresource's selector: every member carries the pool's name in this label. */
 export function poolSelector(poolName: string): string {
@@ -135,10 +133,7 @@ export function memberProxy(pool: ProxyPool, name: string): NewProxy {
   };
 }
 
-export interface ProxyPoolList {
-  items: ProxyPool[];
-  metadata?: { resourceVersion?: string; continue?: string };
-}
+export type ProxyPoolList = ObjectList<ProxyPool>;
 
 export interface ProxyPoolClient {
   /** The pool with this UID, or undefined when it is gone (or its name now belongs to another UID). */
@@ -158,84 +153,18 @@ export interface ProxyPoolClient {
 }
 
 export function createProxyPoolClient(kc: KubeConfig): ProxyPoolClient {
-  const api = kc.makeApiClient(CustomObjectsApi);
-  const base = { group: GROUP, version: VERSION, plural: PROXY_POOL_PLURAL } as const;
-  const jsonPatch = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
-  const isGone = (error: unknown, name: string) => isNotFoundOf(error, PROXY_POOL_PLURAL, name);
-
-  const read = async (ref: PoolRef): Promise<ProxyPool | undefined> => {
-    try {
-      const pool = (await api.getNamespacedCustomObject({
-        ...base,
-        namespace: ref.namespace,
-        name: ref.name,
-      })) as ProxyPool;
-      return pool.metadata.uid === ref.uid ? pool : undefined;
-    } catch (error) {
-      if (isGone(error, ref.name)) return undefined;
-      throw error;
-    }
-  };
-
-  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
-
+  const objects = createCustomResourceClient<ProxyPool>(kc, PROXY_POOL_KIND);
   return {
-    read,
-    async get(namespace, name) {
-      try {
-        return (await api.getNamespacedCustomObject({ ...base, namespace, name })) as ProxyPool;
-      } catch (error) {
-        if (isGone(error, name)) return undefined;
-        throw error;
-      }
-    },
-    async create(namespace, name, spec) {
-      return (await api.createNamespacedCustomObject({
-        ...base,
-        namespace,
-        body: { apiVersion: API_VERSION, kind: 'ProxyPool', metadata: { name, namespace }, spec },
-      })) as ProxyPool;
-    },
-    async patchSpec(namespace, name, spec) {
-      return (await api.patchNamespacedCustomObject(
-        { ...base, namespace, name, body: { spec } },
-        mergePatch,
-      )) as ProxyPool;
-    },
-    async delete(namespace, name) {
-      try {
-        await api.deleteNamespacedCustomObject({ ...base, namespace, name });
-        return 'deleted';
-      } catch (error) {
-        if (isGone(error, name)) return 'gone';
-        throw error;
-      }
-    },
-    async list(namespace) {
-      return (await (namespace === undefined
-        ? api.listClusterCustomObject({ ...base })
-        : api.listNamespacedCustomObject({ ...base, namespace }))) as ProxyPoolList;
-    },
+    read: (ref) => objects.read(ref),
+    get: (namespace, name) => objects.get({ namespace, name }),
+    create: (namespace, name, spec) => objects.create({ metadata: { name, namespace }, spec }),
+    patchSpec: (namespace, name, spec) => objects.mergePatch({ namespace, name }, { spec }),
+    delete: (namespace, name) => objects.delete({ namespace, name }),
+    list: (namespace) => objects.list(namespace),
     async writeStatus(ref, status) {
-      try {
-        await api.patchNamespacedCustomObjectStatus(
-          {
-            ...base,
-            namespace: ref.namespace,
-            name: ref.name,
-            body: [
-              { op: 'test', path: '/metadata/uid', value: ref.uid },
-              { op: 'add', path: '/status', value: status },
-            ],
-          },
-          jsonPatch,
-        );
-        return 'written';
-      } catch (error) {
-        if (isGone(error, ref.name)) return 'gone';
-        if (httpCode(error) === 422 && (await read(ref)) === undefined) return 'gone';
-        throw error;
-      }
+      const ops = [{ op: 'add' as const, path: '/status', value: status }];
+      // Not pinned to a resourceVersion: never 'stale'.
+      return (await objects.patchExactly(ref, ops, { status: true })) === 'patched' ? 'written' : 'gone';
     },
   };
 }

@@ -4,7 +4,7 @@
  * sent by the bridge from its informer cache when it starts the run.
  */
 import type { ProxyStatus } from '../resources/proxy-schema.js';
-import type { RecordedStatus } from '../workflows/proxy/types.js';
+import type { RecordedStatus } from '../resources/recorded-status.js';
 
 /**
  * The instance fields of a Proxy's status, as a fresh run seeds itself from

@@ -7,6 +7,7 @@
 import type { Condition, ProxyPhase } from '../../resources/proxy-schema.js';
 import type { InstanceState, Placement } from '../../providers/types.js';
 import type { ProxyRef } from '../../resources/proxy-ref.js';
+import type { RecordedStatus } from '../../resources/recorded-status.js';
 
 export type { ProxyRef };
 
@@ -117,21 +118,7 @@ export interface DriftReport {
   observed: { found: false } | { found: true; state: InstanceState; ip?: string };
 }
 
-/**
- * What the Proxy's status recorded about its instance, read by a run that
- * starts afresh (the bridge restarted a run an operator terminated, or reset
- * to a new code version): only the workflow writes these fields, so they are
- * what the last run knew.
- */
-export interface RecordedStatus {
-  providerID?: string;
-  /** The spec hash the recorded instance was created with. */
-  specHash?: string;
-  ip?: string;
-  conditions?: Condition[];
-  latencyMillis?: number;
-  lastHealthReportTime?: string;
-}
+export type { RecordedStatus };
 
 /** A failure the workflow holds on to until something changes. */
 export interface LatchedFailure {
