@@ -1,8 +1,8 @@
 /**
  * The bridge's caches, one set its reconcilers share: Proxies, ProxyPools
  * and the cloud-init Secrets (labelled ones only), each one list+watch per
- * watched scope. Watch events and restarts of the Proxies and Secrets are
- * counted by resource.
+ * watched scope. Watch events of the Proxies and Secrets, and restarts of
+ * all three, are counted by resource.
  */
 import type { KubeConfig, V1Secret } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
@@ -46,7 +46,12 @@ export function createBridgeInformers(deps: {
   secrets.onChange((_secret, event) => metrics.watchEvents.inc({ resource: 'secrets', event }));
   return {
     proxies,
-    pools: createProxyPoolInformer({ kubeConfig, logger: deps.poolLog, scopes }),
+    pools: createProxyPoolInformer({
+      kubeConfig,
+      logger: deps.poolLog,
+      scopes,
+      onRestart: restarted('proxypools'),
+    }),
     secrets,
   };
 }

@@ -16,6 +16,8 @@ export function createProxyPoolInformer(options: {
   logger: Logger;
   /** One watch per scope (`watchScopes`: undefined is every namespace). */
   scopes: ReadonlyArray<string | undefined>;
+  /** Called each time the watch is scheduled to restart after an error. */
+  onRestart?: () => void;
 }): ResilientInformer<ProxyPool> {
   return createCustomResourceInformer({
     ...options,
