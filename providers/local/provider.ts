@@ -131,10 +131,6 @@ class LocalProviderImpl implements LocalProvider {
     if (signal.aborted) throw this.ops.fail('Transient', operation, instance, 'aborted');
   }
 
-  private parseId(operation: 'get' | 'delete', id: string): string {
-    return parseIdOrFail(this.ops, operation, id, parseLocalProviderId, 'local/<instance name>');
-  }
-
   start(signal: AbortSignal = new AbortController().signal): Promise<void> {
     this.starting ??= this.resume().catch((err: unknown) => {
       this.starting = undefined;
@@ -260,12 +256,22 @@ class LocalProviderImpl implements LocalProvider {
     return id;
   }
 
+  /** `fn` on the instance `id` names, once the provider has started, under that instance's lock. */
+  private async locked<T>(
+    operation: 'get' | 'delete',
+    id: string,
+    s: AbortSignal,
+    fn: (name: string) => Promise<T>,
+  ): Promise<T> {
+    const name = parseIdOrFail(this.ops, operation, id, parseLocalProviderId, 'local/<instance name>');
+    await this.start();
+    this.checkNotAborted(s, operation, id);
+    return this.mutex.run(name, () => fn(name));
+  }
+
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.ops.run('get', id, signal, async (s) => {
-      const name = this.parseId('get', id);
-      await this.start();
-      this.checkNotAborted(s, 'get', id);
-      return this.mutex.run(name, async () => {
+    return this.ops.run('get', id, signal, (s) =>
+      this.locked('get', id, s, async (name) => {
         const read = await readRecord(this.stateDir, name, s);
         if (read.kind === 'missing') throw this.ops.fail('NotFound', 'get', id, 'no such instance');
         if (read.kind === 'unreadable') {
@@ -280,24 +286,21 @@ class LocalProviderImpl implements LocalProvider {
           }
         }
         return this.instance(record);
-      });
-    });
+      }),
+    );
   }
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.ops.run('delete', id, signal, async (s) => {
-      const name = this.parseId('delete', id);
-      await this.start();
-      this.checkNotAborted(s, 'delete', id);
-      await this.mutex.run(name, async () => {
+    return this.ops.run('delete', id, signal, (s) =>
+      this.locked('delete', id, s, async (name) => {
         const live = this.listeners.take(name);
         if (live !== undefined) await live.proxy.close();
         const read = await readRecord(this.stateDir, name);
         await removeRecord(this.stateDir, name);
         if (read.kind === 'ok') this.listeners.release(read.record.address, name);
         if (read.kind !== 'missing') this.ops.log.info({ instance: name }, 'deleted local instance');
-      });
-    });
+      }),
+    );
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
