@@ -1,6 +1,6 @@
 /**
  * Small concurrency helpers shared by the providers and the activities:
- * per-key serialisation and a bounded parallel map.
+ * per-key serialisation, a counting semaphore and a bounded parallel map.
  */
 
 /** Serialises async work per key (two calls for the same instance never interleave). */
@@ -19,6 +19,45 @@ export class KeyedMutex {
     } finally {
       release();
       if (this.tails.get(key) === tail) this.tails.delete(key);
+    }
+  }
+}
+
+/** At most `size` runs at once (clones per node, uploads per storage); a waiter leaves when its signal aborts. */
+export class Semaphore {
+  private free: number;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(size: number) {
+    this.free = size;
+  }
+
+  async run<T>(signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else
+      await new Promise<void>((resolve, reject) => {
+        const wake = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        const onAbort = () => {
+          const i = this.waiting.indexOf(wake);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(signal.reason as Error);
+        };
+        if (signal.aborted) {
+          onAbort();
+          return;
+        }
+        this.waiting.push(wake);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next !== undefined) next();
+      else this.free++;
     }
   }
 }

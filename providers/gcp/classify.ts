@@ -28,6 +28,7 @@
  * The raw status and reasons are logged at debug by the provider, because
  * the class collapses them.
  */
+import { httpCheckReason, isAbortError, systemErrorCode } from '../shared/http-failure.js';
 import type { ErrorClass } from '../types.js';
 import { CredentialsError } from './auth.js';
 
@@ -161,16 +162,6 @@ export function policyConstraint(err: unknown): string | undefined {
   return undefined;
 }
 
-function isAbort(err: unknown): boolean {
-  const name = (err as { name?: unknown } | null)?.name;
-  return name === 'AbortError' || name === 'TimeoutError';
-}
-
-function systemCode(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{1,63}$/.test(code) ? code : undefined;
-}
-
 /** The Compute request the error answers, where the class depends on it. */
 export type ClassifyCall = 'insert' | 'other';
 
@@ -180,8 +171,8 @@ export function classify(err: unknown, call: ClassifyCall = 'other'): Classifica
   }
   const status = httpStatus(err);
   if (status === undefined) {
-    if (isAbort(err)) return { errorClass: 'Transient', reasons: [], summary: 'request aborted' };
-    const code = systemCode(err);
+    if (isAbortError(err)) return { errorClass: 'Transient', reasons: [], summary: 'request aborted' };
+    const code = systemErrorCode(err);
     return {
       errorClass: 'Transient',
       reasons: [],
@@ -292,11 +283,5 @@ export function classifyOperationError(codes: string[], httpStatusCode: number |
 /** check()'s reason for a failed probe (the shared set, contract §8). */
 export function checkReason(err: unknown, aborted: boolean): string {
   if (err instanceof CredentialsError) return err.checkReason;
-  if (aborted || isAbort(err)) return 'Timeout';
-  const status = httpStatus(err);
-  if (status === undefined) return 'Unreachable';
-  if (status === 401) return 'Unauthorized';
-  if (status === 403) return 'Forbidden';
-  if (status === 408 || status === 504) return 'Timeout';
-  return 'APIError';
+  return httpCheckReason(err, httpStatus(err), aborted);
 }

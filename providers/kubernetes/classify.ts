@@ -20,6 +20,7 @@
  *
  * Nothing is QuotaExceeded (the seed's `quota: absent` profile).
  */
+import { httpCheckReason, isAbortError, systemErrorCode } from '../shared/http-failure.js';
 import type { ErrorClass } from '../types.js';
 
 export interface Classification {
@@ -55,23 +56,11 @@ export function apiReason(err: unknown): string | undefined {
   return typeof reason === 'string' && /^[A-Za-z]{1,64}$/.test(reason) ? reason : undefined;
 }
 
-function isAbort(err: unknown): boolean {
-  const name = (err as { name?: unknown } | null)?.name;
-  const type = (err as { type?: unknown } | null)?.type;
-  return name === 'AbortError' || name === 'TimeoutError' || type === 'aborted';
-}
-
-/** A string error code (ECONNREFUSED, CERT_HAS_EXPIRED...) when it is an identifier. */
-function systemCode(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{1,63}$/.test(code) ? code : undefined;
-}
-
 export function classify(err: unknown): Classification {
   const status = httpStatus(err);
   if (status === undefined) {
-    if (isAbort(err)) return { errorClass: 'Transient', summary: 'request aborted' };
-    const code = systemCode(err);
+    if (isAbortError(err)) return { errorClass: 'Transient', summary: 'request aborted' };
+    const code = systemErrorCode(err);
     return {
       errorClass: 'Transient',
       summary: code === undefined ? 'apiserver call failed' : `apiserver unreachable (${code})`,
@@ -117,11 +106,5 @@ export function classify(err: unknown): Classification {
  * is whether the check's own signal fired (the caller's or our timeout).
  */
 export function checkReason(err: unknown, aborted: boolean): string {
-  if (aborted || isAbort(err)) return 'Timeout';
-  const status = httpStatus(err);
-  if (status === undefined) return 'Unreachable';
-  if (status === 401) return 'Unauthorized';
-  if (status === 403) return 'Forbidden';
-  if (status === 408 || status === 504) return 'Timeout';
-  return 'APIError';
+  return httpCheckReason(err, httpStatus(err), aborted);
 }

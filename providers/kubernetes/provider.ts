@@ -20,22 +20,16 @@
  * on every apiserver request, each with its own bound).
  *
  * Construction does nothing (contract §7): the kubeconfig is read on the
- * first call, and a missing file is Transient until it appears (a Secret
- * mount that lands late), an unparsable one Permanent.
+ * first call (apiserver.ts). This file is the wiring point: the apiserver,
+ * the pod (pod.ts) and its state (state.ts), in this provider's operation
+ * frame.
  */
-import { access } from 'node:fs/promises';
-import {
-  CoreV1Api,
-  KubeConfig,
-  Observable,
-  type ConfigurationOptions,
-  type ObservableMiddleware,
-  type RequestContext,
-  type ResponseContext,
-  type V1Pod,
-} from '@kubernetes/client-node';
+import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { ProviderError } from '../errors.js';
+import { CallEnded } from '../shared/bounded-call.js';
+import { foreignOwner, parseIdOrFail } from '../shared/identity.js';
+import { providerOperations, type Operations } from '../shared/operation.js';
 import {
   MARK_MANAGED,
   MARK_MANAGED_VALUE,
@@ -43,21 +37,15 @@ import {
   type CreateRequest,
   type Instance,
   type Provider,
-  type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
+import { Apiserver, listPods, podListRequest, type Client } from './apiserver.js';
 import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId, podFailure } from './state.js';
-import { reuseConnections } from '../../kube/connections.js';
-import { providerCall } from '../../tracing/seam.js';
-import { boundedCall, CallEnded } from '../bounded-call.js';
-import { operations, type OperationFrame, type Operations } from '../operation.js';
 
 export const KUBERNETES_PROVIDER_TYPE = 'kubernetes';
-/** The selector listByTag and check() use: the managed mark, across all namespaces. */
-export const MANAGED_SELECTOR = `${MARK_MANAGED}=${MARK_MANAGED_VALUE}`;
 /** Pods per page in listByTag; every page is one bounded call. */
 export const LIST_PAGE_SIZE = 500;
 /** A label value: at most 63 characters, alphanumeric at both ends, `-_.` inside; may be empty. */
@@ -91,11 +79,10 @@ export interface KubernetesProvider extends Provider {
 }
 
 export function createKubernetesProvider(options: KubernetesProviderOptions): KubernetesProvider {
-  const log = options.logger.child({ provider: options.name, providerType: KUBERNETES_PROVIDER_TYPE });
   return new KubernetesProviderImpl(
     options.name,
     options.config,
-    log,
+    options.logger,
     options.kubeConfig,
     options.listPageSize ?? LIST_PAGE_SIZE,
     listScopes(options.config, options.listNamespaces),
@@ -111,162 +98,28 @@ function listScopes(
   return [...new Set([...(config.namespace ? [config.namespace] : []), ...namespaces])];
 }
 
-/** ConfigurationOptions that hand `signal` to node-fetch for this one request. */
-function signalOptions(signal: AbortSignal): ConfigurationOptions<ObservableMiddleware> {
-  const middleware: ObservableMiddleware = {
-    pre: (context: RequestContext) => {
-      context.setSignal(signal);
-      return new Observable(Promise.resolve(context));
-    },
-    post: (response: ResponseContext) => new Observable(Promise.resolve(response)),
-  };
-  return { middleware: [middleware], middlewareMergeStrategy: 'append' };
-}
-
-interface Client {
-  api: CoreV1Api;
-  /** The apiserver URL (check()'s target address). */
-  server: string;
-}
-
 class KubernetesProviderImpl implements KubernetesProvider {
   readonly type = KUBERNETES_PROVIDER_TYPE;
   /** listByTag is one paged pod list. */
   readonly capabilities = { cheapListByTag: true, quickCreate: true };
-  private client: Client | undefined;
+  private readonly ops: Operations;
+  private readonly apiserver: Apiserver;
 
   constructor(
     readonly name: string,
     readonly config: KubernetesConfig,
-    private readonly log: Logger,
-    private readonly injected: KubeConfig | undefined,
+    logger: Logger,
+    injected: KubeConfig | undefined,
     private readonly pageSize: number,
     /** Undefined: all namespaces in one list. */
     private readonly scopes: string[] | undefined,
   ) {
-    this.frame = {
-      provider: name,
-      log,
-      classify: (operation, instance, err) => this.wrap(operation, instance, err),
-      callerCaused: (err) => err instanceof CallEnded && err.by === 'caller',
-    };
-    this.ops = operations(this.frame);
+    this.ops = providerOperations({ name, type: KUBERNETES_PROVIDER_TYPE, logger, classify });
+    this.apiserver = new Apiserver({ type: KUBERNETES_PROVIDER_TYPE, name }, config, this.ops, injected);
   }
 
-  private readonly frame: OperationFrame;
-  /** fail() and run() in this provider's frame. */
-  private readonly ops: Operations;
-
-  /** One managed-pod list call, cluster-wide or in one namespace. */
-  private listPods(api: CoreV1Api, namespace: string | undefined, limit: number, cont: string | undefined) {
-    const query = {
-      labelSelector: MANAGED_SELECTOR,
-      limit,
-      ...(cont === undefined ? {} : { _continue: cont }),
-    };
-    return (o: ConfigurationOptions<ObservableMiddleware>) =>
-      namespace === undefined
-        ? api.listPodForAllNamespaces(query, o)
-        : api.listNamespacedPod({ ...query, namespace }, o);
-  }
-
-  // -- plumbing -------------------------------------------------------------
-
-  /** Any thrown value as this provider's ProviderError (classification in one place: classify.ts). */
-  private wrap(operation: ProviderOperation, instance: string, err: unknown): ProviderError {
-    if (err instanceof ProviderError) return err;
-    if (err instanceof CallEnded) return this.ops.fail('Transient', operation, instance, err.message);
-    const c = classify(err);
-    return this.ops.fail(c.errorClass, operation, instance, c.summary, err);
-  }
-
-  /**
-   * One apiserver request, bounded by the caller's signal and by its own
-   * `operationTimeoutSeconds`. The signal goes to the HTTP request, and the
-   * returned promise also settles the moment either fires, whatever the
-   * transport does. Backend errors are rethrown as they are (the operation
-   * classifies them); an ended call throws CallEnded.
-   */
-  private call<T>(
-    signal: AbortSignal,
-    operation: ProviderOperation,
-    request: string,
-    fn: (options: ConfigurationOptions<ObservableMiddleware>) => Promise<T>,
-  ): Promise<T> {
-    const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
-    // One client span per apiserver request, its result the error class the operation will report.
-    return providerCall(
-      this,
-      request,
-      () => boundedCall(signal, timeoutMs, 'apiserver call', (b) => fn(signalOptions(b))),
-      {
-        operation,
-        classify: (err) => (err instanceof CallEnded ? 'Transient' : classify(err).errorClass),
-      },
-    );
-  }
-
-  /** The API client, loading the kubeconfig on first use. Config problems throw ProviderErrors. */
-  private async api(operation: ProviderOperation, instance: string): Promise<Client> {
-    if (this.client !== undefined) return this.client;
-    // A kubeconfig we load gets keep-alive connections (kube/connections.ts); an injected one comes with its own.
-    const kc = this.injected ?? reuseConnections(await this.loadKubeConfig(operation, instance));
-    // `context` selects within a kubeconfig we loaded; an injected one is used as given, never mutated.
-    if (this.injected === undefined && this.config.context !== undefined) {
-      if (!kc.getContexts().some((c) => c.name === this.config.context)) {
-        throw this.ops.fail(
-          'Permanent',
-          operation,
-          instance,
-          `kubeconfig has no context "${this.config.context}"`,
-        );
-      }
-      kc.setCurrentContext(this.config.context);
-    }
-    const cluster = kc.getCurrentCluster();
-    if (cluster === null)
-      throw this.ops.fail('Permanent', operation, instance, 'kubeconfig has no current cluster');
-    this.client = { api: kc.makeApiClient(CoreV1Api), server: cluster.server };
-    this.log.info({ server: cluster.server, namespace: this.config.namespace }, 'kubernetes provider ready');
-    return this.client;
-  }
-
-  private async loadKubeConfig(operation: ProviderOperation, instance: string): Promise<KubeConfig> {
-    const kc = new KubeConfig();
-    const path = this.config.kubeconfig;
-    if (path === undefined) {
-      try {
-        kc.loadFromDefault();
-      } catch (err) {
-        throw this.ops.fail('Permanent', operation, instance, 'the default kubeconfig does not load', err);
-      }
-      return kc;
-    }
-    try {
-      await access(path);
-    } catch (err) {
-      // A Secret mounted `optional: true` is absent until it exists: retry.
-      throw this.ops.fail('Transient', operation, instance, `kubeconfig ${path} cannot be read`, err);
-    }
-    try {
-      kc.loadFromFile(path);
-    } catch (err) {
-      throw this.ops.fail('Permanent', operation, instance, `kubeconfig ${path} does not load`, err);
-    }
-    return kc;
-  }
-
-  private parseId(operation: ProviderOperation, id: string): { namespace: string; name: string } {
-    const parsed = typeof id === 'string' ? parseProviderId(id) : undefined;
-    if (parsed === undefined) {
-      throw this.ops.fail(
-        'Permanent',
-        operation,
-        JSON.stringify(String(id).slice(0, 80)),
-        'malformed providerID (want <namespace>/<pod name>)',
-      );
-    }
-    return parsed;
+  private parseId(operation: 'get' | 'delete', id: string): { namespace: string; name: string } {
+    return parseIdOrFail(this.ops, operation, id, parseProviderId, '<namespace>/<pod name>');
   }
 
   // -- the contract ---------------------------------------------------------
@@ -275,14 +128,14 @@ class KubernetesProviderImpl implements KubernetesProvider {
     const instance = typeof req.name === 'string' ? req.name : '';
     return this.ops.run('create', instance, signal, async () => {
       this.validate(req, instance);
-      const { api } = await this.api('create', instance);
+      const { api } = await this.apiserver.api('create', instance);
       const namespace = podNamespace(req, this.config);
       const id = formatProviderId(namespace, req.name);
       try {
-        await this.call(signal, 'create', 'createNamespacedPod', (o) =>
+        await this.apiserver.call(signal, 'create', 'createNamespacedPod', (o) =>
           api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
         );
-        this.log.info(
+        this.ops.log.info(
           {
             instance: req.name,
             namespace,
@@ -332,10 +185,10 @@ class KubernetesProviderImpl implements KubernetesProvider {
 
   /** 409 on create: a pod of this name exists. It is ours only if its UID mark says so. */
   private async adopt(req: CreateRequest, signal: AbortSignal, id: string): Promise<string> {
-    const { api } = await this.api('create', req.name);
+    const { api } = await this.apiserver.api('create', req.name);
     let existing: V1Pod;
     try {
-      existing = await this.call(signal, 'create', 'readNamespacedPod', (o) =>
+      existing = await this.apiserver.call(signal, 'create', 'readNamespacedPod', (o) =>
         api.readNamespacedPod({ namespace: podNamespace(req, this.config), name: req.name }, o),
       );
     } catch (err) {
@@ -350,14 +203,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       throw err;
     }
     const owner = existing.metadata?.labels?.[MARK_UID] ?? '';
-    if (owner !== req.uid) {
-      throw this.ops.fail(
-        'Permanent',
-        'create',
-        req.name,
-        `a pod with this name belongs to another owner (uid mark "${owner.slice(0, 64)}", want "${req.uid}"); not adopting it`,
-      );
-    }
+    if (owner !== req.uid) throw foreignOwner(this.ops, req.name, 'a pod', owner, req.uid);
     if (existing.metadata?.deletionTimestamp !== undefined && existing.metadata.deletionTimestamp !== null) {
       throw this.ops.fail(
         'Transient',
@@ -366,15 +212,15 @@ class KubernetesProviderImpl implements KubernetesProvider {
         'the pod with this name is still being deleted; retry',
       );
     }
-    this.log.debug({ instance: req.name }, 'create: adopted the existing pod');
+    this.ops.log.debug({ instance: req.name }, 'create: adopted the existing pod');
     return id;
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
     return this.ops.run('get', String(id), signal, async () => {
       const { namespace, name } = this.parseId('get', id);
-      const { api } = await this.api('get', id);
-      const pod = await this.call(signal, 'get', 'readNamespacedPod', (o) =>
+      const { api } = await this.apiserver.api('get', id);
+      const pod = await this.apiserver.call(signal, 'get', 'readNamespacedPod', (o) =>
         api.readNamespacedPod({ namespace, name }, o),
       );
       // What the kubelet or the scheduler reports as wrong ends the wait for
@@ -388,31 +234,31 @@ class KubernetesProviderImpl implements KubernetesProvider {
   delete(id: string, signal: AbortSignal): Promise<void> {
     return this.ops.run('delete', String(id), signal, async () => {
       const { namespace, name } = this.parseId('delete', id);
-      const { api } = await this.api('delete', id);
+      const { api } = await this.apiserver.api('delete', id);
       try {
-        await this.call(signal, 'delete', 'deleteNamespacedPod', (o) =>
+        await this.apiserver.call(signal, 'delete', 'deleteNamespacedPod', (o) =>
           api.deleteNamespacedPod({ namespace, name }, o),
         );
-        this.log.info({ instance: name, namespace }, 'deleted squid pod');
+        this.ops.log.info({ instance: name, namespace }, 'deleted squid pod');
       } catch (err) {
         if (httpStatus(err) !== 404) throw err;
-        this.log.debug({ instance: name, namespace }, 'delete: already gone');
+        this.ops.log.debug({ instance: name, namespace }, 'delete: already gone');
       }
     });
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
     return this.ops.run('list', '', signal, async () => {
-      const { api } = await this.api('list', '');
+      const { api } = await this.apiserver.api('list', '');
       const out: Instance[] = [];
       for (const namespace of this.scopes ?? [undefined]) {
         let cont: string | undefined;
         do {
-          const page = await this.call(
+          const page = await this.apiserver.call(
             signal,
             'list',
             podListRequest(namespace),
-            this.listPods(api, namespace, this.pageSize, cont),
+            listPods(api, namespace, this.pageSize, cont),
           );
           for (const pod of page.items) {
             // The selector already guarantees the mark; checked again so a
@@ -435,24 +281,24 @@ class KubernetesProviderImpl implements KubernetesProvider {
    */
   async check(signal: AbortSignal): Promise<TargetStatus[]> {
     const started = Date.now();
-    const base = { name: 'apiserver', address: this.client?.server ?? '' };
+    const base = { name: 'apiserver', address: this.apiserver.server };
     if (signal.aborted) {
       return [{ ...base, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
     }
     let client: Client;
     try {
-      client = await this.api('check', '');
+      client = await this.apiserver.api('check', '');
     } catch (err) {
       const message = err instanceof ProviderError ? err.message : 'kubeconfig does not load';
       return [{ ...base, ready: false, reason: 'Unreachable', message: message.slice(0, 1024) }];
     }
     const target = { ...base, address: client.server };
     try {
-      const page = await this.call(
+      const page = await this.apiserver.call(
         signal,
         'check',
         podListRequest(this.scopes?.[0]),
-        this.listPods(client.api, this.scopes?.[0], 1, undefined),
+        listPods(client.api, this.scopes?.[0], 1, undefined),
       );
       return [
         {
@@ -471,20 +317,13 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const reason = checkReason(err, ended || signal.aborted);
       const where = this.scopes ? `namespace ${this.scopes[0]}` : 'all namespaces';
       const message = ended ? err.message : `list pods (${where}, limit 1): ${classify(err).summary}`;
-      this.log.debug({ reason }, 'check failed');
+      this.ops.log.debug({ reason }, 'check failed');
       return [{ ...target, ready: false, reason, message, latencyMillis: Date.now() - started }];
     }
   }
 
   close(): Promise<void> {
-    // Every request opens its own connection (client-node makes an agent per
-    // request); nothing stays open between calls.
-    this.client = undefined;
+    this.apiserver.close();
     return Promise.resolve();
   }
-}
-
-/** The client-node method a pod list in `namespace` (or all namespaces) calls: the request span's name. */
-function podListRequest(namespace: string | undefined): string {
-  return namespace === undefined ? 'listPodForAllNamespaces' : 'listNamespacedPod';
 }

@@ -15,6 +15,7 @@
  * the bridge). See docs/providers/kvm.md.
  */
 import { z } from 'zod';
+import { requireUniqueNames } from '../shared/unique-names.js';
 
 /**
  * Config names that end up inside identifiers: a host name is a segment of the
@@ -115,17 +116,7 @@ export const kvmConfigSchema = z
         path: ['knownHostsFile'],
         message: 'is required unless insecureIgnoreHostKey is true',
       });
-    const seen = new Map<string, number>();
-    c.hosts.forEach((h, i) => {
-      const first = seen.get(h.name);
-      if (first !== undefined)
-        ctx.addIssue({
-          code: 'custom',
-          path: ['hosts', i, 'name'],
-          message: `duplicate host name "${h.name}" (first at hosts[${first}])`,
-        });
-      else seen.set(h.name, i);
-    });
+    requireUniqueNames(ctx, c.hosts, 'hosts', 'host');
   });
 
 export type KvmConfig = z.output<typeof kvmConfigSchema>;

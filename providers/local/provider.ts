@@ -4,7 +4,7 @@
  * address 127.x.y.z on the Proxy's `spec.port`, like a VM with its own IP.
  *
  * Backend: one JSON record per instance under `stateDir` (see store.ts), the
- * listeners in this process. Profile (contract §4): readiness
+ * listeners in this process (listeners.ts). Profile (contract §4): readiness
  * provisioning-window (`startDelaySeconds`, default 0 so immediate);
  * create-return submit (binds and returns); delete-return waits; ip-source
  * assigned-at-create; gc-mark native-labels (record labels, written in the
@@ -13,7 +13,10 @@
  * (address range exhausted) plus `failureMode`; not-found status-404 style
  * (ENOENT of the record); primary-key name-is-key (`local/<name>`);
  * provisioning-state marker (`readyAt`); async-ops none; secondary-resources
- * none; timeouts per-call (`operationTimeoutSeconds`).
+ * none; timeouts per-call (`operationTimeoutSeconds`, on each whole
+ * operation by the operation frame: the work checks the signal between
+ * steps and leaves no half-made instance, a record being written last,
+ * atomically).
  *
  * Listeners live in the process that owns the state directory (owner lock).
  * Construction does nothing (contract §7); the first call, or `start()`,
@@ -21,12 +24,10 @@
  * instance, so instances survive a control-plane restart.
  */
 import { randomUUID } from 'node:crypto';
-import { rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
-import { KeyedMutex, mapLimit } from '../concurrency.js';
 import type { Logger } from 'pino';
-import { ProviderError } from '../errors.js';
+import { KeyedMutex, mapLimit } from '../concurrency.js';
+import { foreignOwner, parseIdOrFail } from '../shared/identity.js';
+import { providerOperations, type Classification, type Operations } from '../shared/operation.js';
 import {
   MARK_INSTALLATION,
   MARK_MANAGED,
@@ -34,19 +35,14 @@ import {
   MARK_UID,
   type CreateRequest,
   type Instance,
-  type InstanceState,
   type Provider,
   type ProviderOperation,
   type TargetStatus,
 } from '../types.js';
-import {
-  candidateAddresses,
-  formatIPv4,
-  parseLoopbackCidr,
-  type LocalConfig,
-  type LoopbackRange,
-} from './config.js';
-import { startForwardProxy, type ForwardProxy } from './forward-proxy.js';
+import { checkLocal } from './check.js';
+import { parseLoopbackCidr, type LocalConfig, type LoopbackRange } from './config.js';
+import { formatLocalProviderId, NAME_RE, parseLocalProviderId, toInstance } from './instance.js';
+import { Listeners } from './listeners.js';
 import {
   acquireOwnerLock,
   ensureStateDir,
@@ -60,16 +56,10 @@ import {
   writeRecord,
   type LocalInstanceRecord,
 } from './store.js';
-import { providerCall } from '../../tracing/seam.js';
-import { cloudInitContentHash, specHash } from '../spec-hash.js';
-import { operations, type Operations } from '../operation.js';
-import { timeoutSignal } from '../timeout-signal.js';
+
+export { formatLocalProviderId, parseLocalProviderId } from './instance.js';
 
 export const LOCAL_PROVIDER_TYPE = 'local';
-const ID_PREFIX = 'local/';
-const NAME_RE = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-/** EADDRINUSE on this many candidate addresses in one create: give up (Transient). */
-const MAX_BIND_ATTEMPTS = 16;
 /** Records read or listeners opened at once during resume and listByTag. */
 const IO_CONCURRENCY = 32;
 
@@ -94,51 +84,28 @@ export interface LocalProvider extends Provider {
   close(): Promise<void>;
 }
 
-export function formatLocalProviderId(name: string): string {
-  return ID_PREFIX + name;
-}
-
-/** The instance name in a providerID, or undefined when the ID is malformed. */
-export function parseLocalProviderId(id: string): string | undefined {
-  if (!id.startsWith(ID_PREFIX)) return undefined;
-  const name = id.slice(ID_PREFIX.length);
-  return NAME_RE.test(name) ? name : undefined;
-}
-
-function errCode(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
-}
-
-/**
- * A listen failure on one of our addresses. EADDRINUSE: someone else holds
- * that address and port; another address may be free. EADDRNOTAVAIL, EACCES,
- * EINVAL: the range cannot be bound on this machine (not Linux, or not a
- * loopback range, or a privileged port): a config problem, Permanent.
- * Anything else (EMFILE...) may pass: Transient.
- */
-function listenFailure(err: unknown): 'in-use' | 'Permanent' | 'Transient' {
-  const code = errCode(err);
-  if (code === 'EADDRINUSE') return 'in-use';
-  if (code === 'EADDRNOTAVAIL' || code === 'EACCES' || code === 'EINVAL') return 'Permanent';
-  return 'Transient';
+/** Every failure of the local backend is its state directory's (or its owner lock's): Transient. */
+function classify(err: unknown): Classification {
+  if (err instanceof LockHeldError)
+    return { errorClass: 'Transient', summary: `${err.message}; one process per state directory` };
+  return { errorClass: 'Transient', summary: 'state directory I/O failed' };
 }
 
 export function createLocalProvider(options: LocalProviderOptions): LocalProvider {
   const { name: providerName, config, stateDir } = options;
   const range = parseLoopbackCidr(config.addressRange);
   if (typeof range === 'string') throw new Error(`local provider "${providerName}": addressRange: ${range}`);
-  const log = options.logger.child({ provider: providerName, providerType: LOCAL_PROVIDER_TYPE });
+  const ops = providerOperations({
+    name: providerName,
+    type: LOCAL_PROVIDER_TYPE,
+    logger: options.logger,
+    classify,
+    operationTimeoutMs: Math.round(config.operationTimeoutSeconds * 1000),
+  });
   if (config.allowNonLoopbackEgress) {
-    log.warn('allowNonLoopbackEgress is on: local instances will dial targets off this machine');
+    ops.log.warn('allowNonLoopbackEgress is on: local instances will dial targets off this machine');
   }
-  return new LocalProviderImpl(providerName, config, stateDir, range, log);
-}
-
-interface Listener {
-  proxy: ForwardProxy;
-  address: string;
-  port: number;
+  return new LocalProviderImpl(providerName, config, stateDir, range, ops);
 }
 
 class LocalProviderImpl implements LocalProvider {
@@ -146,9 +113,7 @@ class LocalProviderImpl implements LocalProvider {
   /** listByTag is one read of the record directory. */
   readonly capabilities = { cheapListByTag: true, quickCreate: true };
   private readonly mutex = new KeyedMutex();
-  private readonly listeners = new Map<string, Listener>();
-  /** Addresses held by records this process knows about: the allocator's index. */
-  private readonly addressOwner = new Map<string, string>();
+  private readonly listeners: Listeners;
   private readonly lockToken = randomUUID();
   private starting: Promise<void> | undefined;
 
@@ -157,86 +122,13 @@ class LocalProviderImpl implements LocalProvider {
     private readonly config: LocalConfig,
     readonly stateDir: string,
     private readonly range: LoopbackRange,
-    private readonly log: Logger,
+    private readonly ops: Operations,
   ) {
-    // Failures take the common frame's shape; `run` below bounds operations itself (see there).
-    this.ops = operations({
-      provider: name,
-      log,
-      classify: (operation, instance, err) =>
-        this.ops.fail('Transient', operation, instance, 'state directory I/O failed', err),
-    });
-  }
-
-  private readonly ops: Operations;
-
-  // -- plumbing -------------------------------------------------------------
-
-  /**
-   * Runs `fn` bounded by the caller's signal and by operationTimeoutSeconds.
-   * The caller's promise settles as soon as either fires; the work itself
-   * checks the signal between steps and leaves no half-made instance (a
-   * record is written last, atomically).
-   */
-  private run<T>(
-    operation: ProviderOperation,
-    instance: string,
-    signal: AbortSignal,
-    fn: (signal: AbortSignal) => Promise<T>,
-  ): Promise<T> {
-    if (signal.aborted)
-      return Promise.reject(this.ops.fail('Transient', operation, instance, 'aborted by the caller'));
-    const timeoutMs = Math.round(this.config.operationTimeoutSeconds * 1000);
-    const deadline = timeoutSignal(signal, timeoutMs);
-    const bounded = deadline.signal;
-    return new Promise<T>((resolve, reject) => {
-      const onAbort = () =>
-        reject(
-          deadline.timedOut()
-            ? this.ops.fail('Transient', operation, instance, `timed out after ${timeoutMs} ms`)
-            : this.ops.fail('Transient', operation, instance, 'aborted by the caller'),
-        );
-      bounded.addEventListener('abort', onAbort, { once: true });
-      fn(bounded)
-        .then(resolve, (err: unknown) => {
-          const wrapped =
-            err instanceof ProviderError
-              ? err
-              : err instanceof LockHeldError
-                ? this.ops.fail(
-                    'Transient',
-                    operation,
-                    instance,
-                    `${err.message}; one process per state directory`,
-                  )
-                : this.ops.fail('Transient', operation, instance, 'state directory I/O failed', err);
-          // NotFound is an answer (polling to NotFound is normal), not a failure.
-          const level = wrapped.errorClass === 'NotFound' ? 'debug' : 'warn';
-          if (!bounded.aborted) this.log[level]({ error: wrapped.toJSON() }, `${operation} failed`);
-          reject(wrapped);
-        })
-        .finally(() => {
-          bounded.removeEventListener('abort', onAbort);
-          deadline.clear();
-        });
-    });
+    this.listeners = new Listeners(ops, config, stateDir, range);
   }
 
   private checkNotAborted(signal: AbortSignal, operation: ProviderOperation, instance: string): void {
     if (signal.aborted) throw this.ops.fail('Transient', operation, instance, 'aborted');
-  }
-
-  private parseId(operation: ProviderOperation, id: string): string {
-    const name = parseLocalProviderId(id);
-    if (name === undefined) {
-      throw this.ops.fail(
-        'Permanent',
-        operation,
-        JSON.stringify(id.slice(0, 80)),
-        'malformed providerID (want local/<instance name>)',
-      );
-    }
-    return name;
   }
 
   start(signal: AbortSignal = new AbortController().signal): Promise<void> {
@@ -258,87 +150,24 @@ class LocalProviderImpl implements LocalProvider {
     await mapLimit(names, IO_CONCURRENCY, async (name) => {
       const read = await readRecord(this.stateDir, name);
       if (read.kind !== 'ok') return;
-      this.addressOwner.set(read.record.address, name);
+      this.listeners.note(read.record.address, name);
       if (read.record.state === 'running' && read.record.address !== '') {
-        if (await this.reopen(read.record)) opened++;
+        if (await this.listeners.reopen(read.record)) opened++;
       }
     });
-    this.log.info(
+    this.ops.log.info(
       { records: names.length, listeners: opened, staleTempFiles: removed, stateDir: this.stateDir },
       'local provider resumed',
     );
   }
 
-  /**
-   * Re-opens the listener of a persisted running instance. When its address
-   * cannot be bound any more, the instance is dead and will not recover by
-   * itself: the record says `stopped`, so `get` reports Stopped and the
-   * workflow replaces it (on a fresh address). Transient failures leave it
-   * Provisioning; the next `get` tries again.
-   */
-  private async reopen(record: LocalInstanceRecord): Promise<boolean> {
-    if (this.listeners.has(record.name)) return true;
-    try {
-      const proxy = await this.listen(record.address, record.port);
-      this.listeners.set(record.name, { proxy, address: record.address, port: record.port });
-      return true;
-    } catch (err) {
-      const kind = listenFailure(err);
-      const code = errCode(err) ?? 'error';
-      this.log.warn(
-        { instance: record.name, address: record.address, port: record.port, code },
-        'cannot re-open listener',
-      );
-      if (kind !== 'Transient') {
-        await writeRecord(this.stateDir, { ...record, state: 'stopped', stoppedReason: `listen ${code}` });
-      }
-      return false;
-    }
+  private instance(record: LocalInstanceRecord): Instance {
+    return toInstance(record, this.listeners.serving(record));
   }
-
-  private listen(address: string, port: number): Promise<ForwardProxy> {
-    return startForwardProxy({
-      host: address,
-      port,
-      behaviour: 'forward',
-      allowNonLoopback: this.config.allowNonLoopbackEgress,
-    });
-  }
-
-  private toInstance(record: LocalInstanceRecord): Instance {
-    const createdAt = new Date(record.createdAt);
-    const readyAt = Date.parse(record.readyAt);
-    let state: InstanceState;
-    switch (record.state) {
-      case 'running': {
-        const live = this.listeners.get(record.name);
-        const serving = live !== undefined && live.address === record.address && live.port === record.port;
-        state = record.address !== '' && serving && !(Date.now() < readyAt) ? 'Running' : 'Provisioning';
-        break;
-      }
-      case 'terminated':
-        state = 'Terminated';
-        break;
-      default:
-        // 'stopped' and anything this version does not recognise.
-        state = 'Stopped';
-    }
-    const instance: Instance = {
-      id: formatLocalProviderId(record.name),
-      state,
-      uid: record.labels[MARK_UID] ?? '',
-      installation: record.labels[MARK_INSTALLATION] ?? '',
-    };
-    if (state === 'Running') instance.ip = record.address;
-    if (!Number.isNaN(createdAt.getTime())) instance.createdAt = createdAt;
-    return instance;
-  }
-
-  // -- the contract ---------------------------------------------------------
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
     const instance = typeof req.name === 'string' ? req.name : '';
-    return this.run('create', instance, signal, async (s) => {
+    return this.ops.run('create', instance, signal, async (s) => {
       if (!NAME_RE.test(req.name))
         throw this.ops.fail('Permanent', 'create', instance, 'name is not a DNS-1123 label');
       if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) {
@@ -374,26 +203,18 @@ class LocalProviderImpl implements LocalProvider {
     }
     if (existing.kind === 'ok') {
       const owner = existing.record.labels[MARK_UID] ?? '';
-      if (owner !== req.uid) {
-        throw this.ops.fail(
-          'Permanent',
-          'create',
-          req.name,
-          `an instance with this name belongs to another owner (uid mark "${owner}", want "${req.uid}"); not adopting it`,
-        );
-      }
-      this.log.debug({ instance: req.name }, 'create: adopted existing instance');
+      if (owner !== req.uid) throw foreignOwner(this.ops, req.name, 'an instance', owner, req.uid);
+      this.ops.log.debug({ instance: req.name }, 'create: adopted existing instance');
       return id;
     }
     // The record is gone but this process still serves it (someone removed
     // the file by hand): the instance no longer exists, so its listener and
     // address go too, or the re-create would leave the old one serving.
-    const stale = this.listeners.get(req.name);
+    const stale = this.listeners.take(req.name);
     if (stale !== undefined) {
-      this.listeners.delete(req.name);
-      if (this.addressOwner.get(stale.address) === req.name) this.addressOwner.delete(stale.address);
+      this.listeners.release(stale.address, req.name);
       await stale.proxy.close();
-      this.log.warn(
+      this.ops.log.warn(
         { instance: req.name, address: stale.address, port: stale.port },
         'create: closed the listener of an instance whose record was removed',
       );
@@ -402,7 +223,7 @@ class LocalProviderImpl implements LocalProvider {
     // Bind first, record second: a crash in between leaves no listener (it
     // dies with the process) and no record, so the retry starts clean; a
     // record on disk always had its address bound once.
-    const { proxy, address } = await this.mutex.run('\0allocate', () => this.bindFreshAddress(req, s));
+    const { proxy, address } = await this.listeners.bind(req, s);
     const now = new Date();
     const record: LocalInstanceRecord = {
       schema: RECORD_SCHEMA_VERSION,
@@ -423,115 +244,67 @@ class LocalProviderImpl implements LocalProvider {
       if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');
       await writeRecord(this.stateDir, record);
     } catch (err) {
-      this.addressOwner.delete(address);
+      this.listeners.release(address, req.name);
       await proxy.close();
       throw err;
     }
-    this.listeners.set(req.name, { proxy, address, port: req.port });
-    this.log.info(
+    this.listeners.serve(req.name, { proxy, address, port: req.port });
+    this.ops.log.info(
       { instance: req.name, uid: req.uid, address, port: req.port, cloudInitBytes: record.cloudInitBytes },
       'created local instance',
     );
     return id;
   }
 
-  private async bindFreshAddress(
-    req: CreateRequest,
+  /** `fn` on the instance `id` names, once the provider has started, under that instance's lock. */
+  private async locked<T>(
+    operation: 'get' | 'delete',
+    id: string,
     s: AbortSignal,
-  ): Promise<{ proxy: ForwardProxy; address: string }> {
-    let attempts = 0;
-    // The first candidate derives from the name AND the spec: a retried create
-    // of one spec lands on the same address, while a replacement (a spec
-    // edit) usually moves to another, as a new VM gets a new egress IP, so
-    // rotation is visible on one machine.
-    const slotKey = `${req.name}/${specHash({
-      placement: req.placement,
-      port: req.port,
-      cloudInitSha256: cloudInitContentHash(req.cloudInit),
-    })}`;
-    for (const address of candidateAddresses(this.range, slotKey)) {
-      if (this.addressOwner.has(address)) continue;
-      if (attempts >= MAX_BIND_ATTEMPTS) {
-        throw this.ops.fail(
-          'Transient',
-          'create',
-          req.name,
-          `${attempts} candidate addresses in ${this.config.addressRange} are in use by other processes`,
-        );
-      }
-      if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');
-      attempts++;
-      try {
-        const proxy = await this.listen(address, req.port);
-        this.addressOwner.set(address, req.name);
-        return { proxy, address };
-      } catch (err) {
-        const kind = listenFailure(err);
-        if (kind === 'in-use') {
-          this.log.debug(
-            { instance: req.name, address, port: req.port },
-            'address in use, trying the next one',
-          );
-          continue;
-        }
-        throw this.ops.fail(kind, 'create', req.name, `cannot listen on ${address}:${req.port}`, err);
-      }
-    }
-    throw this.ops.fail(
-      'QuotaExceeded',
-      'create',
-      req.name,
-      `address range ${this.config.addressRange} is exhausted`,
-    );
+    fn: (name: string) => Promise<T>,
+  ): Promise<T> {
+    const name = parseIdOrFail(this.ops, operation, id, parseLocalProviderId, 'local/<instance name>');
+    await this.start();
+    this.checkNotAborted(s, operation, id);
+    return this.mutex.run(name, () => fn(name));
   }
 
   get(id: string, signal: AbortSignal): Promise<Instance> {
-    return this.run('get', id, signal, async (s) => {
-      const name = this.parseId('get', id);
-      await this.start();
-      this.checkNotAborted(s, 'get', id);
-      return this.mutex.run(name, async () => {
+    return this.ops.run('get', id, signal, (s) =>
+      this.locked('get', id, s, async (name) => {
         const read = await readRecord(this.stateDir, name, s);
         if (read.kind === 'missing') throw this.ops.fail('NotFound', 'get', id, 'no such instance');
         if (read.kind === 'unreadable') {
-          this.log.warn({ instance: name, reason: read.reason }, 'unreadable record reported as Stopped');
+          this.ops.log.warn({ instance: name, reason: read.reason }, 'unreadable record reported as Stopped');
           return { id, state: 'Stopped', uid: '', installation: '' };
         }
         let record = read.record;
         if (record.state === 'running' && record.address !== '' && !this.listeners.has(name)) {
-          if (!(await this.reopen(record))) {
+          if (!(await this.listeners.reopen(record))) {
             const again = await readRecord(this.stateDir, name, s);
             if (again.kind === 'ok') record = again.record;
           }
         }
-        return this.toInstance(record);
-      });
-    });
+        return this.instance(record);
+      }),
+    );
   }
 
   delete(id: string, signal: AbortSignal): Promise<void> {
-    return this.run('delete', id, signal, async (s) => {
-      const name = this.parseId('delete', id);
-      await this.start();
-      this.checkNotAborted(s, 'delete', id);
-      await this.mutex.run(name, async () => {
-        const live = this.listeners.get(name);
-        if (live !== undefined) {
-          this.listeners.delete(name);
-          await live.proxy.close();
-        }
+    return this.ops.run('delete', id, signal, (s) =>
+      this.locked('delete', id, s, async (name) => {
+        const live = this.listeners.take(name);
+        if (live !== undefined) await live.proxy.close();
         const read = await readRecord(this.stateDir, name);
         await removeRecord(this.stateDir, name);
-        if (read.kind === 'ok' && this.addressOwner.get(read.record.address) === name) {
-          this.addressOwner.delete(read.record.address);
-        }
-        if (read.kind !== 'missing') this.log.info({ instance: name }, 'deleted local instance');
-      });
-    });
+        if (read.kind === 'ok') this.listeners.release(read.record.address, name);
+        if (read.kind !== 'missing') this.ops.log.info({ instance: name }, 'deleted local instance');
+      }),
+    );
   }
 
   listByTag(signal: AbortSignal): Promise<Instance[]> {
-    return this.run('list', '', signal, async (s) => {
+    return this.ops.run('list', '', signal, async (s) => {
       await this.start();
       this.checkNotAborted(s, 'list', '');
       const names = await listRecordNames(this.stateDir);
@@ -544,89 +317,29 @@ class LocalProviderImpl implements LocalProvider {
       for (const entry of reads) {
         if (entry === undefined || entry.read.kind === 'missing') continue;
         if (entry.read.kind === 'unreadable') {
-          this.log.warn(
+          this.ops.log.warn(
             { instance: entry.name, reason: entry.read.reason },
             'listByTag: skipped an unreadable record',
           );
           continue;
         }
         if (entry.read.record.labels[MARK_MANAGED] !== MARK_MANAGED_VALUE) continue;
-        out.push(this.toInstance(entry.read.record));
+        out.push(this.instance(entry.read.record));
       }
       return out;
     });
   }
 
-  async check(signal: AbortSignal): Promise<TargetStatus[]> {
-    const firstAddress = formatIPv4(
-      this.range.base + 1 === 0x7f000001 ? this.range.base + 2 : this.range.base + 1,
-    );
-    return [
-      await this.checkTarget('state-dir', this.stateDir, signal, async () => {
-        await ensureStateDir(this.stateDir);
-        const probe = join(this.stateDir, `.check-${randomUUID()}.tmp`);
-        await writeFile(probe, 'ok\n', { flag: 'wx' });
-        await rm(probe, { force: true });
-        return { instances: String((await listRecordNames(this.stateDir)).length) };
-      }),
-      await this.checkTarget('loopback', `${this.config.addressRange}`, signal, async () => {
-        await new Promise<void>((resolve, reject) => {
-          const server = createServer();
-          server.once('error', reject);
-          server.listen({ host: firstAddress, port: 0, exclusive: true }, () =>
-            server.close(() => resolve()),
-          );
-        });
-        return { listeners: String(this.listeners.size), probedAddress: firstAddress };
-      }),
-    ];
-  }
-
-  private async checkTarget(
-    target: string,
-    address: string,
-    signal: AbortSignal,
-    probe: () => Promise<Record<string, string>>,
-  ): Promise<TargetStatus> {
-    const started = Date.now();
-    const base = { name: target, address };
-    if (signal.aborted)
-      return { ...base, ready: false, reason: 'Timeout', message: 'check aborted before it ran' };
-    try {
-      // create/get/delete/list are spans through buildProviders' WithTracing; a check is not an
-      // operation it wraps, so the probe is a span of its own here.
-      const details = await providerCall(
-        this,
-        'check',
-        () => this.run('check', target, signal, () => probe()),
-        {
-          operation: 'check',
-        },
-      );
-      return { ...base, ready: true, reason: 'Reachable', latencyMillis: Date.now() - started, details };
-    } catch (err) {
-      const code = err instanceof ProviderError ? err.cause?.code : errCode(err);
-      const timedOut =
-        signal.aborted || (err instanceof ProviderError && /timed out|aborted/.test(err.message));
-      const reason = timedOut
-        ? 'Timeout'
-        : code === 'EACCES' || code === 'EPERM' || code === 'EROFS'
-          ? 'Forbidden'
-          : 'Unreachable';
-      const message = timedOut
-        ? 'check did not finish in time'
-        : `${target} probe failed (${code ?? 'error'})`;
-      return { ...base, ready: false, reason, message, latencyMillis: Date.now() - started };
-    }
+  check(signal: AbortSignal): Promise<TargetStatus[]> {
+    const { ops, config, stateDir, range, listeners } = this;
+    return checkLocal({ provider: this, ops, config, stateDir, range, listeners }, signal);
   }
 
   async close(): Promise<void> {
-    const open = [...this.listeners.values()];
-    this.listeners.clear();
-    await Promise.allSettled(open.map((l) => l.proxy.close()));
+    await this.listeners.closeAll();
     if (this.starting !== undefined) {
       this.starting = undefined;
-      this.addressOwner.clear();
+      this.listeners.forgetAddresses();
       await releaseOwnerLock(this.stateDir, this.lockToken);
     }
   }

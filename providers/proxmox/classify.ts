@@ -5,7 +5,7 @@
  * research notes quote from qemu-server, pve-manager and pve-storage.
  * Summaries are fixed text: PVE's own text never reaches a ProviderError.
  */
-import { CallEnded } from '../bounded-call.js';
+import { CallEnded } from '../shared/bounded-call.js';
 import type { ErrorClass } from '../types.js';
 import { PveHttpError, PveTaskError, PveTaskTimeout, PveTransportError, TLS_TRUST_CODES } from './client.js';
 

@@ -25,7 +25,7 @@ import { readFile } from 'node:fs/promises';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Agent, fetch, FormData } from 'undici';
 import { providerCall } from '../../tracing/seam.js';
-import { boundedCall } from '../bounded-call.js';
+import { boundedCall } from '../shared/bounded-call.js';
 
 export type PveParams = Record<string, string | number | boolean | undefined>;
 

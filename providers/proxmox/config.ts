@@ -14,6 +14,7 @@
  * See docs/providers/proxmox.md (section 15) for every field.
  */
 import { z } from 'zod';
+import { requireUniqueNames } from '../shared/unique-names.js';
 
 /** PVE's node names (`pve-node`): a DNS label. They become URL path segments. */
 export const PVE_NODE = /^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$/;
@@ -87,19 +88,7 @@ export const proxmoxConfigSchema = z
     taskTimeoutSeconds: z.number().positive().default(600),
     taskPollMillis: z.number().int().min(10).max(60_000).default(1000),
   })
-  .superRefine((c, ctx) => {
-    const seen = new Map<string, number>();
-    c.nodes.forEach((n, i) => {
-      const first = seen.get(n.name);
-      if (first !== undefined)
-        ctx.addIssue({
-          code: 'custom',
-          path: ['nodes', i, 'name'],
-          message: `duplicate node name "${n.name}" (first at nodes[${first}])`,
-        });
-      else seen.set(n.name, i);
-    });
-  });
+  .superRefine((c, ctx) => requireUniqueNames(ctx, c.nodes, 'nodes', 'node'));
 
 export type ProxmoxConfig = z.output<typeof proxmoxConfigSchema>;
 export type ProxmoxNode = ProxmoxConfig['nodes'][number];

@@ -30,22 +30,15 @@ import {
   seedVolume,
   urlImageKey,
 } from '../../providers/kvm/ids.js';
-import { buildIso9660, readIso9660 } from '../../providers/kvm/iso9660.js';
+import { buildIso9660, readIso9660 } from '../../providers/shared/iso9660.js';
 import { hostKeyAccepted, hostKeyAlgorithms, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
-import {
-  arpLookup,
-  checkReason,
-  classify,
-  dnsmasqLeaseLookup,
-  firstRoutableIPv4,
-  parseNodeInfo,
-  parseNodeMemStats,
-  mapState,
-  parseBaseMarker,
-  parseDomIfAddr,
-  parsePoolInfo,
-} from '../../providers/kvm/provider.js';
-import { buildSeedIso, buildVendorData, GUEST_AGENT_SCRIPT } from '../../providers/kvm/seed.js';
+import { arpLookup, dnsmasqLeaseLookup, parseDomIfAddr } from '../../providers/kvm/addresses.js';
+import { checkReason, classify } from '../../providers/kvm/classify.js';
+import { mapState, parseNodeInfo, parseNodeMemStats } from '../../providers/kvm/domains.js';
+import { parseBaseMarker } from '../../providers/kvm/images.js';
+import { parsePoolInfo } from '../../providers/kvm/volumes.js';
+import { routableIPv4 } from '../../providers/shared/ipv4.js';
+import { buildSeedIso, buildVendorData, GUEST_AGENT_SCRIPT } from '../../providers/shared/seed.js';
 import { SshError } from '../../providers/kvm/ssh.js';
 import { shellQuote, virshCommand, VirshError, virshErrorKind } from '../../providers/kvm/virsh.js';
 
@@ -416,8 +409,8 @@ describe('kvm state, addresses and pool info', () => {
     const agent = ` lo         00:00:00:00:00:00    ipv4         127.0.0.1/8
  eth0       52:54:00:aa:bb:cc    ipv4         169.254.1.2/16
  -          -                    ipv4         10.1.2.3/24`;
-    expect(firstRoutableIPv4(parseDomIfAddr(agent))).toBe('10.1.2.3');
-    expect(firstRoutableIPv4(['0.0.0.0', '127.0.0.1'])).toBeUndefined();
+    expect(routableIPv4(parseDomIfAddr(agent))).toBe('10.1.2.3');
+    expect(routableIPv4(['0.0.0.0', '127.0.0.1'])).toBeUndefined();
   });
 
   it("dnsmasq's lease file by MAC, the latest expiry first; other MACs and junk ignored", () => {

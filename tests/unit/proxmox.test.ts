@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseProvidersConfig } from '../../providers/config.js';
-import { CallEnded } from '../../providers/bounded-call.js';
+import { CallEnded } from '../../providers/shared/bounded-call.js';
 import {
   classify,
   isAgentNotRunning,
@@ -35,7 +35,7 @@ import {
   taggable,
   withIpTag,
 } from '../../providers/proxmox/marks.js';
-import { agentAddress, net0Mac } from '../../providers/proxmox/provider.js';
+import { agentAddress, net0Mac } from '../../providers/proxmox/addresses.js';
 
 const http = (status: number, reason: string, errors: Record<string, string> = {}) =>
   new PveHttpError(status, 'POST', '/nodes/{node}/qemu/{vmid}/clone', reason, errors);

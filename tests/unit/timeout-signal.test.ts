@@ -8,7 +8,7 @@ import { getEventListeners } from 'node:events';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { boundedCall, CallEnded } from '../../providers/bounded-call.js';
+import { boundedCall, CallEnded } from '../../providers/shared/bounded-call.js';
 import { timeoutSignal } from '../../providers/timeout-signal.js';
 
 setFlagsFromString('--expose-gc');

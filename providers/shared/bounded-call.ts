@@ -6,7 +6,9 @@
  * abandoned request is left to finish on its own. An ended call throws
  * CallEnded, which providers classify as Transient.
  */
-import { timeoutSignal } from './timeout-signal.js';
+import { providerCall } from '../../tracing/seam.js';
+import { timeoutSignal } from '../timeout-signal.js';
+import type { ErrorClass, ProviderOperation } from '../types.js';
 
 /** How a request ended when it did not answer: the caller's signal or its own timeout. */
 export class CallEnded extends Error {
@@ -46,4 +48,28 @@ export async function boundedCall<T>(
     bounded.removeEventListener('abort', onAbort);
     deadline.clear();
   }
+}
+
+/**
+ * `boundedCall` as one client span of `provider` (tracing on), named by the
+ * request; a failure's span result is the class `classify` gives it (an
+ * ended call: Transient).
+ */
+export function tracedCall<T>(
+  provider: { type: string; name: string },
+  request: string,
+  bound: {
+    signal: AbortSignal;
+    timeoutMs: number;
+    /** What timed out, for CallEnded's message ("apiserver call"). */
+    what: string;
+    operation: ProviderOperation;
+    classify: (err: unknown) => ErrorClass;
+  },
+  fn: (bounded: AbortSignal) => Promise<T>,
+): Promise<T> {
+  return providerCall(provider, request, () => boundedCall(bound.signal, bound.timeoutMs, bound.what, fn), {
+    operation: bound.operation,
+    classify: (err) => (err instanceof CallEnded ? 'Transient' : bound.classify(err)),
+  });
 }
