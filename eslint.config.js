@@ -74,6 +74,37 @@ export default tseslint.config(
     },
   },
   {
+    // The production build compiles every file these import, `import type` included:
+    // local-servers/ (dev's and the tests' servers) stays out of it and the image.
+    files: [
+      'activities/**/*.ts',
+      'api/**/*.ts',
+      'cli/**/*.ts',
+      'gateway/**/*.ts',
+      'k8s-bridge/**/*.ts',
+      'kube/**/*.ts',
+      'prober/**/*.ts',
+      'providers/**/*.ts',
+      'resources/**/*.ts',
+      'tracing/**/*.ts',
+    ],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/local-servers', '**/local-servers/**'],
+              message:
+                'production code does not import local-servers/ (not in the build); `dev` loads it lazily (cli/dev.ts)',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['**/*.js'],
     ...tseslint.configs.disableTypeChecked,
   },

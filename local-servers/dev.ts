@@ -15,64 +15,59 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
-import { loadKubeConfig } from './kube.js';
-import { installCrds, installFinalizerPolicy } from './local-servers/install-crds.js';
-import { acquireStartLock, lockInstance, reapServers } from './local-servers/instance.js';
-import { startLocalKubeApiServer } from './local-servers/kube.js';
-import { preferredOrFreePort } from './local-servers/ports.js';
-import { startTemporalDevServer } from './local-servers/temporal.js';
-import {
-  ensureJaeger,
-  ensureKubeBinaries,
-  ensureNodeTools,
-  ensureTemporalCli,
-} from './local-servers/tools.js';
-import { startLocalNode, type LocalNode } from './local-servers/node.js';
-import { startJaeger } from './local-servers/jaeger.js';
-import { startIpEcho } from './local-servers/ip-echo.js';
-import { packageVersion } from './version.js';
+import type { RunDev } from '../cli/dev.js';
+import { loadKubeConfig } from '../cli/kube.js';
+import { Lifecycle } from '../cli/lifecycle.js';
+import { startApi, startBridge, startGateway, startWorker, type Running } from '../cli/processes.js';
+import { packageVersion } from '../cli/version.js';
 import { startTracing, type TracingConfig } from '../tracing/index.js';
-import type { CommandPlan } from './plan.js';
-import { startApi, startBridge, startGateway, startWorker, type Running } from './processes.js';
+import { installCrds, installFinalizerPolicy } from './install-crds.js';
+import { acquireStartLock, lockInstance, reapServers } from './instance.js';
+import { startLocalKubeApiServer } from './kube.js';
+import { preferredOrFreePort } from './ports.js';
+import { startTemporalDevServer } from './temporal.js';
+import { ensureJaeger, ensureKubeBinaries, ensureNodeTools, ensureTemporalCli } from './tools.js';
+import { startLocalNode, type LocalNode } from './node.js';
+import { startJaeger } from './jaeger.js';
+import { startIpEcho } from './ip-echo.js';
 
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 /** The IP-echo target's preferred port (next to the lease API's 8090); a port in use is replaced. */
 const IP_ECHO_PORT = 8091;
 /** dev --node's pod network when free (infra/samples/proxy-kubernetes-node.yaml probes its gateway). */
 const DEV_NODE_POD_CIDR = '10.244.0.0/24';
+/** The bound on each stop: above a server's own (SIGKILL after 10 s per process) and the worker's shutdown grace. */
+const STOP_TIMEOUT_MS = 60_000;
+/** The node stops three servers (15 s each before SIGKILL), then reaps its pods, mounts and bridge. */
+const NODE_STOP_TIMEOUT_MS = 120_000;
 
 /**
  * Runs what `planCommand('dev', ...)` planned: every part gets its own
  * config from the plan, with only the servers dev started (Temporal, the
  * apiserver) and, unless given, the lease API's port filled in.
  */
-export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.ProcessEnv): Promise<void> {
+export const runDev: RunDev = async (plan, logger, env) => {
   const { dev, worker: workerConfig, bridge: bridgeConfig, api: apiConfig, gateway: gatewayConfig } = plan;
   if (!dev || !workerConfig || !bridgeConfig || !apiConfig || !gatewayConfig)
     throw new Error('not a dev plan');
   const root = dev.root;
   mkdirSync(root, { recursive: true });
-  const lock = lockInstance(root);
-  const pidDir = join(root, 'pids');
+  // Everything dev brings up, stopped newest first when it ends however it ends.
+  const scope = new Lifecycle(logger, { name: 'dev', stopTimeoutMs: STOP_TIMEOUT_MS });
+  let onSignal: (() => void) | undefined;
+  // Removed last: a second Ctrl-C while the rest stops must find a listener, or it would kill us mid-stop.
+  scope.defer('signal handlers', () => {
+    for (const signal of STOP_SIGNALS) if (onSignal) process.off(signal, onSignal);
+  });
   try {
+    const lock = lockInstance(root);
+    scope.defer('instance lock', () => lock.release());
+    const pidDir = join(root, 'pids');
     // Holding the lock, so their parent is gone: servers a killed dev left behind.
     for (const { name, pid } of await reapServers(pidDir))
       logger.warn({ server: name, pid }, 'killed a server left by an earlier dev that did not stop');
-  } catch (error) {
-    lock.release();
-    throw error;
-  }
-  const stops: Array<() => Promise<void>> = [];
-  const stopAll = async () => {
-    for (const stop of stops.reverse())
-      await stop().catch((e: unknown) => logger.warn({ err: String(e) }, 'stop failed'));
-  };
 
-  let starting: { release(): void } | undefined;
-  let onSignal: (() => void) | undefined;
-  try {
     let temporalAddress = dev.temporalAddress;
     let uiUrl: string | undefined;
     let kubeconfigPath = dev.kubeconfig;
@@ -89,12 +84,13 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       dev.tracing ? ensureJaeger(env) : Promise.resolve(''),
       dev.node ? ensureNodeTools(env) : Promise.resolve(undefined),
     ]);
-    starting = await acquireStartLock(
+    const starting = await acquireStartLock(
       join(tmpdir(), `egress-proxies-dev-start-${process.getuid?.() ?? 0}.lock`),
       {
         onWait: (pid) => logger.info({ pid }, 'waiting for another dev to finish starting (ports)'),
       },
     );
+    const releaseStartLock = scope.defer('start lock', () => starting.release());
     if (!temporalAddress) {
       const temporal = await startTemporalDevServer({
         cli: temporalCli,
@@ -104,7 +100,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         persist: true,
         pidDir,
       });
-      stops.push(() => temporal.stop());
+      scope.defer('Temporal dev server', () => temporal.stop());
       temporalAddress = temporal.address;
       uiUrl = temporal.uiUrl;
     }
@@ -117,7 +113,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         controllerManager: true,
         pidDir,
       });
-      stops.push(() => kube.stop());
+      scope.defer('kube-apiserver', () => kube.stop());
       kubeconfigPath = kube.kubeconfigPath;
       kubectlHint = join(kubeBinDir, 'kubectl');
     }
@@ -135,7 +131,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       const idFile = join(root, 'node-id');
       const id = existsSync(idFile) ? readFileSync(idFile, 'utf8').trim() : randomBytes(3).toString('hex');
       writeFileSync(idFile, id);
-      const started = await startLocalNode({
+      const localNode = await startLocalNode({
         binDir: nodeTools.binDir,
         imagesDir: nodeTools.imagesDir,
         kubeconfigPath,
@@ -145,8 +141,8 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         // The sample's probe URL names this network's gateway; another is taken when it is in use here.
         preferredPodCidr: DEV_NODE_POD_CIDR,
       });
-      node = started;
-      stops.push(() => started.stop());
+      node = localNode;
+      scope.defer('node', () => localNode.stop(), { timeoutMs: NODE_STOP_TIMEOUT_MS });
       logger.info(
         { node: node.name, podCidr: node.podCidr, seconds: Number(node.startSeconds.toFixed(1)) },
         'node Ready',
@@ -164,7 +160,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
         queryPort: 16686,
         pidDir,
       });
-      stops.push(() => jaeger.stop());
+      scope.defer('Jaeger', () => jaeger.stop());
       jaegerUi = jaeger.queryUrl;
       tracingConfig = {
         url: `${jaeger.otlpEndpoint}/v1/traces`,
@@ -173,8 +169,8 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       };
     }
     const tracing = await startTracing(tracingConfig, packageVersion());
-    // Pushed before the parts: stopped after them, so their last spans are sent.
-    stops.push(() => tracing.shutdown());
+    // Deferred before the parts: stopped after them, so their last spans are sent.
+    scope.defer('tracing', () => tracing.shutdown());
 
     // Where the servers dev started are; everything else is as planned.
     const servers = {
@@ -189,7 +185,12 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
           ...apiConfig.options,
           port: await preferredOrFreePort(apiConfig.options.port, apiConfig.options.host),
         };
+    // The parts, for the banner; their stops are the scope's.
     const parts: Running[] = [];
+    const started = (part: Running) => {
+      scope.defer(part.name, () => part.stop());
+      parts.push(part);
+    };
     // One registry for the whole process: the lease API's /metrics serves
     // the worker's provider-check gauges too.
     const metrics = new Registry();
@@ -199,11 +200,9 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       metrics,
       tracing,
     });
-    stops.push(() => worker.stop());
-    parts.push(worker);
+    started(worker);
     const bridge = await startBridge({ ...bridgeConfig, ...servers }, kc, logger, { tracing });
-    stops.push(() => bridge.stop());
-    parts.push(bridge);
+    started(bridge);
     // One registry for the whole process: with --metrics-addr the worker serves it there, so the api does not.
     const api = await startApi(
       apiOptions,
@@ -213,8 +212,7 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       metrics,
       { metricsServedElsewhere: Boolean(workerConfig.metricsAddr), tracing },
     );
-    stops.push(() => api.stop());
-    parts.push(api);
+    started(api);
     // The gateway leases from the lease API's own catalog and store: one pool for both.
     const gatewayOptions = dev.gatewayAddrGiven
       ? gatewayConfig.options
@@ -226,20 +224,19 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       tracing,
       shared: { catalog: api.catalog, leaseStore: api.leaseStore },
     });
-    stops.push(() => gateway.stop());
-    parts.push(gateway);
+    started(gateway);
     // A stand-in for an IP-echo site (api.ipify.org): fetched through a
     // `local` proxy it answers with that proxy's own address, its egress IP.
     const echo = await startIpEcho({ host: '127.0.0.1', port: await preferredOrFreePort(IP_ECHO_PORT) });
-    stops.push(() => echo.close());
+    scope.defer('IP echo', () => echo.close());
     // With a node, the echo answers on its gateway too: the one host address a pod reaches (the sample's probe URL).
     let nodeEcho: Awaited<ReturnType<typeof startIpEcho>> | undefined;
     if (node) {
-      const started = await startIpEcho({ host: node.gateway, port: IP_ECHO_PORT });
-      nodeEcho = started;
-      stops.push(() => started.close());
+      const onNode = await startIpEcho({ host: node.gateway, port: IP_ECHO_PORT });
+      nodeEcho = onNode;
+      scope.defer('IP echo for pods', () => onNode.close());
     }
-    starting.release();
+    await releaseStartLock();
 
     const banner = [
       '',
@@ -282,9 +279,6 @@ export async function runDev(plan: CommandPlan, logger: Logger, env: NodeJS.Proc
       );
     });
   } finally {
-    starting?.release();
-    await stopAll();
-    lock.release();
-    for (const signal of STOP_SIGNALS) if (onSignal) process.off(signal, onSignal);
+    await scope.close();
   }
-}
+};

@@ -3,12 +3,12 @@
  * the internet: every GET answers `{"ip":"<the caller's address>"}`. Through
  * a `local` proxy the caller is the proxy's own address (its stand-in egress
  * IP), so `dev` serves one to show which proxy carried a request, and tests
- * use it (with `egressIpThrough`) to tell proxies apart: rotation, sticky
- * sessions, bans.
+ * use it (with `egressIpThrough`, cli/egress-ip.ts) to tell proxies apart:
+ * rotation, sticky sessions, bans.
  *
  * A factory, no shared state: each call is its own server.
  */
-import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 
 export interface IpEchoServer {
@@ -72,108 +72,4 @@ export async function startIpEcho(options: IpEchoOptions = {}): Promise<IpEchoSe
         server.close(() => resolve());
       }),
   };
-}
-
-export interface EgressIpOptions {
-  /**
-   * `absolute`: a plain-HTTP request in absolute form (`curl -x`);
-   * `connect`: a CONNECT tunnel, then the request inside it (`curl -p -x`).
-   */
-  via?: 'absolute' | 'connect';
-  timeoutMs?: number;
-}
-
-/**
- * The address `echoUrl` (an IP-echo target) saw when fetched through the
- * HTTP proxy at proxyHost:proxyPort. Throws with what went wrong (the
- * proxy's status, an unparsable answer, the socket error, a timeout), so a
- * caller can print the failure instead of an address.
- */
-export async function egressIpThrough(
-  proxyHost: string,
-  proxyPort: number,
-  echoUrl: string,
-  options: EgressIpOptions = {},
-): Promise<string> {
-  const via = options.via ?? 'absolute';
-  const timeoutMs = options.timeoutMs ?? 10_000;
-  const target = new URL(echoUrl);
-  if (target.protocol !== 'http:') throw new Error(`echo URL must be http://, got ${echoUrl}`);
-  const targetPort = Number(target.port || 80);
-  const path = target.pathname + target.search;
-  const signal = AbortSignal.timeout(timeoutMs);
-
-  const body = await new Promise<string>((resolve, reject) => {
-    const fail = (what: string) => (err: Error) =>
-      reject(new Error(`${what} via ${proxyHost}:${proxyPort}: ${err.message}`));
-    const read = (res: IncomingMessage, what: string) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () =>
-        res.statusCode === 200
-          ? resolve(text)
-          : reject(new Error(`${what} via ${proxyHost}:${proxyPort}: HTTP ${res.statusCode}`)),
-      );
-      res.on('error', fail(what));
-    };
-    if (via === 'absolute') {
-      const req = httpRequest({
-        host: proxyHost,
-        port: proxyPort,
-        path: target.href,
-        headers: { host: target.host },
-        agent: false,
-        signal,
-      });
-      req.on('response', (res) => read(res, `GET ${target.href}`));
-      req.on('error', fail(`GET ${target.href}`));
-      req.end();
-      return;
-    }
-    const authority = `${target.hostname}:${targetPort}`;
-    const tunnel = httpRequest({
-      host: proxyHost,
-      port: proxyPort,
-      method: 'CONNECT',
-      path: authority,
-      headers: { host: authority },
-      agent: false,
-      signal,
-    });
-    tunnel.on('error', fail(`CONNECT ${authority}`));
-    tunnel.on('response', (res) => {
-      // A proxy that refuses the tunnel answers with an ordinary response.
-      res.resume();
-      reject(new Error(`CONNECT ${authority} via ${proxyHost}:${proxyPort}: HTTP ${res.statusCode}`));
-    });
-    tunnel.on('connect', (res, socket) => {
-      if (res.statusCode !== 200) {
-        socket.destroy();
-        reject(new Error(`CONNECT ${authority} via ${proxyHost}:${proxyPort}: HTTP ${res.statusCode}`));
-        return;
-      }
-      const req = httpRequest({
-        createConnection: () => socket,
-        path,
-        headers: { host: target.host, connection: 'close' },
-        signal,
-      });
-      req.on('response', (inner) => read(inner, `GET ${target.href} in the tunnel`));
-      req.on('error', fail(`GET ${target.href} in the tunnel`));
-      req.on('close', () => socket.destroy());
-      req.end();
-    });
-    tunnel.end();
-  });
-
-  let ip: unknown;
-  try {
-    ip = (JSON.parse(body) as { ip?: unknown }).ip;
-  } catch {
-    ip = undefined;
-  }
-  if (typeof ip !== 'string' || ip === '')
-    throw new Error(`${echoUrl} via ${proxyHost}:${proxyPort} answered no "ip": ${body.slice(0, 80)}`);
-  return ip;
 }

@@ -1,122 +1,16 @@
 /**
  * A TLS terminator that requires a client certificate, in front of a
  * plaintext TCP service (the Temporal dev server): Debian's nginx stream
- * module from infra/scripts/install-nginx.sh, run from its extracted tree. And the
- * certificates for it, made with openssl by the test.
+ * module from infra/scripts/install-nginx.sh, run from its extracted tree.
+ * Its certificates come from the tests' PKI (pki.ts).
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createConnection, createServer } from 'node:net';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import { eventually } from './temporal.js';
-
-const run = promisify(execFile);
-const INSTALL_SCRIPT = fileURLToPath(new URL('../../infra/scripts/install-nginx.sh', import.meta.url));
-
-export interface Pki {
-  ca: string;
-  serverCert: string;
-  serverKey: string;
-  clientCert: string;
-  clientKey: string;
-  /** Signed by another CA: the terminator must refuse it. */
-  strangerCert: string;
-  strangerKey: string;
-}
-
-async function openssl(args: string[], cwd: string): Promise<void> {
-  await run('openssl', args, { cwd });
-}
-
-/** A CA, a server certificate for localhost/127.0.0.1, a client certificate, and one from a stranger CA. */
-export async function makePki(dir: string): Promise<Pki> {
-  const subj = (cn: string) => ['-subj', `/CN=${cn}`];
-  const ca = async (name: string) => {
-    await openssl(
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        `${name}.key`,
-        '-out',
-        `${name}.crt`,
-        '-days',
-        '1',
-        ...subj(`${name} test CA`),
-      ],
-      dir,
-    );
-  };
-  const leaf = async (name: string, signer: string, ext: string) => {
-    writeFileSync(join(dir, `${name}.ext`), ext);
-    await openssl(
-      [
-        'req',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        `${name}.key`,
-        '-out',
-        `${name}.csr`,
-        ...subj(name),
-      ],
-      dir,
-    );
-    await openssl(
-      [
-        'x509',
-        '-req',
-        '-in',
-        `${name}.csr`,
-        '-CA',
-        `${signer}.crt`,
-        '-CAkey',
-        `${signer}.key`,
-        '-CAcreateserial',
-        '-out',
-        `${name}.crt`,
-        '-days',
-        '1',
-        '-extfile',
-        `${name}.ext`,
-      ],
-      dir,
-    );
-  };
-  await ca('ca');
-  await ca('stranger-ca');
-  await leaf('server', 'ca', 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
-  await leaf('client', 'ca', 'extendedKeyUsage=clientAuth\n');
-  await leaf('stranger', 'stranger-ca', 'extendedKeyUsage=clientAuth\n');
-  const p = (f: string) => join(dir, f);
-  return {
-    ca: p('ca.crt'),
-    serverCert: p('server.crt'),
-    serverKey: p('server.key'),
-    clientCert: p('client.crt'),
-    clientKey: p('client.key'),
-    strangerCert: p('stranger.crt'),
-    strangerKey: p('stranger.key'),
-  };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((r) => server.close(r));
-  return port;
-}
+import type { Pki } from './pki.js';
+import { freePort } from './ports.js';
+import { spawnServer, waitUntil } from './process.js';
+import { runInfraScript, unpackedPackageEnv } from './tools.js';
 
 export interface TlsTerminator {
   address: string;
@@ -131,20 +25,8 @@ export interface TlsTerminator {
  * client certificate signed by `pki.ca`.
  */
 export async function startTlsTerminator(dir: string, pki: Pki, target: string): Promise<TlsTerminator> {
-  const { stdout } = await run('bash', [INSTALL_SCRIPT], { maxBuffer: 1 << 20 });
-  const binary = stdout.trim().split('\n').pop()!;
+  const binary = await runInfraScript('install-nginx.sh', { stderr: 'capture' });
   const tree = dirname(dirname(dirname(binary)));
-  const libs = ['usr/lib', 'lib']
-    .flatMap((d) => {
-      try {
-        return readdirSync(join(tree, d))
-          .filter((x) => x.includes('-linux-'))
-          .map((x) => join(tree, d, x));
-      } catch {
-        return [];
-      }
-    })
-    .join(':');
   const port = await freePort();
   const prefix = join(dir, 'nginx');
   mkdirSync(join(prefix, 'logs'), { recursive: true });
@@ -175,13 +57,14 @@ export async function startTlsTerminator(dir: string, pki: Pki, target: string):
       '',
     ].join('\n'),
   );
-  const proc: ChildProcess = spawn(binary, ['-p', prefix, '-c', conf, '-e', join(prefix, 'logs/error.log')], {
-    env: { ...process.env, LD_LIBRARY_PATH: libs },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  proc.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-  proc.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const logPath = join(prefix, 'logs/nginx.out');
+  const proc = spawnServer(
+    'nginx',
+    binary,
+    ['-p', prefix, '-c', conf, '-e', join(prefix, 'logs/error.log')],
+    logPath,
+    { env: unpackedPackageEnv(tree) },
+  );
   const read = (f: string) => {
     try {
       return readFileSync(join(prefix, 'logs', f), 'utf8');
@@ -189,30 +72,26 @@ export async function startTlsTerminator(dir: string, pki: Pki, target: string):
       return '';
     }
   };
-  await eventually(
-    'nginx to listen',
-    () =>
-      new Promise<true | undefined>((resolve, reject) => {
-        if (proc.exitCode !== null) {
-          reject(new Error(`nginx exited ${proc.exitCode}: ${output} ${read('error.log')}`));
-          return;
-        }
-        const socket = createConnection({ host: '127.0.0.1', port }, () => {
-          socket.destroy();
-          resolve(true);
-        });
-        socket.on('error', () => resolve(undefined));
-      }),
-    { timeoutMs: 20_000 },
-  );
+  try {
+    await waitUntil(
+      'nginx to listen',
+      () =>
+        new Promise<boolean>((resolve) => {
+          const socket = createConnection({ host: '127.0.0.1', port }, () => {
+            socket.destroy();
+            resolve(true);
+          });
+          socket.on('error', () => resolve(false));
+        }),
+      { timeoutMs: 20_000, process: proc, logPath },
+    );
+  } catch (error) {
+    await proc.stop();
+    throw new Error(`${(error as Error).message}: ${read('error.log')}`, { cause: error });
+  }
   return {
     address: `127.0.0.1:${port}`,
     log: () => read('access.log') + read('error.log'),
-    stop: async () => {
-      if (proc.exitCode !== null) return;
-      const exited = new Promise((r) => proc.once('exit', r));
-      proc.kill('SIGTERM');
-      await exited;
-    },
+    stop: () => proc.stop(),
   };
 }

@@ -22,9 +22,9 @@ import {
   proxyClient,
   setProxyStatus,
 } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
-import { makePki, type Pki } from '../helpers/tls-terminator.js';
+import { makePki, type Pki } from '../../local-servers/pki.js';
 
 const TOKEN = 'tls-token';
 

@@ -25,7 +25,7 @@ import {
   proxyClient,
   setProxyStatus,
 } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 
 const TOKEN = 'replica-token';

@@ -1,7 +1,7 @@
 /**
  * The `kvm` provider against a real libvirtd (domain type qemu, software
  * emulation, user-mode networking) reached through a real sshd on the
- * loopback, both from Debian's packages (tests/helpers/libvirt.ts). The
+ * loopback, both from Debian's packages (local-servers/libvirt.ts). The
  * disk image is a tiny qcow2 made by qemu-img and served by a local HTTP
  * server; no OS boots, so a running domain has no address and is
  * Provisioning. Where the conformance suite needs a Running instance with an
@@ -37,16 +37,14 @@ import {
   createPool,
   descendants,
   domainMacs,
-  ensureLibvirt,
   FakeArp,
   startImageServer,
-  startSshd,
   tempRoot,
   virsh,
   type ImageServer,
   type TestPool,
-  type TestSshd,
 } from '../helpers/libvirt.js';
+import { ensureLibvirt, startSshd, type TestSshd } from '../../local-servers/libvirt.js';
 
 const HOST = 'lab';
 
