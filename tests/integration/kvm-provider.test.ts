@@ -13,7 +13,6 @@ import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { pino } from 'pino';
@@ -45,6 +44,7 @@ import {
   type TestPool,
 } from '../helpers/libvirt.js';
 import { ensureLibvirt, startSshd, type TestSshd } from '../../local-servers/libvirt.js';
+import { freePort } from '../../local-servers/ports.js';
 
 const HOST = 'lab';
 
@@ -558,11 +558,8 @@ describe('kvm provider against libvirtd over sshd', () => {
   });
 
   it('a host that is down: the other is listed, checked, created on and read; drift and GC leave the down host alone', async () => {
-    // "down": a port nothing listens on (reserved by listening, then closed).
-    const closed = createTcpServer();
-    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-    const downPort = (closed.address() as AddressInfo).port;
-    await new Promise<void>((r) => closed.close(() => r()));
+    // "down": a port nothing listens on.
+    const downPort = await freePort();
     const lab = {
       name: HOST,
       address: env.sshd.address,
