@@ -18,6 +18,7 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY infra/scripts/write-build-info.mjs infra/scripts/bundle-workflows.mjs infra/scripts/
 COPY activities activities
 COPY api api
+# cli/ only: `dev`'s servers (local-servers/) are not in the image, and `dev` says so.
 COPY cli cli
 COPY forwarding forwarding
 COPY gateway gateway

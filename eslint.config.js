@@ -22,6 +22,15 @@ const forbiddenInWorkflows = [
   'commander',
 ];
 
+// The production build compiles every file production code imports, `import
+// type` included: local-servers/ (dev's and the tests' servers) must stay out
+// of it and the image, so no production folder may name it.
+const noLocalServers = {
+  group: ['**/local-servers', '**/local-servers/**'],
+  message:
+    'production code does not import local-servers/ (not in the build); `dev` loads it lazily (cli/dev.ts)',
+};
+
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'bin/**', '.tmp/**', 'infra/scripts/**'] },
   js.configs.recommended,
@@ -68,6 +77,7 @@ export default tseslint.config(
               allowTypeImports: true,
               message: 'workflows import activities with `import type` only',
             },
+            noLocalServers,
           ],
         },
       ],
@@ -95,10 +105,28 @@ export default tseslint.config(
               allowTypeImports: true,
               message: 'not allowed in a pure workflow module',
             },
+            noLocalServers,
           ],
         },
       ],
     },
+  },
+  {
+    files: [
+      'activities/**/*.ts',
+      'api/**/*.ts',
+      'cli/**/*.ts',
+      'forwarding/**/*.ts',
+      'gateway/**/*.ts',
+      'k8s-bridge/**/*.ts',
+      'kube/**/*.ts',
+      'prober/**/*.ts',
+      'providers/**/*.ts',
+      'resources/**/*.ts',
+      'tracing/**/*.ts',
+    ],
+    ignores: ['**/*.test.ts'],
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [noLocalServers] }] },
   },
   {
     files: ['**/*.js'],

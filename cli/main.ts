@@ -3,7 +3,8 @@
  * The one executable: `egress-proxies <command>`.
  */
 import { Command, Option } from 'commander';
-import { runDev } from './dev.js';
+import { loadDev } from './dev.js';
+import { Lifecycle } from './lifecycle.js';
 import { loadKubeConfig } from './kube.js';
 import { createLogger } from './logger.js';
 import {
@@ -266,9 +267,9 @@ function devOptions(cmd: Command): Command {
 }
 
 /**
- * Runs until SIGTERM/SIGINT (stops everything, exits 0) or until a part
- * stops by itself (stops the rest, then fails: a worker that died must not
- * look like a clean exit to the kubelet).
+ * Waits for SIGTERM/SIGINT (the caller then stops everything, and exits 0)
+ * or for a part to stop by itself (throws: the caller stops the rest, and a
+ * worker that died must not look like a clean exit to the kubelet).
  */
 async function runUntilSignal(parts: Running[]): Promise<void> {
   const ended = await new Promise<{ part?: string; error?: unknown }>((resolve) => {
@@ -280,12 +281,17 @@ async function runUntilSignal(parts: Running[]): Promise<void> {
         (error: unknown) => resolve({ part: p.name, error }),
       );
   });
-  for (const p of parts.reverse()) await p.stop();
   if (ended.part !== undefined) {
     const why = ended.error instanceof Error ? ended.error.message : 'stopped';
     throw new Error(`${ended.part} stopped: ${why}`, { cause: ended.error });
   }
 }
+
+/**
+ * The bound on one part's whole stop: above the worker's (its shutdown
+ * grace, then its connections), each of whose steps has a bound of its own.
+ */
+const PART_STOP_TIMEOUT_MS = 60_000;
 
 /** Starts what a plan says and runs until a signal or a part stops by itself. */
 export async function runPlan(
@@ -298,6 +304,7 @@ export async function runPlan(
   // worker behind.
   if (plan.worker) preflightWorkerConfig(plan.worker);
   if (command === 'dev') {
+    const runDev = await loadDev();
     // People read `dev` on a terminal; piped or in CI it stays JSON.
     const logger = createLogger(plan.logger.level, undefined, { pretty: process.stdout.isTTY === true });
     await runDev(plan, logger, env);
@@ -307,46 +314,43 @@ export async function runPlan(
   // Before any part: the Temporal plugin and the lease API's hook are given to them at start.
   const tracing = await startTracing(plan.tracing, packageVersion());
   if (plan.tracing) logger.info({ traces: tracing.describe() }, 'tracing on');
+  const scope = new Lifecycle(logger, { name: command, stopTimeoutMs: PART_STOP_TIMEOUT_MS });
+  // Deferred first, so stopped last: spans still buffered are sent before the process exits.
+  scope.defer('tracing', () => tracing.shutdown().catch(() => undefined));
   const parts: Running[] = [];
+  const started = (part: Running) => {
+    scope.defer(part.name, () => part.stop());
+    parts.push(part);
+  };
   try {
-    try {
-      if (plan.worker) {
-        parts.push(
-          await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger, { tracing }),
-        );
-      }
-      if (plan.bridge) {
-        parts.push(
-          await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger, { tracing }),
-        );
-      }
-      if (plan.api) {
-        parts.push(
-          await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger, undefined, {
-            tracing,
-          }),
-        );
-      }
-      if (plan.gateway) {
-        parts.push(
-          await startGateway(
-            plan.gateway.options,
-            plan.gateway,
-            loadKubeConfig(plan.gateway.kubeconfig),
-            logger,
-            undefined,
-            { tracing },
-          ),
-        );
-      }
-    } catch (error) {
-      for (const p of parts.reverse()) await p.stop();
-      throw error;
+    if (plan.worker) {
+      started(await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger, { tracing }));
+    }
+    if (plan.bridge) {
+      started(await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger, { tracing }));
+    }
+    if (plan.api) {
+      started(
+        await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger, undefined, {
+          tracing,
+        }),
+      );
+    }
+    if (plan.gateway) {
+      started(
+        await startGateway(
+          plan.gateway.options,
+          plan.gateway,
+          loadKubeConfig(plan.gateway.kubeconfig),
+          logger,
+          undefined,
+          { tracing },
+        ),
+      );
     }
     await runUntilSignal(parts);
   } finally {
-    // Spans still buffered are sent before the process exits.
-    await tracing.shutdown().catch(() => undefined);
+    await scope.close();
   }
 }
 

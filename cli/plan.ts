@@ -17,7 +17,7 @@ import {
   type GatewayFlags,
   type GatewayOptions,
 } from '../gateway/config.js';
-import { cacheRoot } from './local-servers/tools.js';
+import { cacheRoot } from './cache-root.js';
 import { readTracingConfig, type TracingConfig } from '../tracing/config.js';
 
 export const COMMANDS = ['dev', 'worker', 'bridge', 'api', 'gateway'] as const;

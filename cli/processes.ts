@@ -1,7 +1,9 @@
 /**
  * The long-running parts of the control plane, each started from validated
- * config and returning a stop function. `worker`, `bridge` and `api` run one
- * each; `dev` runs all three in one process.
+ * config and returning a stop function. `worker`, `bridge`, `api` and
+ * `gateway` run one each; `dev` runs them all in one process. Each start
+ * defers what it brings up to a Lifecycle of its own (lifecycle.ts): a start
+ * that fails stops it, and so does stop(), newest first.
  */
 import { hostname } from 'node:os';
 import { Client, type Connection } from '@temporalio/client';
@@ -50,7 +52,8 @@ import type { ApiPartConfig, BridgeConfig, GatewayPartConfig, WorkerConfig } fro
 import { deriveInstallation } from './kube.js';
 import { registerBuildInfo } from './build-info.js';
 import { scrapeText, serveMetrics, type Readiness } from './metrics-server.js';
-import { freePort } from './local-servers/ports.js';
+import { Lifecycle } from './lifecycle.js';
+import { freePort } from './ports.js';
 import { checkNamespace, registerSearchAttributes } from './temporal-setup.js';
 import { connectClient, connectNative, describeTemporal } from './temporal.js';
 import { ensureSchedules, scheduleIds, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
@@ -64,24 +67,6 @@ export interface Running {
   stop(): Promise<void>;
   /** Where to reach it, for the start-up banner. */
   describe(): string;
-}
-
-/** What a start has brought up so far; on a failure it is stopped, newest first, before the error goes on. */
-class StartStack {
-  private readonly parts: Array<{ what: string; stop: () => unknown }> = [];
-  constructor(private readonly logger: Logger) {}
-  push(what: string, stop: () => unknown): void {
-    this.parts.push({ what, stop });
-  }
-  async unwind(): Promise<void> {
-    for (const part of this.parts.reverse()) {
-      try {
-        await part.stop();
-      } catch (stopError) {
-        this.logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
-      }
-    }
-  }
 }
 
 /** Ready while the check passes; the answer is kept a few seconds so probes do not load Temporal. */
@@ -115,6 +100,13 @@ export function preflightWorkerConfig(config: WorkerConfig): SchedulesConfig {
   return schedulesConfig;
 }
 
+/**
+ * How long in-flight provider calls get to finish on SIGTERM before the
+ * worker cancels them; a Deployment's terminationGracePeriodSeconds must
+ * exceed it.
+ */
+const WORKER_SHUTDOWN_GRACE_MS = 20_000;
+
 export async function startWorker(
   config: WorkerConfig,
   kc: KubeConfig,
@@ -137,8 +129,8 @@ export async function startWorker(
   else throw new Error('--providers-config (or PROVIDERS_CONFIG) is required for the worker');
   const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
 
-  const stack = new StartStack(logger);
-  try {
+  const scope = new Lifecycle(logger, { name: 'worker' });
+  return scope.start(async () => {
     const metrics = opts.metrics ?? new Registry();
     registerBuildInfo(metrics);
     const registry = buildProviders(providersConfig, {
@@ -147,7 +139,7 @@ export async function startWorker(
       requestMetrics: registerProviderRequestMetrics(metrics),
       ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
     });
-    stack.push('providers', () => registry.close());
+    scope.defer('providers', () => registry.close());
     registerProcessMetrics(metrics);
     let readiness: () => Promise<Readiness> = () => Promise.resolve({ ready: false, reason: 'starting' });
     let temporalMetrics: (() => Promise<string>) | undefined;
@@ -160,7 +152,7 @@ export async function startWorker(
         () => readiness(),
         () => temporalMetrics?.() ?? Promise.resolve(''),
       );
-      stack.push('metrics server', () => metricsServer!.close());
+      scope.defer('metrics server', () => metricsServer!.close());
       logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
     }
     const installation = config.installation ?? (await deriveInstallation(kc));
@@ -174,9 +166,10 @@ export async function startWorker(
       installTemporalRuntime(logger);
     }
     const connection = await connectNative(config.temporalAddress, config.temporalConnection);
-    stack.push('Temporal connection', () => connection.close());
+    scope.defer('Temporal connection', () => connection.close());
     const clientConnection = await connectClient(config.temporalAddress, config.temporalConnection);
-    stack.push('Temporal client connection', () => clientConnection.close());
+    // Only the start uses it (search attributes, schedules): closed once the worker is ready to poll.
+    const closeClientConnection = scope.defer('Temporal client connection', () => clientConnection.close());
     const client = new Client({ connection: clientConnection, namespace: config.temporalNamespace, plugins });
     await registerSearchAttributes(clientConnection, config.temporalNamespace, logger);
     const worker = await createProxyWorker({
@@ -192,9 +185,7 @@ export async function startWorker(
       timing: config.timing,
       driftSweepOn: config.driftSweepMs > 0,
       ...(config.watchNamespaces ? { namespaces: config.watchNamespaces } : {}),
-      // In-flight provider calls get this long to finish on SIGTERM; a
-      // Deployment's terminationGracePeriodSeconds must exceed it.
-      shutdownGraceTimeMs: 20_000,
+      shutdownGraceTimeMs: WORKER_SHUTDOWN_GRACE_MS,
       plugins,
     });
     // The worker owns the schedules that drive GC, provider checks and the drift sweep:
@@ -212,8 +203,18 @@ export async function startWorker(
           logger.warn({ err: (error as Error).message }, 'could not start a drift sweep at start'),
         );
     }
-    await clientConnection.close();
+    await closeClientConnection();
     const done = worker.run();
+    scope.defer(
+      'worker',
+      async () => {
+        // Shutdown stops polling and waits for in-flight activities up to
+        // the worker's shutdownGraceTime, then cancels them.
+        if (worker.getState() === 'RUNNING') worker.shutdown();
+        await done.catch(() => undefined);
+      },
+      { timeoutMs: WORKER_SHUTDOWN_GRACE_MS + 10_000 },
+    );
     readiness = cachedReadiness(async () =>
       worker.getState() === 'RUNNING'
         ? temporalReachable(connection)
@@ -234,20 +235,9 @@ export async function startWorker(
       describe: () =>
         `worker on task queue ${config.taskQueue}, providers: ${registry.names().join(', ')}; schedules: gc ${schedules.gc}, provider checks ${schedules.providerChecks}, drift sweep ${schedules.driftSweep ?? 'unchanged'}` +
         (metricsServer ? `; metrics ${metricsServer.url}` : ''),
-      async stop() {
-        // Shutdown stops polling and waits for in-flight activities up to
-        // the worker's shutdownGraceTime, then cancels them.
-        if (worker.getState() === 'RUNNING') worker.shutdown();
-        await done.catch(() => undefined);
-        await metricsServer?.close();
-        await registry.close();
-        await connection.close();
-      },
+      stop: () => scope.close(),
     };
-  } catch (error) {
-    await stack.unwind();
-    throw error;
-  }
+  });
 }
 
 export async function startBridge(
@@ -257,8 +247,8 @@ export async function startBridge(
   opts: { tracing?: Tracing } = {},
 ): Promise<Running> {
   const listen = config.metricsAddr ? parseListenAddress(config.metricsAddr, '--metrics-addr') : undefined;
-  const stack = new StartStack(logger);
-  try {
+  const scope = new Lifecycle(logger, { name: 'bridge' });
+  return scope.start(async () => {
     const metrics = new Registry();
     registerBuildInfo(metrics);
     registerProcessMetrics(metrics);
@@ -267,11 +257,11 @@ export async function startBridge(
     let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined;
     if (listen) {
       metricsServer = await serveMetrics(metrics, listen.host, listen.port, () => readiness());
-      stack.push('metrics server', () => metricsServer!.close());
+      scope.defer('metrics server', () => metricsServer!.close());
       logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
     }
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
-    stack.push('Temporal connection', () => connection.close());
+    scope.defer('Temporal connection', () => connection.close());
     await checkNamespace(connection, config.temporalNamespace);
     // With tracing on, the plugin carries the reconcile span's context in the signal's headers.
     const client = new Client({
@@ -295,7 +285,10 @@ export async function startBridge(
       if (!synced) return { ready: false, reason: 'informers not synced' };
       return temporalReachable(connection);
     });
-    stack.push('bridge', () => bridge.stop());
+    scope.defer('bridge', () => {
+      stopping = true;
+      return bridge.stop();
+    });
     await bridge.start();
     synced = true;
     return {
@@ -304,17 +297,9 @@ export async function startBridge(
       describe: () =>
         `bridge watching Proxies and cloud-init Secrets in ${config.watchNamespaces ? `namespaces ${config.watchNamespaces.join(', ')}` : 'all namespaces'}` +
         (metricsServer ? `; metrics ${metricsServer.url}` : ''),
-      async stop() {
-        stopping = true;
-        await bridge.stop();
-        await metricsServer?.close();
-        await connection.close();
-      },
+      stop: () => scope.close(),
     };
-  } catch (error) {
-    await stack.unwind();
-    throw error;
-  }
+  });
 }
 
 /**
@@ -342,30 +327,29 @@ export async function startApi(
   }
 > {
   const tracing = opts.tracing ?? TRACING_OFF;
-  // One Proxy cache for the lease API and the prober.
-  const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
-  await proxies.start();
-  // From here on a failure (the port in use, Temporal unreachable, ...) stops
-  // what already runs, newest first, then rethrows: the informer's watch and
-  // the server would otherwise keep the process alive, and it would hang.
-  const started: Array<{ what: string; stop: () => unknown }> = [
-    { what: 'Proxy informer', stop: () => proxies.stop() },
-  ];
-  try {
+  // A failure (the port in use, Temporal unreachable, ...) stops what
+  // already runs, newest first, then rethrows: the informer's watch and the
+  // server would otherwise keep the process alive, and it would hang.
+  const scope = new Lifecycle(logger, { name: 'api' });
+  return scope.start(async () => {
+    // One Proxy cache for the lease API and the prober.
+    const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
+    await proxies.start();
+    scope.defer('Proxy informer', () => proxies.stop());
     const catalog = createInformerProxyCatalog(proxies);
-    started.push({ what: 'catalog', stop: () => catalog.close() });
+    scope.defer('catalog', () => catalog.close());
     const { leaseStore, stop: stopLeaseStore } = await openLeaseStore(
       apiOptions.leaseStore,
       apiOptions.leaseCooldownMs,
       logger,
     );
-    started.push({ what: 'lease store', stop: stopLeaseStore });
+    scope.defer('lease store', stopLeaseStore);
     // With --metrics-addr the metrics (which name every proxy) leave the discovery port.
     let metricsServer: { url: string; close(): Promise<void> } | undefined;
     if (config.metricsAddr) {
       const { host, port } = parseListenAddress(config.metricsAddr, '--metrics-addr');
       metricsServer = await serveMetrics(registry, host, port);
-      started.push({ what: 'metrics server', stop: () => metricsServer!.close() });
+      scope.defer('metrics server', () => metricsServer!.close());
     }
     // The pools that want demand reports (autoscaling, rotation on bans).
     const pools = createProxyPoolInformer({
@@ -374,7 +358,7 @@ export async function startApi(
       scopes: watchScopes(config.watchNamespaces),
     });
     await pools.start();
-    started.push({ what: 'ProxyPool informer', stop: () => pools.stop() });
+    scope.defer('ProxyPool informer', () => pools.stop());
     // The Temporal client comes after the server is up; reports start only then.
     const temporal: { client?: Client } = {};
     const demand = createPoolDemand({
@@ -406,11 +390,11 @@ export async function startApi(
       ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
     });
     const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
-    started.push({ what: 'lease API server', stop: () => server.close() });
+    scope.defer('lease API server', () => server.close());
     logger.info({ url: server.url }, 'lease API listening');
 
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
-    started.push({ what: 'Temporal connection', stop: () => connection.close() });
+    scope.defer('Temporal connection', () => connection.close());
     await checkNamespace(connection, config.temporalNamespace);
     const temporalClient = new Client({
       connection,
@@ -425,12 +409,10 @@ export async function startApi(
       signal: (target, report) => signalProxy(temporalClient, target, leasesDrainedSignal, report),
     });
     drainNotifier.start();
-    started.push({ what: 'drain notifier', stop: () => drainNotifier.stop() });
+    scope.defer('drain notifier', () => drainNotifier.stop());
     temporal.client = temporalClient;
     demand.start();
-    started.push({ what: 'pool demand reports', stop: () => demand.stop() });
-    let prober: { stop(): Promise<void> } | undefined;
-    let signaller: { stop(): Promise<void> } | undefined;
+    scope.defer('pool demand reports', () => demand.stop());
     if (apiOptions.prober) {
       const targets = createProxyProbeTargets(proxies);
       const healthSignaller = createTemporalHealthSignaller(temporalClient, {
@@ -441,17 +423,15 @@ export async function startApi(
           return target?.ref.uid === ref.uid && target.host === report.ip;
         },
       });
-      signaller = healthSignaller;
-      started.push({ what: 'health signaller', stop: () => healthSignaller.stop() });
+      scope.defer('health signaller', () => healthSignaller.stop());
       const healthProber = createProber({
         targets,
         signal: healthSignaller.signal,
         logger,
         registry,
       });
-      prober = healthProber;
       // Stopped even when its start fails half-way.
-      started.push({ what: 'prober', stop: () => healthProber.stop() });
+      scope.defer('prober', () => healthProber.stop());
       await healthProber.start();
     } else {
       logger.info('health prober off (--no-prober): this replica serves leases only');
@@ -467,30 +447,9 @@ export async function startApi(
       done: new Promise(() => undefined),
       describe: () =>
         `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}`,
-      async stop() {
-        await server.close();
-        await metricsServer?.close();
-        await drainNotifier.stop();
-        await demand.stop();
-        await pools.stop();
-        await stopLeaseStore();
-        await prober?.stop();
-        await signaller?.stop();
-        await connection.close();
-        catalog.close();
-        await proxies.stop();
-      },
+      stop: () => scope.close(),
     };
-  } catch (error) {
-    for (const part of started.reverse()) {
-      try {
-        await part.stop();
-      } catch (stopError) {
-        logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
-      }
-    }
-    throw error;
-  }
+  });
 }
 
 /**
@@ -541,8 +500,8 @@ export async function startGateway(
   opts: { tracing?: Tracing; shared?: { catalog: ProxyCatalog; leaseStore: LeaseStore } } = {},
 ): Promise<Running & { url: string; metricsUrl: string }> {
   const tracing = opts.tracing ?? TRACING_OFF;
-  const started: Array<{ what: string; stop: () => unknown }> = [];
-  try {
+  const scope = new Lifecycle(logger, { name: 'gateway' });
+  return scope.start(async () => {
     let catalog: ProxyCatalog;
     let leaseStore: LeaseStore;
     if (opts.shared) {
@@ -551,12 +510,12 @@ export async function startGateway(
       if (!kc) throw new Error('the gateway needs a kubeconfig or an in-cluster config to read Proxies');
       const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
       await proxies.start();
-      started.push({ what: 'Proxy informer', stop: () => proxies.stop() });
+      scope.defer('Proxy informer', () => proxies.stop());
       const informerCatalog = createInformerProxyCatalog(proxies);
-      started.push({ what: 'catalog', stop: () => informerCatalog.close() });
+      scope.defer('catalog', () => informerCatalog.close());
       catalog = informerCatalog;
       const opened = await openLeaseStore(options.leaseStore, options.leaseCooldownMs, logger);
-      started.push({ what: 'lease store', stop: opened.stop });
+      scope.defer('lease store', opened.stop);
       leaseStore = opened.leaseStore;
       registerProcessMetrics(registry);
     }
@@ -580,10 +539,10 @@ export async function startGateway(
           catalog.synced() ? { ready: true } : { ready: false, reason: 'Proxies not loaded yet' },
         ),
       );
-      started.push({ what: 'metrics server', stop: () => metricsServer!.close() });
+      scope.defer('metrics server', () => metricsServer!.close());
     }
     const address = await gateway.listen(options.host, options.port);
-    started.push({ what: 'gateway', stop: () => gateway.close() });
+    scope.defer('gateway', () => gateway.close());
     logger.info({ url: address.url }, 'gateway listening');
     const metricsUrl = metricsServer?.url ?? '';
     return {
@@ -593,18 +552,7 @@ export async function startGateway(
       done: new Promise(() => undefined),
       describe: () =>
         `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''})`,
-      async stop() {
-        for (const part of started.reverse()) await part.stop();
-      },
+      stop: () => scope.close(),
     };
-  } catch (error) {
-    for (const part of started.reverse()) {
-      try {
-        await part.stop();
-      } catch (stopError) {
-        logger.warn({ err: stopError, part: part.what }, 'stopping after a failed start failed');
-      }
-    }
-    throw error;
-  }
+  });
 }

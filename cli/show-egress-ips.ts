@@ -15,7 +15,7 @@
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { mapLimit } from '../providers/concurrency.js';
-import { egressIpThrough } from './local-servers/ip-echo.js';
+import { egressIpThrough } from './egress-ip.js';
 
 export interface EgressRow {
   id: string;

@@ -16,7 +16,7 @@
 # waits for it and then finds the first one's stamp and reuses its build.
 #
 # `build-kube.sh node` also builds kubelet and kube-scheduler (the one-node
-# cluster of tests/helpers/kube-node.ts and `dev --node`), added to the same
+# cluster of local-servers/kube-node.ts and `dev --node`), added to the same
 # cached build; without the argument they are neither built nor required.
 set -euo pipefail
 

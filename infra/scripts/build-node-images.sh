@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the images the one-node cluster runs, from Debian's packages, as
-# OCI archives that tests/helpers/kube-node.ts imports into its containerd
+# OCI archives that local-servers/kube-node.ts imports into its containerd
 # (no registry is reachable here, so nothing is ever pulled):
 #
 #   squid.oci.tar    egress-proxies.local/squid:debian12: Debian 12's squid on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the one-node cluster (tests/helpers/kube-node.ts, `dev --node`)
+# Installs what the one-node cluster (local-servers/kube-node.ts, `dev --node`)
 # runs beside the kubelet: Debian's containerd (1.6, which the kubelet 1.36
 # still accepts: it falls back to its own cgroupDriver setting for a runtime
 # without the RuntimeConfig call), runc, the CNI plugins (the node's pod

@@ -2,7 +2,7 @@
 # Installs Debian's redis-server (bookworm: 7.0) into the project's cache, for
 # the tests and the benchmark that want a real Redis (the lease store).
 # Prints the path of the redis-server binary; run it with LD_LIBRARY_PATH set
-# to the tree's usr/lib/<multiarch> (tests/helpers/redis.ts does).
+# to the tree's usr/lib/<multiarch> (local-servers/redis.ts does).
 # How, and why never `apt-get install`: lib/debian-unpack.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-unpack.sh"

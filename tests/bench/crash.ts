@@ -40,12 +40,12 @@ import { createProxyClient } from '../../kube/proxies.js';
 import { FINALIZER, type ProxySpecInput } from '../../resources/proxy-schema.js';
 import { deleteProxy, editProxySpec } from '../helpers/kube-objects.js';
 import { MARK_UID } from '../../providers/types.js';
-import { installCrds } from '../../cli/local-servers/install-crds.js';
-import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
-import { freePort } from '../../cli/local-servers/ports.js';
-import { spawnServer, type ManagedProcess } from '../../cli/local-servers/process.js';
-import { startTemporalDevServer, type TemporalDevServer } from '../../cli/local-servers/temporal.js';
-import { ensureKubeBinaries, ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { installCrds } from '../../local-servers/install-crds.js';
+import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../local-servers/kube.js';
+import { freePort } from '../../local-servers/ports.js';
+import { spawnServer, type ManagedProcess } from '../../local-servers/process.js';
+import { startTemporalDevServer, type TemporalDevServer } from '../../local-servers/temporal.js';
+import { ensureKubeBinaries, ensureTemporalCli } from '../../local-servers/tools.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,

@@ -44,7 +44,7 @@ import { createStaticProxyCatalog } from '../../api/proxy-catalog.js';
 import { serveApi } from '../../api/server.js';
 import { API_VERSION } from '../../kube/coordinates.js';
 import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-schema.js';
-import { startRedis } from '../helpers/redis.js';
+import { startRedis } from '../../local-servers/redis.js';
 import { load, quantile, type Sample } from './lease-load.js';
 
 const TOKEN = 'bench-token';

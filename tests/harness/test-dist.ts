@@ -14,7 +14,11 @@ import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node
 import { join, relative } from 'node:path';
 import { build } from 'esbuild';
 
-/** The folders `tsconfig.build.json` compiles, and what they import. */
+/**
+ * The folders `tsconfig.build.json` compiles, and what they import; and
+ * local-servers/, which the build leaves out, so `dev` runs from this tree
+ * as it does from a checkout.
+ */
 const SOURCE_DIRS = [
   'activities',
   'api',
@@ -23,6 +27,7 @@ const SOURCE_DIRS = [
   'gateway',
   'k8s-bridge',
   'kube',
+  'local-servers',
   'prober',
   'providers',
   'resources',

@@ -51,49 +51,16 @@
  * dials them leaves the machine.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { generate } from 'selfsigned';
+import { serverTls, type ServerTls } from '../../local-servers/pki.js';
 
 /** The test CA and the fake's certificate (127.0.0.1), made once per process. */
-interface TestPki {
-  caFile: string;
-  key: string;
-  cert: string;
-}
-let pki: Promise<TestPki> | undefined;
+let pki: Promise<ServerTls> | undefined;
 
-function testPki(): Promise<TestPki> {
-  pki ??= (async () => {
-    const ca = await generate([{ name: 'commonName', value: 'egress-proxies gcp-fake test CA' }], {
-      keyType: 'ec',
-      curve: 'P-256',
-      algorithm: 'sha256',
-      extensions: [
-        { name: 'basicConstraints', cA: true, critical: true },
-        { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
-      ],
-    });
-    const leaf = await generate([{ name: 'commonName', value: '127.0.0.1' }], {
-      keyType: 'ec',
-      curve: 'P-256',
-      algorithm: 'sha256',
-      ca: { key: ca.private, cert: ca.cert },
-      extensions: [
-        { name: 'basicConstraints', cA: false },
-        { name: 'keyUsage', digitalSignature: true },
-        { name: 'extKeyUsage', serverAuth: true },
-        { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
-      ],
-    });
-    const caFile = join(mkdtempSync(join(tmpdir(), 'ep-gcp-fake-ca-')), 'ca.pem');
-    writeFileSync(caFile, ca.cert);
-    return { caFile, key: leaf.private, cert: leaf.cert };
-  })();
+function testPki(): Promise<ServerTls> {
+  pki ??= serverTls('gcp-fake');
   return pki;
 }
 
@@ -240,7 +207,7 @@ export class FakeCompute {
 
   private constructor(
     readonly project: string,
-    tls: TestPki,
+    tls: ServerTls,
     token?: string,
     timing?: FakeTiming,
   ) {
@@ -253,7 +220,7 @@ export class FakeCompute {
     this.server.keepAliveTimeout = 120_000;
     this.tls = tls;
   }
-  private readonly tls: TestPki;
+  private readonly tls: ServerTls;
 
   static async start(project: string): Promise<FakeCompute> {
     const fake = new FakeCompute(project, await testPki());

@@ -27,13 +27,10 @@
  * unchecked and says so.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { generate } from 'selfsigned';
+import { serverTls, type ServerTls } from '../../local-servers/pki.js';
 import { permissionNeeds, PveSchema, schemaAvailable, type SchemaVersion } from './proxmox-schema.js';
 
 export interface FakeTiming {
@@ -121,46 +118,11 @@ export const ALL_STORAGE_PRIVILEGES = [
   'Datastore.AllocateTemplate',
 ];
 
-interface TestPki {
-  caFile: string;
-  key: string;
-  cert: string;
-  fingerprint: string;
-}
-let pki: Promise<TestPki> | undefined;
+/** The test CA and the fake's certificate (127.0.0.1), made once per process. */
+let pki: Promise<ServerTls> | undefined;
 
-function testPki(): Promise<TestPki> {
-  pki ??= (async () => {
-    const ca = await generate([{ name: 'commonName', value: 'egress-proxies proxmox-fake test CA' }], {
-      keyType: 'ec',
-      curve: 'P-256',
-      algorithm: 'sha256',
-      extensions: [
-        { name: 'basicConstraints', cA: true, critical: true },
-        { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
-      ],
-    });
-    const leaf = await generate([{ name: 'commonName', value: '127.0.0.1' }], {
-      keyType: 'ec',
-      curve: 'P-256',
-      algorithm: 'sha256',
-      ca: { key: ca.private, cert: ca.cert },
-      extensions: [
-        { name: 'basicConstraints', cA: false },
-        { name: 'keyUsage', digitalSignature: true },
-        { name: 'extKeyUsage', serverAuth: true },
-        { name: 'subjectAltName', altNames: [{ type: 7, ip: '127.0.0.1' }] },
-      ],
-    });
-    const caFile = join(mkdtempSync(join(tmpdir(), 'ep-pve-fake-ca-')), 'ca.pem');
-    writeFileSync(caFile, ca.cert);
-    const der = Buffer.from(
-      leaf.cert.replace(/-----(BEGIN|END) CERTIFICATE-----/g, '').replace(/\s+/g, ''),
-      'base64',
-    );
-    const fingerprint = createHash('sha256').update(der).digest('hex').toUpperCase();
-    return { caFile, key: leaf.private, cert: leaf.cert, fingerprint };
-  })();
+function testPki(): Promise<ServerTls> {
+  pki ??= serverTls('pve-fake');
   return pki;
 }
 

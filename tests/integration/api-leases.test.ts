@@ -6,7 +6,7 @@
  * (Debian's redis-server, started here), with the same expectations.
  */
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import {
   proxy,
   sample,

@@ -7,7 +7,7 @@
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RedisLeaseStore } from '../../api/redis-lease-store.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import { proxy, sample, startTestApi, type TestApi } from './api-helpers.js';
 

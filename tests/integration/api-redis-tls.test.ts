@@ -6,8 +6,6 @@
  * file refuses to start, naming the Redis and the certificate problem.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -22,9 +20,10 @@ import {
   proxyClient,
   setProxyStatus,
 } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
-import { makePki, type Pki } from '../helpers/tls-terminator.js';
+import { makePki, type Pki } from '../../local-servers/pki.js';
+import { freePort as closedPort } from '../../local-servers/ports.js';
 
 const TOKEN = 'tls-token';
 
@@ -32,14 +31,6 @@ function startApi(args: string[]): CliProcess {
   return startCli(['api', '--discovery-addr', '127.0.0.1:0', ...testServerArgs(), ...args], {
     env: { DISCOVERY_TOKEN: TOKEN },
   });
-}
-
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 describe('lease API on a TLS-only Redis (rediss://)', () => {

@@ -10,8 +10,6 @@
  * replicas' probers never send traffic off the machine; their Healthy
  * condition is written here, as a workflow would.
  */
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
@@ -25,8 +23,9 @@ import {
   proxyClient,
   setProxyStatus,
 } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
+import { freePort as closedPort } from '../../local-servers/ports.js';
 
 const TOKEN = 'replica-token';
 const PROXIES = 8;
@@ -42,14 +41,6 @@ interface Replica {
 interface Reply {
   status: number;
   body: Record<string, unknown>;
-}
-
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 async function call(replica: Replica, method: string, path: string, body?: unknown): Promise<Reply> {

@@ -23,8 +23,8 @@ import { FINALIZER } from '../../resources/proxy-schema.js';
 import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
 import { createBridge, type Bridge } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
-import { installCrds } from '../../cli/local-servers/install-crds.js';
-import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
+import { installCrds } from '../../local-servers/install-crds.js';
+import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../local-servers/kube.js';
 import { createProxy, isProvisioned, proxyClient } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import {

@@ -5,12 +5,13 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
+// A loopback port with nothing listening: connection refused, at once.
+import { freePort as closedPort } from '../../local-servers/ports.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ep-cli-start-'));
 const providers = join(dir, 'providers.yaml');
@@ -39,15 +40,6 @@ const common = (command: string) => [
   '--watch-namespaces',
   `cli-start-${randomBytes(3).toString('hex')}`,
 ];
-
-/** A loopback port with nothing listening: connection refused, at once. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((r) => server.close(r));
-  return port;
-}
 
 /** Exactly one non-empty stderr line, the CLI's, naming the problem. */
 function oneErrorLine(child: CliProcess): string {

@@ -17,7 +17,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { curlThrough } from './gateway-helpers.js';
-import { egressIpThrough } from '../../cli/local-servers/ip-echo.js';
+import { egressIpThrough } from '../../cli/egress-ip.js';
 import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);

@@ -17,7 +17,7 @@ import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { API_VERSION } from '../../kube/coordinates.js';
-import { processRunning } from '../../cli/local-servers/instance.js';
+import { processRunning } from '../../local-servers/instance.js';
 import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);

@@ -15,7 +15,7 @@ import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ForwardProxy } from '../../providers/local/forward-proxy.js';
 import type { CliProcess } from '../helpers/cli.js';
 import { createNamespace, proxyClient, kubeConfig } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import {
   curlThrough,

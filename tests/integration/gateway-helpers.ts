@@ -14,7 +14,7 @@ import { inject } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import type { ProxyClient } from '../../kube/proxies.js';
-import { callerAddress } from '../../cli/local-servers/ip-echo.js';
+import { callerAddress } from '../../local-servers/ip-echo.js';
 import { startCli, type CliProcess } from '../helpers/cli.js';
 import { createProxy, getProxy, setProxyStatus } from '../helpers/kube.js';
 

@@ -9,15 +9,14 @@
  * Each test selects its own proxies through the username (`group-<name>`),
  * so the tests' leases and cooldowns never meet.
  */
-import { connect, createServer, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { createNamespace, proxyClient, getProxy, kubeConfig } from '../helpers/kube.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import {
   curlThrough,
@@ -27,16 +26,9 @@ import {
   startLoopbackTarget,
   type LoopbackTarget,
 } from './gateway-helpers.js';
+import { freePort as closedPort } from '../../local-servers/ports.js';
 
 const TOKEN = 'gateway-test-token';
-
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 interface Tunnel {
   socket: Socket;

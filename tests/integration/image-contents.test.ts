@@ -5,10 +5,11 @@
  * sources and no dev dependencies; worker, bridge and api started from its
  * bin/egress-proxies.js run a Proxy through its life. A file the image
  * would lack (a workflow module, a runtime dependency filed under
- * devDependencies) fails here.
+ * devDependencies) fails here; so does one it must not hold (local-servers/,
+ * `dev`'s servers).
  */
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -85,6 +86,21 @@ describe('the image contents: the built tree with production dependencies only',
     const version = start(['version']);
     expect(await version.exited(60_000)).toBe(0);
     expect(version.output()).toMatch(/^egress-proxies 0\.1\.0 \(commit feedc0de, node v\d+/);
+  });
+
+  it('holds no local servers: `dev` says on one line that it runs from a source checkout', async () => {
+    const localServers = readdirSync(join(app, 'dist'), { recursive: true })
+      .map(String)
+      .filter((path) => path.includes('local-servers'));
+    expect(localServers).toEqual([]);
+    const stateDir = join(dir, 'dev-state');
+    const dev = start(['dev', '--state-dir', stateDir]);
+    expect(await dev.exited(60_000), dev.output()).toBe(1);
+    expect(dev.stderr()).toBe(
+      'egress-proxies: egress-proxies dev runs from a source checkout (make dev); this build has no local servers\n',
+    );
+    // Refused before anything started.
+    expect(existsSync(stateDir)).toBe(false);
   });
 
   it('runs worker, bridge and api through a Proxy’s life', async () => {

@@ -31,7 +31,7 @@ import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpe
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
 import { createProxy, deleteProxy, editProxySpec } from '../helpers/kube-objects.js';
-import { startNodeCluster, type NodeCluster } from '../helpers/kube-node.js';
+import { startNodeCluster, type NodeCluster } from '../../local-servers/kube-node.js';
 import { connectThrough } from '../helpers/net.js';
 import { selfSignedCert, startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually } from '../helpers/temporal.js';

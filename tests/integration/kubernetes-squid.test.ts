@@ -6,7 +6,7 @@
  *
  * The generated directives are used as generated. Appended after them are
  * only what a run outside the container needs (the run directory's paths,
- * no ICMP pinger, the DNS socket on the loopback: tests/helpers/squid.ts).
+ * no ICMP pinger, the DNS socket on the loopback: local-servers/squid.ts).
  * One edit, for running only: `http_port <port>` listens on every address,
  * so the run qualifies it as `http_port 127.0.0.1:<port>` (everything a test
  * starts listens on the loopback); `squid -k parse` checks the line as
@@ -18,13 +18,14 @@
  */
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CLIENT_CIDRS } from '../../providers/kubernetes/config.js';
 import { squidConf, TERMINATION_GRACE_SECONDS } from '../../providers/kubernetes/pod.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
+import { boundSockets } from '../helpers/sockets.js';
+import { freePort } from '../../local-servers/ports.js';
 import {
-  boundSockets,
   installSquid,
   parseConf,
   prepareRunDir,
@@ -33,7 +34,7 @@ import {
   type RunningSquid,
   type SquidInstall,
   type SquidRunDir,
-} from '../helpers/squid.js';
+} from '../../local-servers/squid.js';
 
 /** Clients allowed in the positive cases: the defaults plus the loopback the test dials from. */
 const WITH_LOOPBACK = ['127.0.0.0/8', ...DEFAULT_CLIENT_CIDRS];
@@ -62,14 +63,6 @@ afterAll(async () => {
   for (const close of closers) await close().catch(() => undefined);
   for (const r of runDirs) rmSync(r.dir, { recursive: true, force: true });
 });
-
-async function freePort(): Promise<number> {
-  const server = createTcpServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 function newRunDir(): SquidRunDir {
   const runDir = prepareRunDir(squid);

@@ -35,16 +35,13 @@ import { createProxy, deleteProxy, editProxySpec, getProxy } from '../helpers/ku
 import {
   createPool,
   domainMacs,
-  ensureLibvirt,
-  guestImage,
   kvmRunsFirmware,
   serveFile,
-  startSshd,
   tempRoot,
   virsh,
   type TestPool,
-  type TestSshd,
 } from '../helpers/libvirt.js';
+import { ensureLibvirt, guestImage, startSshd, type TestSshd } from '../../local-servers/libvirt.js';
 import { eventually } from '../helpers/temporal.js';
 
 const HOST = 'lab';

@@ -1,7 +1,7 @@
 /**
  * The `kvm` provider against a real libvirtd (domain type qemu, software
  * emulation, user-mode networking) reached through a real sshd on the
- * loopback, both from Debian's packages (tests/helpers/libvirt.ts). The
+ * loopback, both from Debian's packages (local-servers/libvirt.ts). The
  * disk image is a tiny qcow2 made by qemu-img and served by a local HTTP
  * server; no OS boots, so a running domain has no address and is
  * Provisioning. Where the conformance suite needs a Running instance with an
@@ -13,7 +13,6 @@ import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { pino } from 'pino';
@@ -37,16 +36,15 @@ import {
   createPool,
   descendants,
   domainMacs,
-  ensureLibvirt,
   FakeArp,
   startImageServer,
-  startSshd,
   tempRoot,
   virsh,
   type ImageServer,
   type TestPool,
-  type TestSshd,
 } from '../helpers/libvirt.js';
+import { ensureLibvirt, startSshd, type TestSshd } from '../../local-servers/libvirt.js';
+import { freePort } from '../../local-servers/ports.js';
 
 const HOST = 'lab';
 
@@ -560,11 +558,8 @@ describe('kvm provider against libvirtd over sshd', () => {
   });
 
   it('a host that is down: the other is listed, checked, created on and read; drift and GC leave the down host alone', async () => {
-    // "down": a port nothing listens on (reserved by listening, then closed).
-    const closed = createTcpServer();
-    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-    const downPort = (closed.address() as AddressInfo).port;
-    await new Promise<void>((r) => closed.close(() => r()));
+    // "down": a port nothing listens on.
+    const downPort = await freePort();
     const lab = {
       name: HOST,
       address: env.sshd.address,

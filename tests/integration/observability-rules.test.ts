@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runInfraScript } from '../../local-servers/tools.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -37,10 +38,7 @@ describe('infra/observability alert rules, by promtool', () => {
   let scratch: string;
 
   beforeAll(async () => {
-    const { stdout } = await run('bash', [join(ROOT, 'infra/scripts/build-promtool.sh')], {
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    bin = stdout.trim().split('\n').at(-1)!;
+    bin = await runInfraScript('build-promtool.sh', { stderr: 'capture' });
     scratch = mkdtempSync(join(tmpdir(), 'ep-promtool-'));
   }, 1_800_000);
   afterAll(() => {

@@ -3,8 +3,6 @@
  * `local` provider's), a real HTTP and HTTPS probe target, and "proxies"
  * that accept TCP and then misbehave.
  */
-import { createServer } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { probeThroughProxy, type ProbeRequest, type ProbeResult } from '../../prober/probe.js';
@@ -16,6 +14,7 @@ import {
   type ProbeTarget,
   type SelfSignedCert,
 } from '../helpers/prober-fixtures.js';
+import { freePort } from '../../local-servers/ports.js';
 
 describe('probe through a proxy', () => {
   let cert: SelfSignedCert;
@@ -177,10 +176,7 @@ describe('probe through a proxy', () => {
   });
 
   it('nothing listening is ConnectFailed', async () => {
-    const server = createServer();
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as AddressInfo).port;
-    await new Promise<void>((r) => server.close(() => r()));
+    const port = await freePort();
     const result = await probe({ proxyHost: '127.0.0.1', proxyPort: port, url: new URL(http.url) });
     expect(result).toMatchObject({ ok: false, reason: 'ConnectFailed' });
     expect(result.message).toContain('ECONNREFUSED');

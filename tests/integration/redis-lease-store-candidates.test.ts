@@ -11,7 +11,7 @@ import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Candidate } from '../../api/lease-store.js';
 import { DEFAULT_REDIS_PREFIX, RedisLeaseStore } from '../../api/redis-lease-store.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 
 function cand(name: string, latencyMillis: number, maxLeases = 1): Candidate {
   return { id: `ns/${name}`, uid: `uid-${name}`, maxLeases, latencyMillis };

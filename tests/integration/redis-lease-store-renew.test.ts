@@ -9,7 +9,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Candidate, Clock } from '../../api/lease-store.js';
 import { RedisLeaseStore } from '../../api/redis-lease-store.js';
-import { startRedis, type RunningRedis } from '../helpers/redis.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 
 const MINUTE = 60_000;
 

@@ -23,7 +23,8 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
-import { makePki, startTlsTerminator, type Pki, type TlsTerminator } from '../helpers/tls-terminator.js';
+import { makePki, type Pki } from '../../local-servers/pki.js';
+import { startTlsTerminator, type TlsTerminator } from '../../local-servers/tls-terminator.js';
 import { freshTemporalNamespace, uniqueTaskQueue } from '../helpers/temporal.js';
 
 describe('Temporal behind a TLS terminator that requires client certificates', () => {

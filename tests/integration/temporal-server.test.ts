@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { describe, expect, inject, it } from 'vitest';
-import { startTemporalDevServer } from '../../cli/local-servers/temporal.js';
-import { ensureTemporalCli } from '../../cli/local-servers/tools.js';
+import { startTemporalDevServer } from '../../local-servers/temporal.js';
+import { ensureTemporalCli } from '../../local-servers/tools.js';
 import { SEARCH_ATTRIBUTES } from '../../resources/search-attributes.js';
 import { temporalClient } from '../helpers/temporal.js';
 

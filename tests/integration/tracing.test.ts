@@ -15,8 +15,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { installCrds } from '../../cli/local-servers/install-crds.js';
-import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../cli/local-servers/kube.js';
+import { installCrds } from '../../local-servers/install-crds.js';
+import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../local-servers/kube.js';
 import { loadKubeConfig } from '../../cli/kube.js';
 import { API_VERSION } from '../../kube/coordinates.js';
 import { createProxyClient } from '../../kube/proxies.js';
@@ -28,7 +28,7 @@ import {
   startOtlpJsonReceiver,
   type TestSpan,
   type TraceBackend,
-} from '../helpers/trace-backend.js';
+} from '../../local-servers/trace-backend.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 
 const SENTINEL = 'SENTINEL-trace-cloud-init-3c71b2';

@@ -15,8 +15,8 @@ import {
   processRunning,
   reapServers,
   recordServer,
-} from '../../cli/local-servers/instance.js';
-import { spawnServer } from '../../cli/local-servers/process.js';
+} from '../../local-servers/instance.js';
+import { spawnServer } from '../../local-servers/process.js';
 
 const dirs: string[] = [];
 const pids: number[] = [];
@@ -141,7 +141,7 @@ describe('spawnServer', () => {
     const dir = tempDir();
     // A parent that starts a server the way dev does, prints its pid, then waits to be killed.
     const script = `
-      import { spawnServer } from ${JSON.stringify(new URL('../../cli/local-servers/process.ts', import.meta.url).href)};
+      import { spawnServer } from ${JSON.stringify(new URL('../../local-servers/process.ts', import.meta.url).href)};
       const s = spawnServer('sleeper', 'sleep', ['60'], ${JSON.stringify(join(dir, 'sleeper.log'))}, { pidDir: ${JSON.stringify(dir)} });
       process.stdout.write(String(s.child.pid) + '\\n');
       setInterval(() => {}, 1000);

@@ -4,7 +4,16 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 // Folders that are not product code compiled into the image.
-const NOT_PRODUCT = new Set(['tests', 'infra', 'docs', 'bin', 'dist', 'node_modules', '.tmp']);
+const NOT_PRODUCT = new Set([
+  'tests',
+  'infra',
+  'docs',
+  'bin',
+  'dist',
+  'node_modules',
+  '.tmp',
+  'local-servers',
+]);
 
 describe('Dockerfile', () => {
   it('copies every product folder into its build stage (a folder left out fails the image build)', () => {
@@ -18,5 +27,10 @@ describe('Dockerfile', () => {
     expect(product).toContain('prober');
     const missing = product.filter((dir) => !new RegExp(`^COPY ${dir} ${dir}$`, 'm').test(dockerfile));
     expect(missing).toEqual([]);
+  });
+
+  it('copies no local servers (dev runs from a source checkout)', () => {
+    const dockerfile = readFileSync(`${ROOT}Dockerfile`, 'utf8');
+    expect(dockerfile.split('\n').filter((l) => /^COPY\b.*local-servers/.test(l))).toEqual([]);
   });
 });

@@ -19,7 +19,6 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
-  readlinkSync,
   rmSync,
   statSync,
   writeFileSync,
@@ -27,11 +26,10 @@ import {
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { runInfraScript, unpackedPackageEnv } from './tools.js';
 
 const run = promisify(execFile);
-const INSTALL_SCRIPT = fileURLToPath(new URL('../../infra/scripts/install-squid.sh', import.meta.url));
 
 export interface SquidInstall {
   /** The squid binary inside the extracted tree. */
@@ -50,26 +48,12 @@ export interface SquidInstall {
  * install: a test that wants Squid never skips for lack of it.
  */
 export async function installSquid(): Promise<SquidInstall> {
-  let stdout: string;
-  try {
-    ({ stdout } = await run('bash', [INSTALL_SCRIPT], { maxBuffer: 1 << 20 }));
-  } catch (error) {
-    const e = error as { code?: number; stderr?: string; message: string };
-    throw new Error(
-      `infra/scripts/install-squid.sh failed (exit ${e.code ?? '?'}): ${e.stderr?.trim() || e.message}`,
-    );
-  }
-  const bin = stdout.trim().split('\n').at(-1) ?? '';
+  const bin = await runInfraScript('install-squid.sh', { stderr: 'capture' });
   if (!bin.endsWith('/usr/sbin/squid') || !existsSync(bin)) {
-    throw new Error(`infra/scripts/install-squid.sh printed no squid binary: ${JSON.stringify(stdout)}`);
+    throw new Error(`infra/scripts/install-squid.sh printed no squid binary: ${JSON.stringify(bin)}`);
   }
   const root = dirname(dirname(dirname(bin)));
-  const libDirs = ['usr/lib', 'lib']
-    .map((d) => join(root, d))
-    .filter((d) => existsSync(d))
-    .flatMap((d) => readdirSync(d).map((name) => join(d, name)))
-    .filter((d) => /-linux-/.test(d) && statSync(d).isDirectory());
-  const env = { ...process.env, LD_LIBRARY_PATH: libDirs.join(':') };
+  const env = unpackedPackageEnv(root);
   const { stdout: version } = await run(bin, ['-v'], { env });
   return { bin, root, env, banner: version.split('\n')[0] ?? '' };
 }
@@ -256,46 +240,4 @@ function accepts(port: number): Promise<boolean> {
     });
     socket.once('error', () => resolve(false));
   });
-}
-
-/**
- * Every socket a process has bound, as `proto address:port` (TCP: listening
- * sockets only; UDP: all), from /proc/<pid>/fd and /proc/net/{tcp,udp}{,6}.
- */
-export function boundSockets(pid: number): string[] {
-  const inodes = new Set<string>();
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
-    let target = '';
-    try {
-      target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-    } catch {
-      continue; // closed meanwhile
-    }
-    const m = /^socket:\[(\d+)\]$/.exec(target);
-    if (m?.[1]) inodes.add(m[1]);
-  }
-  const found: string[] = [];
-  for (const proto of ['tcp', 'tcp6', 'udp', 'udp6']) {
-    const lines = readFileSync(`/proc/${pid}/net/${proto}`, 'utf8').trim().split('\n').slice(1);
-    for (const line of lines) {
-      const f = line.trim().split(/\s+/);
-      const [local, state, inode] = [f[1] ?? '', f[3] ?? '', f[9] ?? ''];
-      if (!inodes.has(inode)) continue;
-      if (proto.startsWith('tcp') && state !== '0A') continue; // 0A: LISTEN
-      found.push(`${proto} ${decodeProcAddress(local)}`);
-    }
-  }
-  return found;
-}
-
-/** /proc/net's hex `address:port` (IPv4 or IPv6, in host byte order words) to text. */
-function decodeProcAddress(hex: string): string {
-  const [addr = '', port = ''] = hex.split(':');
-  const portNumber = parseInt(port, 16);
-  const words = addr.match(/.{8}/g) ?? [];
-  const bytes = words.flatMap((w) => (w.match(/../g) ?? []).reverse().map((b) => parseInt(b, 16)));
-  if (bytes.length === 4) return `${bytes.join('.')}:${portNumber}`;
-  const groups: string[] = [];
-  for (let i = 0; i < 16; i += 2) groups.push((((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0)).toString(16));
-  return `[${groups.join(':')}]:${portNumber}`;
 }

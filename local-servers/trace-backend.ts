@@ -6,8 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startJaeger } from '../../cli/local-servers/jaeger.js';
-import { ensureJaeger } from '../../cli/local-servers/tools.js';
+import { startJaeger } from './jaeger.js';
+import { ensureJaeger } from './tools.js';
 
 export interface TestSpan {
   traceId: string;

@@ -2,7 +2,9 @@ import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
+import { pino, type Logger } from 'pino';
 import { stringify } from 'yaml';
+import { Lifecycle } from '../cli/lifecycle.js';
 import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
 import { freePort, preferredOrFreePort } from './ports.js';
 
@@ -27,6 +29,8 @@ export interface LocalKubeApiServerOptions {
   controllerManager?: boolean;
   /** Record the servers' pids here (dev: reaped by the next start if we die). */
   pidDir?: string;
+  /** Where each server's stop is logged; default nowhere. */
+  logger?: Logger;
 }
 
 /**
@@ -63,96 +67,92 @@ function get(url: string, token: string, ca: Buffer): Promise<{ status: number; 
 export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): Promise<LocalKubeApiServer> {
   const host = '127.0.0.1';
   const dir = opts.dataDir;
-  const certDir = join(dir, 'certs');
-  const etcdDir = join(dir, 'etcd');
-  mkdirSync(certDir, { recursive: true });
-  mkdirSync(etcdDir, { recursive: true });
+  const scope = new Lifecycle(opts.logger ?? pino({ level: 'silent' }), { name: 'kube-apiserver' });
+  return scope.start(async () => {
+    const certDir = join(dir, 'certs');
+    const etcdDir = join(dir, 'etcd');
+    mkdirSync(certDir, { recursive: true });
+    mkdirSync(etcdDir, { recursive: true });
 
-  const saKey = join(dir, 'sa.key');
-  const saPub = join(dir, 'sa.pub');
-  if (!existsSync(saKey)) {
-    const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-    writeFileSync(saKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
-    writeFileSync(saPub, publicKey.export({ type: 'spki', format: 'pem' }));
-  }
-  // One line per user: the admin (ours and the user's kubectl) and the
-  // controller-manager, which bootstrap RBAC knows by this name. A file
-  // from before the controller-manager gets its line added.
-  const tokenFile = join(dir, 'tokens.csv');
-  const lines = existsSync(tokenFile) ? readFileSync(tokenFile, 'utf8').split('\n').filter(Boolean) : [];
-  const tokenOf = (user: string) => lines.find((l) => l.split(',')[1] === user)?.split(',')[0];
-  let token = tokenOf('admin');
-  let kcmToken = tokenOf(KCM_USER);
-  if (!token || !kcmToken) {
-    if (!token) lines.unshift(`${(token = randomBytes(24).toString('hex'))},admin,admin,system:masters`);
-    if (!kcmToken) lines.push(`${(kcmToken = randomBytes(24).toString('hex'))},${KCM_USER},${KCM_USER}`);
-    writeFileSync(tokenFile, lines.join('\n') + '\n', { mode: 0o600 });
-  }
+    const saKey = join(dir, 'sa.key');
+    const saPub = join(dir, 'sa.pub');
+    if (!existsSync(saKey)) {
+      const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+      writeFileSync(saKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+      writeFileSync(saPub, publicKey.export({ type: 'spki', format: 'pem' }));
+    }
+    // One line per user: the admin (ours and the user's kubectl) and the
+    // controller-manager, which bootstrap RBAC knows by this name. A file
+    // from before the controller-manager gets its line added.
+    const tokenFile = join(dir, 'tokens.csv');
+    const lines = existsSync(tokenFile) ? readFileSync(tokenFile, 'utf8').split('\n').filter(Boolean) : [];
+    const tokenOf = (user: string) => lines.find((l) => l.split(',')[1] === user)?.split(',')[0];
+    let token = tokenOf('admin');
+    let kcmToken = tokenOf(KCM_USER);
+    if (!token || !kcmToken) {
+      if (!token) lines.unshift(`${(token = randomBytes(24).toString('hex'))},admin,admin,system:masters`);
+      if (!kcmToken) lines.push(`${(kcmToken = randomBytes(24).toString('hex'))},${KCM_USER},${KCM_USER}`);
+      writeFileSync(tokenFile, lines.join('\n') + '\n', { mode: 0o600 });
+    }
 
-  const etcdClientPort = await freePort(host);
-  const etcdPeerPort = await freePort(host);
-  const etcdLog = join(dir, 'etcd.log');
-  const etcd: ManagedProcess = spawnServer(
-    'etcd',
-    join(opts.binDir, 'etcd'),
-    [
-      '--data-dir',
-      etcdDir,
-      '--listen-client-urls',
-      `http://${host}:${etcdClientPort}`,
-      '--advertise-client-urls',
-      `http://${host}:${etcdClientPort}`,
-      '--listen-peer-urls',
-      `http://${host}:${etcdPeerPort}`,
-      '--initial-advertise-peer-urls',
-      `http://${host}:${etcdPeerPort}`,
-      '--initial-cluster',
-      `default=http://${host}:${etcdPeerPort}`,
-      '--log-level',
-      'warn',
-      ...(opts.persist ? [] : ['--unsafe-no-fsync']),
-    ],
-    etcdLog,
-    { pidDir: opts.pidDir },
-  );
+    const etcdClientPort = await freePort(host);
+    const etcdPeerPort = await freePort(host);
+    const etcdLog = join(dir, 'etcd.log');
+    const etcd: ManagedProcess = spawnServer(
+      'etcd',
+      join(opts.binDir, 'etcd'),
+      [
+        '--data-dir',
+        etcdDir,
+        '--listen-client-urls',
+        `http://${host}:${etcdClientPort}`,
+        '--advertise-client-urls',
+        `http://${host}:${etcdClientPort}`,
+        '--listen-peer-urls',
+        `http://${host}:${etcdPeerPort}`,
+        '--initial-advertise-peer-urls',
+        `http://${host}:${etcdPeerPort}`,
+        '--initial-cluster',
+        `default=http://${host}:${etcdPeerPort}`,
+        '--log-level',
+        'warn',
+        ...(opts.persist ? [] : ['--unsafe-no-fsync']),
+      ],
+      etcdLog,
+      { pidDir: opts.pidDir },
+    );
+    scope.defer('etcd', () => etcd.stop());
 
-  const port = await preferredOrFreePort(opts.port, host);
-  const apiLog = join(dir, 'kube-apiserver.log');
-  const apiserver = spawnServer(
-    'kube-apiserver',
-    join(opts.binDir, 'kube-apiserver'),
-    [
-      `--etcd-servers=http://${host}:${etcdClientPort}`,
-      `--cert-dir=${certDir}`,
-      `--secure-port=${port}`,
-      `--bind-address=${host}`,
-      `--advertise-address=${host}`,
-      '--service-cluster-ip-range=10.0.0.0/24',
-      '--service-account-issuer=https://kubernetes.default.svc',
-      `--service-account-key-file=${saPub}`,
-      `--service-account-signing-key-file=${saKey}`,
-      `--token-auth-file=${tokenFile}`,
-      '--authorization-mode=RBAC',
-      '--disable-admission-plugins=ServiceAccount',
-      '--allow-privileged=true',
-      // Open watches (every informer) would hold a graceful stop until the SIGKILL timeout.
-      '--shutdown-watch-termination-grace-period=2s',
-      '--v=0',
-    ],
-    apiLog,
-    { pidDir: opts.pidDir },
-  );
+    const port = await preferredOrFreePort(opts.port, host);
+    const apiLog = join(dir, 'kube-apiserver.log');
+    const apiserver = spawnServer(
+      'kube-apiserver',
+      join(opts.binDir, 'kube-apiserver'),
+      [
+        `--etcd-servers=http://${host}:${etcdClientPort}`,
+        `--cert-dir=${certDir}`,
+        `--secure-port=${port}`,
+        `--bind-address=${host}`,
+        `--advertise-address=${host}`,
+        '--service-cluster-ip-range=10.0.0.0/24',
+        '--service-account-issuer=https://kubernetes.default.svc',
+        `--service-account-key-file=${saPub}`,
+        `--service-account-signing-key-file=${saKey}`,
+        `--token-auth-file=${tokenFile}`,
+        '--authorization-mode=RBAC',
+        '--disable-admission-plugins=ServiceAccount',
+        '--allow-privileged=true',
+        // Open watches (every informer) would hold a graceful stop until the SIGKILL timeout.
+        '--shutdown-watch-termination-grace-period=2s',
+        '--v=0',
+      ],
+      apiLog,
+      { pidDir: opts.pidDir },
+    );
+    scope.defer('kube-apiserver', () => apiserver.stop());
 
-  let controllerManager: ManagedProcess | undefined;
-  const stop = async () => {
-    await controllerManager?.stop();
-    await apiserver.stop();
-    await etcd.stop();
-  };
-
-  const url = `https://${host}:${port}`;
-  const caPath = join(certDir, 'apiserver.crt');
-  try {
+    const url = `https://${host}:${port}`;
+    const caPath = join(certDir, 'apiserver.crt');
     await waitUntil(
       'kube-apiserver /readyz',
       async () => {
@@ -162,29 +162,22 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
       },
       { timeoutMs: 90_000, intervalMs: 250, process: apiserver, logPath: apiLog },
     );
-  } catch (error) {
-    await stop();
-    throw error;
-  }
 
-  const ca = readFileSync(caPath).toString('base64');
-  const kubeconfigPath = join(dir, 'kubeconfig');
-  writeFileSync(kubeconfigPath, kubeconfigYaml(url, ca, 'admin', token), { mode: 0o600 });
+    const ca = readFileSync(caPath).toString('base64');
+    const kubeconfigPath = join(dir, 'kubeconfig');
+    writeFileSync(kubeconfigPath, kubeconfigYaml(url, ca, 'admin', token), { mode: 0o600 });
 
-  if (opts.controllerManager) {
-    try {
-      controllerManager = await startControllerManager(
+    if (opts.controllerManager) {
+      const controllerManager = await startControllerManager(
         opts,
         dir,
         kubeconfigYaml(url, ca, KCM_USER, kcmToken),
       );
-    } catch (error) {
-      await stop();
-      throw error;
+      scope.defer('kube-controller-manager', () => controllerManager.stop());
     }
-  }
 
-  return { url, kubeconfigPath, logDir: dir, stop };
+    return { url, kubeconfigPath, logDir: dir, stop: () => scope.close() };
+  });
 }
 
 function kubeconfigYaml(url: string, caBase64: string, user: string, token: string): string {

@@ -32,7 +32,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type V1Node } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
 import { stringify } from 'yaml';
+import { Lifecycle } from '../cli/lifecycle.js';
 import { processRunning } from './instance.js';
 import { healthz } from './kube.js';
 import { freePort } from './ports.js';
@@ -59,6 +61,8 @@ const KUBELET_TUNABLES = [
 
 /** Where Debian's containernetworking-plugins installs the CNI plugins. */
 const CNI_BIN_DIR = '/usr/lib/cni';
+/** Each server's SIGTERM grace before SIGKILL. */
+const SERVER_STOP_TIMEOUT_MS = 15_000;
 const CGROUP_FS = '/sys/fs/cgroup';
 
 export interface LocalNodeOptions {
@@ -83,6 +87,8 @@ export interface LocalNodeOptions {
   id?: string;
   /** A /24 to use for the pods when no address or route here overlaps it; otherwise a free one is chosen. */
   preferredPodCidr?: string;
+  /** Where each part's stop is logged; default nowhere. */
+  logger?: Logger;
 }
 
 export interface LocalNode {
@@ -293,7 +299,7 @@ function startReaper(dataDir: string): number | undefined {
   const child = spawn(
     process.execPath,
     [...(fromSource ? ['--import', 'tsx'] : []), script, dataDir, String(process.pid)],
-    { cwd: join(here, '..', '..'), detached: true, stdio: ['pipe', 'ignore', 'ignore'] },
+    { cwd: join(here, '..'), detached: true, stdio: ['pipe', 'ignore', 'ignore'] },
   );
   child.unref();
   // The pipe stays open (that is the point) without keeping our event loop alive.
@@ -487,13 +493,18 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
   const reaperPid = startReaper(dataDir);
   if (reaperPid !== undefined) writeFileSync(join(dataDir, RECORD), JSON.stringify({ ...record, reaperPid }));
 
-  const servers: ManagedProcess[] = [];
-  const stop = async () => {
-    for (const s of [...servers].reverse()) await s.stop(15_000).catch(() => undefined);
-    await reapNode(dataDir);
+  const scope = new Lifecycle(opts.logger ?? pino({ level: 'silent' }), {
+    name,
+    stopTimeoutMs: SERVER_STOP_TIMEOUT_MS + 5_000,
+  });
+  // Deferred first, so run last: whatever the servers left (shims, pods, mounts, the bridge, cgroups).
+  scope.defer('reap', () => reapNode(dataDir), { timeoutMs: 60_000 });
+  const server = (proc: ManagedProcess) => {
+    scope.defer(proc.name, () => proc.stop(SERVER_STOP_TIMEOUT_MS));
+    return proc;
   };
 
-  try {
+  return scope.start(async () => {
     const { cidr, gateway } = await choosePodNetwork(opts.preferredPodCidr);
     // The bridge and its address before the kubelet starts: the node's
     // InternalIP and the kubelet's listen address are the gateway.
@@ -510,16 +521,11 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
     writeFileSync(join(dataDir, 'containerd.toml'), containerdConfig(dataDir, NODE_IMAGES.pause.ref));
     const socket = join(dataDir, 'containerd.sock');
     const containerdLog = join(dataDir, 'containerd.log');
-    const containerd = spawnServer(
-      'containerd',
-      'containerd',
-      ['--config', join(dataDir, 'containerd.toml')],
-      containerdLog,
-      {
+    const containerd = server(
+      spawnServer('containerd', 'containerd', ['--config', join(dataDir, 'containerd.toml')], containerdLog, {
         pidDir: opts.pidDir,
-      },
+      }),
     );
-    servers.push(containerd);
     const ctr = (...args: string[]) =>
       sh('ctr', ['--address', socket, '--namespace', 'k8s.io', ...args], 120_000);
     await waitUntil(
@@ -566,50 +572,52 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
       writeFileSync(copy, readFileSync(source));
       binds.push(`mount --bind '${copy}' '${source}'`);
     }
-    const kubelet = spawnServer(
-      'kubelet',
-      'unshare',
-      [
-        '--mount',
-        // Mounts made on the host (containerd's, for pods) still reach the kubelet's view.
-        '--propagation',
-        'slave',
-        '--',
-        'sh',
-        '-c',
-        `${[...binds, 'exec "$0" "$@"'].join(' && ')}`,
-        join(opts.binDir, 'kubelet'),
-        `--config=${join(dataDir, 'kubelet.yaml')}`,
-        `--kubeconfig=${kubeconfigPath}`,
-        `--root-dir=${join(dataDir, 'kubelet')}`,
-        `--hostname-override=${name}`,
-        `--node-ip=${gateway}`,
-        '--v=0',
-      ],
-      kubeletLog,
-      { pidDir: opts.pidDir },
+    const kubelet = server(
+      spawnServer(
+        'kubelet',
+        'unshare',
+        [
+          '--mount',
+          // Mounts made on the host (containerd's, for pods) still reach the kubelet's view.
+          '--propagation',
+          'slave',
+          '--',
+          'sh',
+          '-c',
+          `${[...binds, 'exec "$0" "$@"'].join(' && ')}`,
+          join(opts.binDir, 'kubelet'),
+          `--config=${join(dataDir, 'kubelet.yaml')}`,
+          `--kubeconfig=${kubeconfigPath}`,
+          `--root-dir=${join(dataDir, 'kubelet')}`,
+          `--hostname-override=${name}`,
+          `--node-ip=${gateway}`,
+          '--v=0',
+        ],
+        kubeletLog,
+        { pidDir: opts.pidDir },
+      ),
     );
-    servers.push(kubelet);
 
     const schedulerPort = await freePort();
     const schedulerLog = join(dataDir, 'kube-scheduler.log');
-    const scheduler = spawnServer(
-      'kube-scheduler',
-      join(opts.binDir, 'kube-scheduler'),
-      [
-        `--kubeconfig=${kubeconfigPath}`,
-        `--authentication-kubeconfig=${kubeconfigPath}`,
-        `--authorization-kubeconfig=${kubeconfigPath}`,
-        '--leader-elect=false',
-        '--bind-address=127.0.0.1',
-        `--secure-port=${schedulerPort}`,
-        `--cert-dir=${join(dataDir, 'scheduler-certs')}`,
-        '--v=0',
-      ],
-      schedulerLog,
-      { pidDir: opts.pidDir },
+    const scheduler = server(
+      spawnServer(
+        'kube-scheduler',
+        join(opts.binDir, 'kube-scheduler'),
+        [
+          `--kubeconfig=${kubeconfigPath}`,
+          `--authentication-kubeconfig=${kubeconfigPath}`,
+          `--authorization-kubeconfig=${kubeconfigPath}`,
+          '--leader-elect=false',
+          '--bind-address=127.0.0.1',
+          `--secure-port=${schedulerPort}`,
+          `--cert-dir=${join(dataDir, 'scheduler-certs')}`,
+          '--v=0',
+        ],
+        schedulerLog,
+        { pidDir: opts.pidDir },
+      ),
     );
-    servers.push(scheduler);
     await waitUntil('kube-scheduler /healthz', () => healthz(`https://127.0.0.1:${schedulerPort}/healthz`), {
       timeoutMs: 60_000,
       process: scheduler,
@@ -648,10 +656,7 @@ export async function startLocalNode(opts: LocalNodeOptions): Promise<LocalNode>
       startSeconds: (Date.now() - started) / 1000,
       importSeconds,
       logDir: dataDir,
-      stop,
+      stop: () => scope.close(),
     };
-  } catch (error) {
-    await stop();
-    throw error;
-  }
+  });
 }

@@ -1,7 +1,7 @@
 import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
-import { SEARCH_ATTRIBUTES } from '../../resources/search-attributes.js';
+import { SEARCH_ATTRIBUTES } from '../resources/search-attributes.js';
 import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
 import { preferredOrFreePort } from './ports.js';
 

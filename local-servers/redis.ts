@@ -4,16 +4,12 @@
  * with LD_LIBRARY_PATH on 127.0.0.1 and a free port, no persistence, no
  * config file.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
-import type { AddressInfo } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-
-const run = promisify(execFile);
-const INSTALL_SCRIPT = fileURLToPath(new URL('../../infra/scripts/install-redis.sh', import.meta.url));
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
+import { dirname } from 'node:path';
+import { freePort } from './ports.js';
+import { runInfraScript, unpackedPackageEnv } from './tools.js';
 
 export interface RedisInstall {
   bin: string;
@@ -25,26 +21,11 @@ let installing: Promise<RedisInstall> | undefined;
 /** Runs the install script once per process; fails with its message (a test never skips for lack of Redis). */
 export function installRedis(): Promise<RedisInstall> {
   installing ??= (async () => {
-    let stdout: string;
-    try {
-      ({ stdout } = await run('bash', [INSTALL_SCRIPT], { maxBuffer: 1 << 20 }));
-    } catch (error) {
-      const e = error as { code?: number; stderr?: string; message: string };
-      throw new Error(
-        `infra/scripts/install-redis.sh failed (exit ${e.code ?? '?'}): ${e.stderr?.trim() || e.message}`,
-      );
-    }
-    const bin = stdout.trim().split('\n').at(-1) ?? '';
+    const bin = await runInfraScript('install-redis.sh', { stderr: 'capture' });
     if (!bin.endsWith('/usr/bin/redis-server') || !existsSync(bin)) {
-      throw new Error(`infra/scripts/install-redis.sh printed no redis-server: ${JSON.stringify(stdout)}`);
+      throw new Error(`infra/scripts/install-redis.sh printed no redis-server: ${JSON.stringify(bin)}`);
     }
-    const root = dirname(dirname(dirname(bin)));
-    const libDirs = ['usr/lib', 'lib']
-      .map((d) => join(root, d))
-      .filter((d) => existsSync(d))
-      .flatMap((d) => readdirSync(d).map((name) => join(d, name)))
-      .filter((d) => /-linux-/.test(d) && statSync(d).isDirectory());
-    return { bin, env: { ...process.env, LD_LIBRARY_PATH: libDirs.join(':') } };
+    return { bin, env: unpackedPackageEnv(dirname(dirname(dirname(bin)))) };
   })();
   return installing;
 }
@@ -58,14 +39,6 @@ export interface RunningRedis {
   stop(): Promise<void>;
   /** Stops it and starts an empty one on the same port: what a restart without persistence looks like. */
   restartEmpty(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 function accepts(port: number): Promise<boolean> {

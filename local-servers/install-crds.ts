@@ -19,11 +19,11 @@ import {
   PROXY_PLURAL,
   VERSION,
   type Proxy,
-} from '../../resources/proxy-schema.js';
-import { httpCode } from '../../kube/errors.js';
+} from '../resources/proxy-schema.js';
+import { httpCode } from '../kube/errors.js';
 
-export const CRD_DIR = fileURLToPath(new URL('../../infra/k8s/crds/', import.meta.url));
-export const ADMISSION_DIR = fileURLToPath(new URL('../../infra/k8s/admission/', import.meta.url));
+export const CRD_DIR = fileURLToPath(new URL('../infra/k8s/crds/', import.meta.url));
+export const ADMISSION_DIR = fileURLToPath(new URL('../infra/k8s/admission/', import.meta.url));
 
 function isNotFound(error: unknown): boolean {
   return (error as { code?: number }).code === 404;

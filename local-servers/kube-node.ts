@@ -1,7 +1,7 @@
 /**
  * A one-node Kubernetes cluster of a test file's own: etcd, kube-apiserver,
  * the namespace and garbage-collector controllers, kube-scheduler, a kubelet
- * on Debian's containerd and runc, a CNI bridge (cli/local-servers/node.ts).
+ * on Debian's containerd and runc, a CNI bridge (node.ts).
  *
  * Its own apiserver, not the suite's: other files create pods on the
  * suite's apiserver and drive their status by hand, which a kubelet would
@@ -16,14 +16,11 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import { startLocalKubeApiServer } from '../../cli/local-servers/kube.js';
-import {
-  claimNodeEntry,
-  reapOrphanNodes,
-  startLocalNode,
-  type LocalNode,
-} from '../../cli/local-servers/node.js';
-import { ensureNodeTools } from '../../cli/local-servers/tools.js';
+import { pino } from 'pino';
+import { Lifecycle } from '../cli/lifecycle.js';
+import { startLocalKubeApiServer } from './kube.js';
+import { claimNodeEntry, reapOrphanNodes, startLocalNode, type LocalNode } from './node.js';
+import { ensureNodeTools } from './tools.js';
 
 export interface NodeCluster {
   kubeconfigPath: string;
@@ -44,40 +41,37 @@ export async function startNodeCluster(): Promise<NodeCluster> {
   // One directory per cluster: the apiserver's and the node's, reaped together.
   const runDir = mkdtempSync(join(NODES_ROOT, 'run-'));
   claimNodeEntry(runDir);
-  const apiDir = join(runDir, 'api');
-  const nodeDir = join(runDir, 'node');
-  let t = Date.now();
-  const apiserver = await startLocalKubeApiServer({
-    binDir: tools.binDir,
-    dataDir: apiDir,
-    controllerManager: true,
-  });
-  const apiserverSeconds = (Date.now() - t) / 1000;
-  t = Date.now();
-  let node: LocalNode;
-  try {
-    node = await startLocalNode({
+  const scope = new Lifecycle(pino({ level: 'silent' }), { name: 'node cluster', stopTimeoutMs: 120_000 });
+  return scope.start(async () => {
+    let t = Date.now();
+    const apiserver = await startLocalKubeApiServer({
+      binDir: tools.binDir,
+      dataDir: join(runDir, 'api'),
+      controllerManager: true,
+    });
+    scope.defer('kube-apiserver', () => apiserver.stop());
+    const apiserverSeconds = (Date.now() - t) / 1000;
+    t = Date.now();
+    const node: LocalNode = await startLocalNode({
       binDir: tools.binDir,
       imagesDir: tools.imagesDir,
       kubeconfigPath: apiserver.kubeconfigPath,
-      dataDir: nodeDir,
+      dataDir: join(runDir, 'node'),
     });
-  } catch (error) {
-    await apiserver.stop();
-    throw error;
-  }
-  const kc = new KubeConfig();
-  kc.loadFromFile(apiserver.kubeconfigPath);
-  return {
-    kubeconfigPath: apiserver.kubeconfigPath,
-    kc,
-    core: kc.makeApiClient(CoreV1Api),
-    node,
-    seconds: { ...tools.seconds, apiserver: apiserverSeconds, node: (Date.now() - t) / 1000 },
-    async stop() {
-      await node.stop();
-      await apiserver.stop();
-      rmSync(runDir, { recursive: true, force: true });
-    },
-  };
+    scope.defer('node', () => node.stop());
+    const kc = new KubeConfig();
+    kc.loadFromFile(apiserver.kubeconfigPath);
+    return {
+      kubeconfigPath: apiserver.kubeconfigPath,
+      kc,
+      core: kc.makeApiClient(CoreV1Api),
+      node,
+      seconds: { ...tools.seconds, apiserver: apiserverSeconds, node: (Date.now() - t) / 1000 },
+      async stop() {
+        await scope.close();
+        // Kept after a failed start, for its logs (reapOrphanNodes removes it later).
+        rmSync(runDir, { recursive: true, force: true });
+      },
+    };
+  });
 }
