@@ -6,9 +6,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { connect } from 'node:net';
 import { dirname } from 'node:path';
-import { freePort } from './ports.js';
+import { acceptsTcp, freePort } from './ports.js';
 import { runInfraScript, unpackedPackageEnv } from './tools.js';
 
 export interface RedisInstall {
@@ -39,17 +38,6 @@ export interface RunningRedis {
   stop(): Promise<void>;
   /** Stops it and starts an empty one on the same port: what a restart without persistence looks like. */
   restartEmpty(): Promise<void>;
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }
 
 export interface RedisTls {
@@ -109,7 +97,7 @@ export async function startRedis(
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const deadline = Date.now() + 10_000;
     for (;;) {
-      if (await accepts(port)) return;
+      if (await acceptsTcp(port)) return;
       const code = await Promise.race([
         exited,
         new Promise<'running'>((r) => setImmediate(() => r('running'))),

@@ -23,10 +23,10 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
+import { acceptsTcp } from './ports.js';
 import { runInfraScript, unpackedPackageEnv } from './tools.js';
 
 const run = promisify(execFile);
@@ -222,22 +222,11 @@ export async function startSquid(
         `squid exited (${child.exitCode ?? child.signalCode}) before accepting on 127.0.0.1:${port}\n${output}\n${log}`,
       );
     }
-    if (await accepts(port)) return squid;
+    if (await acceptsTcp(port)) return squid;
     if (Date.now() > deadline) {
       squid.kill();
       throw new Error(`squid did not accept on 127.0.0.1:${port} within ${readyTimeoutMs} ms\n${output}`);
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }

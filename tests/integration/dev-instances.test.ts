@@ -8,7 +8,6 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cliEntry } from '../helpers/cli.js';
@@ -18,6 +17,7 @@ import { Client, Connection } from '@temporalio/client';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { API_VERSION } from '../../kube/coordinates.js';
 import { processRunning } from '../../local-servers/instance.js';
+import { acceptsTcp } from '../../local-servers/ports.js';
 import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);
@@ -176,17 +176,6 @@ async function proxyWorkflowIds(dev: Dev): Promise<string[]> {
   }
 }
 
-function accepts(address: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: address, port });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
-
 /** Pids of the servers an instance runs, from its pid files. */
 function serverPids(dir: string): Record<string, number> {
   const pidDir = join(dir, 'pids');
@@ -268,7 +257,7 @@ describe.sequential('dev instances (--state-dir)', () => {
       await Promise.all([provisioned(a, 'doomed-1', 'doomed'), provisioned(a, 'doomed-2', 'doomed')]);
       const doomed = localInstances(a).filter((r) => !before.includes(r.name));
       expect(doomed).toHaveLength(2);
-      for (const r of doomed) expect(await accepts(r.address, r.port)).toBe(true);
+      for (const r of doomed) expect(await acceptsTcp(r.port, r.address)).toBe(true);
 
       await kubectl(a, 'delete', 'namespace', 'doomed', '--wait=false');
       await eventually(
@@ -282,7 +271,7 @@ describe.sequential('dev instances (--state-dir)', () => {
       const left = localInstances(a).map((r) => r.name);
       for (const r of doomed) {
         expect(left).not.toContain(r.name);
-        expect(await accepts(r.address, r.port)).toBe(false);
+        expect(await acceptsTcp(r.port, r.address)).toBe(false);
       }
       // The Proxy elsewhere is untouched.
       expect(left.sort()).toEqual([...before].sort());
@@ -323,7 +312,7 @@ describe.sequential('dev instances (--state-dir)', () => {
       const [record] = localInstances(again);
       expect(record?.name).toBe(before[0]!.name);
       await eventually('the earlier instance listening again', async () =>
-        (await accepts(record!.address, record!.port)) ? true : undefined,
+        (await acceptsTcp(record!.port, record!.address)) ? true : undefined,
       );
       for (const [name, pid] of Object.entries(pids))
         expect({ name, running: processRunning(pid) }).toEqual({ name, running: false });
