@@ -6,8 +6,14 @@
 import { get as httpsGet, type RequestOptions } from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
 
-/** Requests so far by verb and resource, keyed like `PATCH proxies` or `PATCH proxies/status`. */
-export async function apiserverRequests(kc: KubeConfig): Promise<Map<string, number>> {
+/**
+ * Requests so far by verb and resource, keyed like `PATCH proxies` or
+ * `PATCH proxies/status`; with `byCode`, by answer too (`PATCH proxies 404`).
+ */
+export async function apiserverRequests(
+  kc: KubeConfig,
+  opts: { byCode?: boolean } = {},
+): Promise<Map<string, number>> {
   const options: RequestOptions = {};
   await kc.applyToHTTPSOptions(options);
   const server = new URL(kc.getCurrentCluster()!.server);
@@ -24,7 +30,7 @@ export async function apiserverRequests(kc: KubeConfig): Promise<Map<string, num
     if (!line.startsWith('apiserver_request_total{')) continue;
     const label = (name: string) => new RegExp(`${name}="([^"]*)"`).exec(line)?.[1] ?? '';
     const sub = label('subresource');
-    const key = `${label('verb')} ${label('resource')}${sub ? `/${sub}` : ''}`;
+    const key = `${label('verb')} ${label('resource')}${sub ? `/${sub}` : ''}${opts.byCode ? ` ${label('code')}` : ''}`;
     counts.set(key, (counts.get(key) ?? 0) + Number(line.slice(line.lastIndexOf(' ') + 1)));
   }
   return counts;
