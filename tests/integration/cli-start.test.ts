@@ -1,17 +1,18 @@
 /**
  * Every process as a real child: a failed start stops what it started and
  * exits non-zero with one line naming the problem; a good start serves
- * /healthz, /readyz and /metrics (worker, bridge) and SIGTERM exits 0.
+ * /healthz, /readyz and /metrics (worker, bridge) and SIGTERM exits 0; api
+ * and gateway exit 0 on SIGTERM with their ports closed.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
 import { startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue } from '../helpers/temporal.js';
 // A loopback port with nothing listening: connection refused, at once.
-import { freePort as closedPort } from '../../local-servers/ports.js';
+import { acceptsTcp, freePort as closedPort } from '../../local-servers/ports.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'ep-cli-start-'));
 const providers = join(dir, 'providers.yaml');
@@ -159,4 +160,33 @@ describe('health, readiness and graceful stop', () => {
       expect(await child.stop(60_000)).toBe(0);
     },
   );
+
+  it.each([
+    [
+      'api',
+      ['--discovery-addr', '127.0.0.1:0'],
+      /"url":"http:\/\/127\.0\.0\.1:(\d+)"[^\n]*lease API listening/,
+    ],
+    [
+      'gateway',
+      ['--gateway-addr', '127.0.0.1:0'],
+      /"url":"http:\/\/127\.0\.0\.1:(\d+)"[^\n]*gateway listening/,
+    ],
+  ] as const)('%s exits 0 on SIGTERM, its port closed', async (command, listen, listening) => {
+    // The gateway runs no Temporal part, so it takes no --temporal-* flag.
+    const args =
+      command === 'gateway'
+        ? [
+            '--kubeconfig',
+            inject('kubeconfigPath'),
+            '--watch-namespaces',
+            `cli-start-${randomBytes(3).toString('hex')}`,
+          ]
+        : common(command);
+    const child = run([command, ...args, ...listen]);
+    const port = Number((await child.waitFor(listening, 90_000))[1]);
+    expect(await acceptsTcp(port), child.output()).toBe(true);
+    expect(await child.stop(60_000), child.output()).toBe(0);
+    expect(await acceptsTcp(port)).toBe(false);
+  });
 });
