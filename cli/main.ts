@@ -267,14 +267,33 @@ function devOptions(cmd: Command): Command {
 }
 
 /**
- * Waits for SIGTERM/SIGINT (the caller then stops everything, and exits 0)
+ * Resolves at the first SIGTERM or SIGINT from now on. Listened for before
+ * any part starts: a pod stopped while it is still starting (a rolling
+ * update, a scale-down) stops gracefully once the start in progress ends,
+ * instead of dying by the signal with whatever it had opened. The listener
+ * goes with the first signal, so a second one takes the default action and
+ * ends the process at once.
+ */
+function stopSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    const onSignal = () => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      resolve();
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+}
+
+/**
+ * Waits for the stop signal (the caller then stops everything, and exits 0)
  * or for a part to stop by itself (throws: the caller stops the rest, and a
  * worker that died must not look like a clean exit to the kubelet).
  */
-async function runUntilSignal(parts: Running[]): Promise<void> {
+async function runUntilSignal(parts: Running[], stop: Promise<void>): Promise<void> {
   const ended = await new Promise<{ part?: string; error?: unknown }>((resolve) => {
-    process.once('SIGINT', () => resolve({}));
-    process.once('SIGTERM', () => resolve({}));
+    void stop.then(() => resolve({}));
     for (const p of parts)
       p.done.then(
         () => resolve({ part: p.name }),
@@ -311,6 +330,11 @@ export async function runPlan(
     return;
   }
   const logger = createLogger(plan.logger.level);
+  const stop = stopSignal();
+  let starting = true;
+  void stop.then(() => {
+    if (starting) logger.info('stop requested while starting: stopping once the start in progress ends');
+  });
   // Before any part: the Temporal plugin and the lease API's hook are given to them at start.
   const tracing = await startTracing(plan.tracing, packageVersion());
   if (plan.tracing) logger.info({ traces: tracing.describe() }, 'tracing on');
@@ -348,7 +372,8 @@ export async function runPlan(
         ),
       );
     }
-    await runUntilSignal(parts);
+    starting = false;
+    await runUntilSignal(parts, stop);
   } finally {
     await scope.close();
   }

@@ -189,4 +189,12 @@ describe('health, readiness and graceful stop', () => {
     expect(await child.stop(60_000), child.output()).toBe(0);
     expect(await acceptsTcp(port)).toBe(false);
   });
+
+  it('api stopped while it is still starting: exits 0 once the start in progress ends', async () => {
+    const child = run(['api', ...common('api'), '--discovery-addr', '127.0.0.1:0']);
+    // Logged inside the api's start, before it listens or connects to Temporal.
+    await child.waitFor(/"msg":"informer synced"/, 90_000);
+    expect(await child.stop(60_000), child.output()).toBe(0);
+    expect(child.output()).toContain('stop requested while starting');
+  });
 });
