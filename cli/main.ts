@@ -331,10 +331,6 @@ export async function runPlan(
   }
   const logger = createLogger(plan.logger.level);
   const stop = stopSignal();
-  let starting = true;
-  void stop.then(() => {
-    if (starting) logger.info('stop requested while starting: stopping once the start in progress ends');
-  });
   // Before any part: the Temporal plugin and the lease API's hook are given to them at start.
   const tracing = await startTracing(plan.tracing, packageVersion());
   if (plan.tracing) logger.info({ traces: tracing.describe() }, 'tracing on');
@@ -342,38 +338,63 @@ export async function runPlan(
   // Deferred first, so stopped last: spans still buffered are sent before the process exits.
   scope.defer('tracing', () => tracing.shutdown().catch(() => undefined));
   const parts: Running[] = [];
-  const started = (part: Running) => {
+  let stopping = false;
+  /** One part's start; a part whose start ends after a stop was asked for is stopped at once. */
+  const startPart = async (start: () => Promise<Running>): Promise<void> => {
+    if (stopping) return;
+    const part = await start();
+    if (stopping) {
+      await part.stop();
+      return;
+    }
     scope.defer(part.name, () => part.stop());
     parts.push(part);
   };
-  try {
+  const startAll = async (): Promise<void> => {
     if (plan.worker) {
-      started(await startWorker(plan.worker, loadKubeConfig(plan.worker.kubeconfig), logger, { tracing }));
+      const worker = plan.worker;
+      await startPart(() => startWorker(worker, loadKubeConfig(worker.kubeconfig), logger, { tracing }));
     }
     if (plan.bridge) {
-      started(await startBridge(plan.bridge, loadKubeConfig(plan.bridge.kubeconfig), logger, { tracing }));
+      const bridge = plan.bridge;
+      await startPart(() => startBridge(bridge, loadKubeConfig(bridge.kubeconfig), logger, { tracing }));
     }
     if (plan.api) {
-      started(
-        await startApi(plan.api.options, plan.api, loadKubeConfig(plan.api.kubeconfig), logger, undefined, {
+      const api = plan.api;
+      await startPart(() =>
+        startApi(api.options, api, loadKubeConfig(api.kubeconfig), logger, undefined, { tracing }),
+      );
+    }
+    if (plan.gateway) {
+      const gateway = plan.gateway;
+      await startPart(() =>
+        startGateway(gateway.options, gateway, loadKubeConfig(gateway.kubeconfig), logger, undefined, {
           tracing,
         }),
       );
     }
-    if (plan.gateway) {
-      started(
-        await startGateway(
-          plan.gateway.options,
-          plan.gateway,
-          loadKubeConfig(plan.gateway.kubeconfig),
-          logger,
-          undefined,
-          { tracing },
-        ),
-      );
+  };
+  try {
+    const starting = startAll();
+    const first = await Promise.race([
+      starting.then(() => 'started' as const),
+      stop.then(() => 'stop' as const),
+    ]);
+    if (first === 'started') {
+      await runUntilSignal(parts, stop);
+      return;
     }
-    starting = false;
-    await runUntilSignal(parts, stop);
+    // Asked to stop while a part is still starting (a pod stopped during a
+    // rolling update, or one waiting for RBAC it lacks): what has started
+    // stops now; the part being started stops when its start ends, and a
+    // start that would not end (an informer that cannot sync retries
+    // forever) is left to the process's exit, which the backstop makes sure of.
+    stopping = true;
+    logger.info('stop requested while starting: stopping what has started');
+    starting.catch((error: unknown) =>
+      logger.debug({ err: oneLine(error) }, 'a start cut short by the stop failed'),
+    );
+    setTimeout(() => process.exit(), EXIT_BACKSTOP_MS).unref();
   } finally {
     await scope.close();
   }
