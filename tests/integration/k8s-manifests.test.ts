@@ -21,7 +21,13 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
-import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1PolicyRule } from '@kubernetes/client-node';
+import {
+  AuthorizationV1Api,
+  CoreV1Api,
+  KubeConfig,
+  RbacAuthorizationV1Api,
+  type V1PolicyRule,
+} from '@kubernetes/client-node';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -175,10 +181,83 @@ async function withoutRule(
     }
   }
   expect(found, `${role.kind} ${role.name} grants ${verb} ${resource}`).toBe(true);
+  const removed = (current.rules ?? []).find(
+    (r) => r.resources?.includes(resource) && r.verbs.includes(verb),
+  );
+  const allowed = await ruleReview(role, {
+    apiGroup: removed?.apiGroups?.[0] ?? '',
+    resource,
+    verb,
+    // A rule limited to named objects (the worker's namespaces/default) grants only those.
+    name: removed?.resourceNames?.[0],
+  });
+  // The question is asked right: the rule is in force before it goes.
+  expect(await allowed(), `${role.kind} ${role.name} allows ${verb} ${resource} before`).toBe(true);
   const body = { ...current, rules };
   if (role.kind === 'Role')
     await rbac.replaceNamespacedRole({ name: role.name, namespace: role.namespace!, body });
   else await rbac.replaceClusterRole({ name: role.name, body });
+  // The apiserver's authorizer reads roles through an informer of its own:
+  // a removal is in force a moment after the write (CI once saw the worker
+  // read namespaces/default in between).
+  await eventually(
+    `${role.kind} ${role.name} without ${verb} ${resource} in force`,
+    async () => ((await allowed()) ? undefined : true),
+    { timeoutMs: 30_000, intervalMs: 100 },
+  );
+}
+
+/**
+ * Whether any subject bound to the role may do what `rule` names, as the
+ * apiserver's authorizer answers it now (SubjectAccessReviews).
+ */
+async function ruleReview(
+  role: { kind: 'Role' | 'ClusterRole'; name: string; namespace?: string },
+  rule: { apiGroup: string; resource: string; verb: string; name?: string },
+): Promise<() => Promise<boolean>> {
+  const kc = kubeConfig();
+  const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+  const bindings =
+    role.kind === 'Role'
+      ? (await rbac.listNamespacedRoleBinding({ namespace: role.namespace! })).items
+      : [
+          ...(await rbac.listClusterRoleBinding()).items,
+          ...(await rbac.listRoleBindingForAllNamespaces()).items,
+        ];
+  // Each subject with where its binding grants (a RoleBinding: its own namespace).
+  const subjects = bindings
+    .filter((b) => b.roleRef.kind === role.kind && b.roleRef.name === role.name)
+    .flatMap((b) => (b.subjects ?? []).map((subject) => ({ subject, namespace: b.metadata?.namespace })));
+  expect(subjects.length, `${role.kind} ${role.name} is bound`).toBeGreaterThan(0);
+  const [plural, subresource] = rule.resource.split('/');
+  const authz = kc.makeApiClient(AuthorizationV1Api);
+  return async () => {
+    for (const { subject, namespace } of subjects) {
+      const identity =
+        subject.kind === 'ServiceAccount'
+          ? { user: `system:serviceaccount:${subject.namespace}:${subject.name}` }
+          : subject.kind === 'Group'
+            ? { groups: [subject.name] }
+            : { user: subject.name };
+      const review = await authz.createSubjectAccessReview({
+        body: {
+          spec: {
+            ...identity,
+            resourceAttributes: {
+              group: rule.apiGroup,
+              resource: plural,
+              ...(subresource ? { subresource } : {}),
+              verb: rule.verb,
+              ...(rule.name ? { name: rule.name } : {}),
+              namespace: namespace ?? 'default',
+            },
+          },
+        },
+      });
+      if (review.status?.allowed) return true;
+    }
+    return false;
+  };
 }
 
 /** The last failure of each activity the workflow is retrying (what `temporal workflow describe` shows). */
