@@ -239,6 +239,30 @@ function gatewayOptions(cmd: Command): Command {
         '--gateway-max-target-labels <n>',
         'distinct targets given their own metric label; the rest count as "other" (default 500)',
       ),
+    )
+    .addOption(
+      new Option(
+        '--egress-deny-cidrs <cidrs>',
+        "ranges crawlers may not reach, added to the default private, loopback, link-local and reserved ones (the cluster's pod and service CIDRs), comma-separated",
+      ),
+    )
+    .addOption(
+      new Option(
+        '--egress-allow-cidrs <cidrs>',
+        'exceptions to the denied ranges, comma-separated; the loopback opens only when named (127.0.0.0/8) (dev: 127.0.0.0/8,::1/128)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--egress-allow-ports <ports>',
+        'destination ports crawlers may reach, like 80,443,8000-8999, or any (default 80,443; dev any)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--egress-resolver <ip:port>',
+        "DNS server the gateway resolves targets with (default: the system's resolver)",
+      ),
     );
 }
 

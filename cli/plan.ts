@@ -12,7 +12,7 @@ import { join, resolve } from 'node:path';
 import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
 import { ConfigError, readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
 import {
-  DEV_GATEWAY_ADDR,
+  DEV_GATEWAY_DEFAULTS,
   readGatewayConfig,
   type GatewayFlags,
   type GatewayOptions,
@@ -193,7 +193,7 @@ export function planCommand(
   if (command === 'dev' || command === 'gateway') {
     plan.gateway = {
       ...pick(common, ['kubeconfig', 'metricsAddr', 'watchNamespaces'] as const),
-      options: readGatewayConfig(env, flags, command === 'dev' ? { gatewayAddr: DEV_GATEWAY_ADDR } : {}),
+      options: readGatewayConfig(env, flags, command === 'dev' ? DEV_GATEWAY_DEFAULTS : {}),
     };
   }
   if (command === 'dev') {

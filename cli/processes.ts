@@ -24,7 +24,7 @@ import {
   type LeaseStoreConfig,
   type ProxyCatalog,
 } from '../api/index.js';
-import { createGateway, type GatewayOptions } from '../gateway/index.js';
+import { createGateway, describeEgressPolicy, type GatewayOptions } from '../gateway/index.js';
 import {
   createProber,
   createProxyProbeTargets,
@@ -543,7 +543,8 @@ export async function startGateway(
     }
     const address = await gateway.listen(options.host, options.port);
     scope.defer('gateway', () => gateway.close());
-    logger.info({ url: address.url }, 'gateway listening');
+    const egress = describeEgressPolicy(options);
+    logger.info({ url: address.url, egress }, 'gateway listening');
     const metricsUrl = metricsServer?.url ?? '';
     return {
       name: 'gateway',
@@ -551,7 +552,7 @@ export async function startGateway(
       metricsUrl,
       done: new Promise(() => undefined),
       describe: () =>
-        `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''})`,
+        `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''}${opts.shared ? '' : `; ${egress}`})`,
       stop: () => scope.close(),
     };
   });

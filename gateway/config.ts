@@ -12,10 +12,28 @@ import {
   readApiConfig,
   type ApiFlags,
 } from '../api/config.js';
+import {
+  createEgressPolicy,
+  DEFAULT_EGRESS_POLICY,
+  describePorts,
+  EgressPolicyError,
+  parseCidrList,
+  parsePortList,
+} from '../forwarding/egress-policy.js';
 
 export const DEFAULT_GATEWAY_ADDR = ':8080';
 /** `dev` binds the loopback; a taken port is replaced by a free one. */
 export const DEV_GATEWAY_ADDR = '127.0.0.1:8092';
+/**
+ * What `dev` starts its gateway with: its targets (the IP echo, the probe
+ * target) live on the loopback on ports of their own, so it allows both, and
+ * its banner says so. A standalone gateway never allows the loopback unasked.
+ */
+export const DEV_GATEWAY_DEFAULTS = {
+  gatewayAddr: DEV_GATEWAY_ADDR,
+  egressAllowCidrs: '127.0.0.0/8,::1/128',
+  egressAllowPorts: 'any',
+} as const;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export const DEFAULT_ATTEMPTS = 3;
 export const DEFAULT_RATE_LIMIT_STATUSES = [429, 403] as const;
@@ -40,6 +58,14 @@ export const gatewayOptionsSchema = z.strictObject({
   rateLimitStatuses: z.array(z.int().min(100).max(599)),
   /** Distinct targets given their own metric label; the rest count as `other`. */
   maxTargetLabels: z.int().min(0),
+  /** Where crawlers may reach (forwarding/egress-policy.ts): ranges denied on top of the defaults. */
+  egressDenyCidrs: z.array(z.string()),
+  /** Exceptions to the denied ranges (the loopback only when named). */
+  egressAllowCidrs: z.array(z.string()),
+  /** Destination ports allowed, inclusive ranges. */
+  egressAllowPorts: z.array(z.tuple([z.int(), z.int()])),
+  /** A DNS server (`ip:port`) the gateway resolves targets with instead of the system's resolver. */
+  egressResolver: z.string().optional(),
 });
 export type GatewayOptions = z.infer<typeof gatewayOptionsSchema>;
 
@@ -55,6 +81,14 @@ export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'> {
   gatewayRateLimitStatuses?: string | undefined;
   /** `--gateway-max-target-labels` (default 500). */
   gatewayMaxTargetLabels?: string | undefined;
+  /** `--egress-deny-cidrs`, comma-separated, added to the default denied ranges. */
+  egressDenyCidrs?: string | undefined;
+  /** `--egress-allow-cidrs`, comma-separated exceptions. */
+  egressAllowCidrs?: string | undefined;
+  /** `--egress-allow-ports`, like `80,443,8000-8999` or `any` (default 80,443). */
+  egressAllowPorts?: string | undefined;
+  /** `--egress-resolver`, `ip:port` of a DNS server. */
+  egressResolver?: string | undefined;
 }
 
 export class GatewayConfigError extends Error {
@@ -64,7 +98,7 @@ export class GatewayConfigError extends Error {
 export function readGatewayConfig(
   env: Readonly<Record<string, string | undefined>>,
   flags: GatewayFlags = {},
-  defaults: { gatewayAddr?: string } = {},
+  defaults: { gatewayAddr?: string; egressAllowCidrs?: string; egressAllowPorts?: string } = {},
 ): GatewayOptions {
   let lease;
   try {
@@ -112,6 +146,7 @@ export function readGatewayConfig(
             return Number(part.trim());
           });
   }
+  const egress = readEgressFlags(flags, defaults);
   const parsed = gatewayOptionsSchema.safeParse({
     host: address.host,
     port: address.port,
@@ -128,6 +163,7 @@ export function readGatewayConfig(
       '--gateway-max-target-labels',
       DEFAULT_MAX_TARGET_LABELS,
     ),
+    ...egress,
   });
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -135,4 +171,58 @@ export function readGatewayConfig(
     throw new GatewayConfigError(`${flag}: ${issue.message}`);
   }
   return parsed.data;
+}
+
+/** The egress flags, checked as one policy (a bad CIDR or port is named here, at start). */
+function readEgressFlags(
+  flags: GatewayFlags,
+  defaults: { egressAllowCidrs?: string; egressAllowPorts?: string },
+): Pick<GatewayOptions, 'egressDenyCidrs' | 'egressAllowCidrs' | 'egressAllowPorts' | 'egressResolver'> {
+  try {
+    const allowCidrs = flags.egressAllowCidrs ?? defaults.egressAllowCidrs;
+    const allowPorts = flags.egressAllowPorts ?? defaults.egressAllowPorts;
+    const spec = {
+      denyCidrs: parseCidrList(flags.egressDenyCidrs ?? '', '--egress-deny-cidrs'),
+      allowCidrs: parseCidrList(allowCidrs ?? '', '--egress-allow-cidrs'),
+      allowPorts:
+        allowPorts === undefined
+          ? DEFAULT_EGRESS_POLICY.allowPorts.map(([a, b]) => [a, b] as [number, number])
+          : parsePortList(allowPorts, '--egress-allow-ports'),
+    };
+    createEgressPolicy(spec);
+    const resolver = flags.egressResolver?.trim();
+    if (resolver !== undefined && !/^(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/.test(resolver))
+      throw new EgressPolicyError(
+        `--egress-resolver: expected the ip:port of a DNS server (like 10.96.0.10:53), got ${JSON.stringify(resolver)}`,
+      );
+    return {
+      egressDenyCidrs: spec.denyCidrs,
+      egressAllowCidrs: spec.allowCidrs,
+      egressAllowPorts: spec.allowPorts,
+      ...(resolver !== undefined ? { egressResolver: resolver } : {}),
+    };
+  } catch (error) {
+    if (error instanceof EgressPolicyError) throw new GatewayConfigError(error.message);
+    throw error;
+  }
+}
+
+/** The policy in one line, for the banner and the start-up log. */
+export function describeEgressPolicy(
+  options: Pick<GatewayOptions, 'egressDenyCidrs' | 'egressAllowCidrs' | 'egressAllowPorts'>,
+  dev = false,
+): string {
+  const policy = createEgressPolicy({
+    denyCidrs: options.egressDenyCidrs,
+    allowCidrs: options.egressAllowCidrs,
+    allowPorts: options.egressAllowPorts,
+  });
+  const head = policy.allowsLoopback
+    ? `egress policy: loopback allowed${dev ? ' (dev)' : ''}`
+    : `egress policy: private, loopback and link-local addresses refused${dev ? ' (dev)' : ''}`;
+  const parts = [head];
+  if (options.egressAllowCidrs.length > 0) parts.push(`allowed ${options.egressAllowCidrs.join(',')}`);
+  if (options.egressDenyCidrs.length > 0) parts.push(`also refused ${options.egressDenyCidrs.join(',')}`);
+  parts.push(`ports ${describePorts(options.egressAllowPorts)}`);
+  return parts.join('; ');
 }

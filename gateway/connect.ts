@@ -10,6 +10,7 @@ import type { TraceSpan } from '../tracing/http.js';
 import { admit, hostOf, traceOf } from './admission.js';
 import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
 import type { ConnectionOptions } from './credentials.js';
+import { checkDestination, type CheckedDestination } from './destination.js';
 import type { ConnectionLease } from './leases.js';
 import { Refusal, refuseTunnel } from './refusal.js';
 import { openTunnel } from './upstream-tunnel.js';
@@ -31,13 +32,16 @@ export async function handleConnect(
     tunnel.upstream?.destroy();
   });
   let target: string;
-  let options: ConnectionOptions;
+  let options: ConnectionOptions | undefined;
+  let destination: CheckedDestination;
   try {
-    target = hostOf(hostOfAuthority(authority));
+    const { hostname, port } = parseAuthority(authority);
+    target = hostOf(hostname);
     options = admit(req, ctx.token, ctx.settings.maxLeaseTtlSeconds);
+    destination = await checkDestination(ctx.egress, ctx.resolver, hostname, port);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'connect', error, { target: authority, started, session: undefined });
+    recordRefused(ctx, 'connect', error, { target: authority, started, session: options?.session });
     refuseTunnel(client, error);
     return;
   }
@@ -51,7 +55,9 @@ export async function handleConnect(
         tunnel.upstream?.destroy();
       },
       attempt: async (proxy) => {
-        const { rest } = await openTunnel(proxy, authority, ctx.settings.connectTimeoutMs, (socket) => {
+        // The address checked, never the name: the upstream proxy does not resolve it again.
+        const pinned = destination.authority;
+        const { rest } = await openTunnel(proxy, pinned, ctx.settings.connectTimeoutMs, (socket) => {
           // Known from the first moment, so a crawler that leaves mid-setup ends the attempt at once.
           tunnel.upstream = socket;
           if (tunnel.closed) socket.destroy();
@@ -81,13 +87,21 @@ export async function handleConnect(
   recordCarried(ctx, 'connect', picked, { target, logTarget: authority, started, status: 200 }, bytes);
 }
 
-/** The host of a CONNECT authority; throws Refusal (400) when it is not `host:port`. */
-function hostOfAuthority(authority: string): string {
+/**
+ * The host and port of a CONNECT authority, the host normalised as a URL's
+ * would be (so `0x7f.1` is 127.0.0.1, as for plain HTTP); throws Refusal
+ * (400) when it is not `host:port`.
+ */
+function parseAuthority(authority: string): { hostname: string; port: number } {
   const m = AUTHORITY.exec(authority);
   const port = m ? Number(m[2]) : 0;
   if (!m || port < 1 || port > 65535)
     throw new Refusal(400, 'CONNECT needs host:port (authority form)', 'bad_request');
-  return m[1]!;
+  try {
+    return { hostname: new URL(`http://${m[1]!}`).hostname, port };
+  } catch {
+    throw new Refusal(400, 'CONNECT needs host:port (authority form)', 'bad_request');
+  }
 }
 
 /**

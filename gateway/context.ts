@@ -9,7 +9,9 @@ import type { ProxyView } from '../api/proxy-catalog.js';
 import type { TraceHook, TraceSpan } from '../tracing/http.js';
 import { refusedEntry, type AccessLog } from './access-log.js';
 import type { GatewayOptions } from './config.js';
+import type { EgressPolicy } from '../forwarding/egress-policy.js';
 import type { ConnectionOptions } from './credentials.js';
+import type { DestinationResolver } from './destination.js';
 import type { ConnectionLease, GatewayLeases } from './leases.js';
 import type { ConnectionKind, GatewayMetrics } from './metrics.js';
 import type { Refusal } from './refusal.js';
@@ -25,6 +27,10 @@ export type GatewaySettings = Pick<
   | 'attempts'
   | 'rateLimitStatuses'
   | 'maxTargetLabels'
+  | 'egressDenyCidrs'
+  | 'egressAllowCidrs'
+  | 'egressAllowPorts'
+  | 'egressResolver'
 >;
 
 export interface GatewayContext {
@@ -37,6 +43,9 @@ export interface GatewayContext {
   log: Logger;
   accessLog: AccessLog;
   traceHook: TraceHook | undefined;
+  /** Where crawlers may reach, checked before any lease is taken. */
+  egress: EgressPolicy;
+  resolver: DestinationResolver;
   /** Keep-alive connections to the upstream proxies, for plain HTTP. */
   agents: UpstreamAgents;
   /** Counts open tunnels and plain-HTTP requests in flight. */

@@ -4,6 +4,8 @@ export {
   GatewayConfigError,
   DEFAULT_GATEWAY_ADDR,
   DEV_GATEWAY_ADDR,
+  DEV_GATEWAY_DEFAULTS,
+  describeEgressPolicy,
   type GatewayFlags,
   type GatewayOptions,
 } from './config.js';

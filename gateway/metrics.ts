@@ -12,7 +12,15 @@ export type ConnectionKind = 'connect' | 'http';
 
 /** How a connection or request through the gateway ended, for `egress_gateway_requests_total`. */
 export type GatewayOutcome =
-  'ok' | 'bad_request' | 'unauthorized' | 'no_match' | 'unavailable' | 'upstream_failed' | 'client_closed';
+  | 'ok'
+  | 'bad_request'
+  | 'unauthorized'
+  | 'forbidden_target'
+  | 'unresolved'
+  | 'no_match'
+  | 'unavailable'
+  | 'upstream_failed'
+  | 'client_closed';
 
 /** Why an upstream attempt failed. */
 export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';

@@ -4,9 +4,11 @@
  * are never buffered; the lease is held for the one exchange.
  */
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import { dialAddress, ipLiteralOf } from '../forwarding/egress-policy.js';
 import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
 import type { TraceSpan } from '../tracing/http.js';
 import { admit, hostOf, traceOf } from './admission.js';
+import { checkDestination } from './destination.js';
 import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
 import type { ConnectionOptions } from './credentials.js';
 import type { ConnectionLease } from './leases.js';
@@ -35,13 +37,17 @@ export async function handleRequest(
   });
   let sent = 0;
   let url: URL | undefined;
-  let options: ConnectionOptions;
+  let options: ConnectionOptions | undefined;
   try {
     url = absoluteUrl(rawUrl);
     options = admit(req, ctx.token, ctx.settings.maxLeaseTtlSeconds);
+    // Checked here, before the lease; the request goes on by name (a proxy
+    // rewrites Host from the URL, so an address there would break virtual
+    // hosts): the proxies this product configures re-check what they resolve.
+    await checkDestination(ctx.egress, ctx.resolver, url.hostname, Number(url.port || 80));
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, session: undefined });
+    recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, session: options?.session });
     refuseRequest(res, error);
     return;
   }
@@ -58,7 +64,7 @@ export async function handleRequest(
       attempt: (proxy) =>
         forward(proxy, ctx.agents.for(proxy), {
           req,
-          rawUrl,
+          rawUrl: canonicalAuthority(rawUrl, url),
           timeoutMs: ctx.settings.connectTimeoutMs,
           expose: (r) => {
             exchange.upstream = r;
@@ -84,6 +90,23 @@ export async function handleRequest(
     response: picked.result,
   });
   recordCarried(ctx, 'http', picked, { target, logTarget: url.host, started, status }, { sent, received });
+}
+
+/**
+ * The URL as sent on: its authority as the policy judged it (so `010.0.0.1`,
+ * which the URL standard reads as 8.0.0.1 and a proxy might read as
+ * 10.0.0.1, goes on as 8.0.0.1), the path and query as the crawler wrote them.
+ */
+function canonicalAuthority(rawUrl: string, url: URL): string {
+  const rest = /^http:\/\/[^/?#]*(.*)$/is.exec(rawUrl)?.[1] ?? '/';
+  const literal = ipLiteralOf(url.hostname);
+  let host = url.host;
+  if (literal !== undefined) {
+    // An IPv4-mapped address goes on as the IPv4 address it is, as for CONNECT.
+    const address = dialAddress(literal);
+    host = `${address.includes(':') ? `[${address}]` : address}${url.port ? `:${url.port}` : ''}`;
+  }
+  return `http://${host}${rest === '' ? '/' : rest}`;
 }
 
 /** The request's absolute-form http:// URL; throws Refusal (400) for anything else. */

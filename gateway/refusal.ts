@@ -50,6 +50,7 @@ function statusText(status: number): string {
   return (
     {
       400: 'Bad Request',
+      403: 'Forbidden',
       407: 'Proxy Authentication Required',
       502: 'Bad Gateway',
       503: 'Service Unavailable',

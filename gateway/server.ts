@@ -24,9 +24,11 @@ import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../api/lease-store.js';
 import type { ProxyCatalog } from '../api/proxy-catalog.js';
 import type { TraceHook } from '../tracing/http.js';
+import { createEgressPolicy } from '../forwarding/egress-policy.js';
 import { createAccessLog } from './access-log.js';
 import { answerClientError } from './client-errors.js';
 import { handleConnect } from './connect.js';
+import { createDestinationResolver } from './destination.js';
 import type { GatewayContext, GatewaySettings } from './context.js';
 import { createGatewayLeases } from './leases.js';
 import { registerGatewayMetrics } from './metrics.js';
@@ -77,6 +79,12 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     log,
     accessLog: createAccessLog(log),
     traceHook: opts.traceHook,
+    egress: createEgressPolicy({
+      denyCidrs: settings.egressDenyCidrs,
+      allowCidrs: settings.egressAllowCidrs,
+      allowPorts: settings.egressAllowPorts,
+    }),
+    resolver: createDestinationResolver(settings.egressResolver),
     agents: createUpstreamAgents(),
     carrying: {
       opened() {

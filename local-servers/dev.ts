@@ -21,6 +21,7 @@ import { loadKubeConfig } from '../cli/kube.js';
 import { Lifecycle } from '../cli/lifecycle.js';
 import { startApi, startBridge, startGateway, startWorker, type Running } from '../cli/processes.js';
 import { packageVersion } from '../cli/version.js';
+import { describeEgressPolicy } from '../gateway/config.js';
 import { startTracing, type TracingConfig } from '../tracing/index.js';
 import { installCrds, installFinalizerPolicy } from './install-crds.js';
 import { acquireStartLock, lockInstance, reapServers } from './instance.js';
@@ -253,6 +254,7 @@ export const runDev: RunDev = async (plan, logger, env) => {
         : ['  Node         none: `kubernetes` Proxies stay Pending (dev --node runs a real one)']),
       ...parts.map((p) => `  ${p.name.padEnd(12)} ${p.describe()}`),
       `  IP echo      ${echo.url} answers {"ip":"<caller>"}; through a local proxy, its egress IP`,
+      `  Egress       ${describeEgressPolicy(gatewayOptions, true)}`,
       ...(jaegerUi
         ? [`  Tracing      Jaeger UI ${jaegerUi}`]
         : tracingConfig

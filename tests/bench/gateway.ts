@@ -153,6 +153,10 @@ async function runChild(role: string, values: Record<string, string | undefined>
         attempts: 3,
         rateLimitStatuses: [429, 403],
         maxTargetLabels: 500,
+        // Its targets are on the loopback, on ports of their own.
+        egressDenyCidrs: [],
+        egressAllowCidrs: ['127.0.0.0/8'],
+        egressAllowPorts: [[1, 65535]],
       },
     });
     gateway.server.maxConnections = 100_000;

@@ -120,6 +120,8 @@ describe('make dev (egress-proxies dev)', () => {
     // Ready (their probe URL is the lease API's preferred port, which this dev may not have), else 503.
     const gatewayUrl = /proxy endpoint (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)?.[1];
     expect(gatewayUrl).toBeDefined();
+    // Its targets are on the loopback: dev allows it, and says so.
+    expect(banner).toContain('egress policy: loopback allowed (dev)');
     const viaGateway = await curlThrough(gatewayUrl!, 'session-dev', '', echoUrl!);
     if (viaGateway.status === 200)
       expect(endpoints.map((e) => e.ip)).toContain((JSON.parse(viaGateway.body) as { ip: string }).ip);

@@ -73,6 +73,10 @@ describe('gateway metrics, spans and access log', () => {
         attempts: 3,
         rateLimitStatuses: [429],
         maxTargetLabels: 1,
+        // Its targets are on the loopback, on ports of their own.
+        egressDenyCidrs: [],
+        egressAllowCidrs: ['127.0.0.0/8'],
+        egressAllowPorts: [[1, 65535]],
       },
       traceHook: (request) => {
         const span: TraceRequest & { status?: number } = { ...request };

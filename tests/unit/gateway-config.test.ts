@@ -1,6 +1,11 @@
 /** The gateway's flags, read once into GatewayOptions (gateway/config.ts). */
 import { describe, expect, it } from 'vitest';
-import { GatewayConfigError, readGatewayConfig } from '../../gateway/config.js';
+import {
+  DEV_GATEWAY_DEFAULTS,
+  describeEgressPolicy,
+  GatewayConfigError,
+  readGatewayConfig,
+} from '../../gateway/config.js';
 
 describe('readGatewayConfig', () => {
   it('has the documented defaults and takes the lease settings the api takes', () => {
@@ -16,6 +21,12 @@ describe('readGatewayConfig', () => {
       attempts: 3,
       rateLimitStatuses: [429, 403],
       maxTargetLabels: 500,
+      egressDenyCidrs: [],
+      egressAllowCidrs: [],
+      egressAllowPorts: [
+        [80, 80],
+        [443, 443],
+      ],
     });
   });
 
@@ -32,9 +43,21 @@ describe('readGatewayConfig', () => {
           leaseCooldown: '1m',
           maxLeaseTtl: '10m',
           leaseStore: 'redis://127.0.0.1:6379/1',
+          egressDenyCidrs: '10.96.0.0/12, 10.244.1.7/16',
+          egressAllowCidrs: '10.0.5.5',
+          egressAllowPorts: '80,443,8000-8999',
+          egressResolver: '10.96.0.10:53',
         },
       ),
     ).toMatchObject({
+      egressDenyCidrs: ['10.96.0.0/12', '10.244.0.0/16'],
+      egressAllowCidrs: ['10.0.5.5/32'],
+      egressAllowPorts: [
+        [80, 80],
+        [443, 443],
+        [8000, 8999],
+      ],
+      egressResolver: '10.96.0.10:53',
       host: '127.0.0.1',
       port: 9000,
       connectTimeoutMs: 1500,
@@ -47,6 +70,24 @@ describe('readGatewayConfig', () => {
     });
     expect(readGatewayConfig({}, { gatewayRateLimitStatuses: '' }).rateLimitStatuses).toEqual([]);
     expect(readGatewayConfig({}, {}, { gatewayAddr: '127.0.0.1:8092' }).port).toBe(8092);
+    expect(readGatewayConfig({}, { egressAllowPorts: 'any' }).egressAllowPorts).toEqual([[1, 65535]]);
+  });
+
+  it('dev allows the loopback on any port; a flag still wins over it', () => {
+    expect(readGatewayConfig({}, {}, DEV_GATEWAY_DEFAULTS)).toMatchObject({
+      port: 8092,
+      egressAllowCidrs: ['127.0.0.0/8', '::1/128'],
+      egressAllowPorts: [[1, 65535]],
+    });
+    expect(readGatewayConfig({}, { egressAllowCidrs: '' }, DEV_GATEWAY_DEFAULTS).egressAllowCidrs).toEqual(
+      [],
+    );
+    expect(describeEgressPolicy(readGatewayConfig({}, {}, DEV_GATEWAY_DEFAULTS), true)).toBe(
+      'egress policy: loopback allowed (dev); allowed 127.0.0.0/8,::1/128; ports any',
+    );
+    expect(describeEgressPolicy(readGatewayConfig({}, {}))).toBe(
+      'egress policy: private, loopback and link-local addresses refused; ports 80,443',
+    );
   });
 
   it.each([
@@ -62,6 +103,15 @@ describe('readGatewayConfig', () => {
     ],
     [{ gatewayMaxTargetLabels: '-1' }, '--gateway-max-target-labels: must be a whole number, got "-1"'],
     [{ leaseCooldown: 'x' }, '--lease-cooldown: invalid duration "x"'],
+    [{ egressDenyCidrs: '10.0.0.0/8,10.0.0/33' }, '--egress-deny-cidrs: "10.0.0/33" is not a CIDR'],
+    [{ egressAllowCidrs: 'internal' }, '--egress-allow-cidrs: "internal" is not a CIDR'],
+    [{ egressAllowPorts: '443,70000' }, '--egress-allow-ports: "70000" is not a port or a range of ports'],
+    [
+      { egressAllowPorts: '9000-8000' },
+      '--egress-allow-ports: "9000-8000" is not a port or a range of ports',
+    ],
+    [{ egressAllowPorts: ',' }, '--egress-allow-ports: no port given'],
+    [{ egressResolver: 'dns.internal:53' }, '--egress-resolver: expected the ip:port of a DNS server'],
     [
       { leaseStore: 'http://x' },
       '--lease-store: expected memory, redis://host:port or rediss://host:port, got a http:// URL',
