@@ -114,7 +114,7 @@ export async function startWorker(
   opts: {
     dev?: boolean;
     /** dev --node: the node's kubernetes provider joins the embedded config. */
-    devNode?: { kubeconfig: string; image: string };
+    devNode?: { kubeconfig: string; image: string; gateway: string };
     metrics?: Registry;
     tracing?: Tracing;
   } = {},
@@ -544,8 +544,11 @@ export async function startGateway(
     const address = await gateway.listen(options.host, options.port);
     scope.defer('gateway', () => gateway.close());
     const egress = describeEgressPolicy(options);
-    logger.info({ url: address.url, egress }, 'gateway listening');
     const metricsUrl = metricsServer?.url ?? '';
+    logger.info(
+      { url: address.url, ...(metricsUrl ? { metrics: metricsUrl } : {}), egress },
+      'gateway listening',
+    );
     return {
       name: 'gateway',
       url: address.url,

@@ -197,7 +197,9 @@ export const runDev: RunDev = async (plan, logger, env) => {
     const metrics = new Registry();
     const worker = await startWorker({ ...workerConfig, ...servers }, kc, logger, {
       dev: true,
-      ...(node ? { devNode: { kubeconfig: kubeconfigPath, image: node.images.squid } } : {}),
+      ...(node
+        ? { devNode: { kubeconfig: kubeconfigPath, image: node.images.squid, gateway: node.gateway } }
+        : {}),
       metrics,
       tracing,
     });

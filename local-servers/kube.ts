@@ -1,11 +1,12 @@
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { stringify } from 'yaml';
 import { Lifecycle } from '../cli/lifecycle.js';
-import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { retryWhenPortTaken, spawnServer, waitUntil, type ManagedProcess } from './process.js';
 import { freePort, preferredOrFreePort } from './ports.js';
 
 export interface LocalKubeApiServer {
@@ -95,73 +96,95 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
       writeFileSync(tokenFile, lines.join('\n') + '\n', { mode: 0o600 });
     }
 
-    const etcdClientPort = await freePort(host);
-    const etcdPeerPort = await freePort(host);
     const etcdLog = join(dir, 'etcd.log');
-    const etcd: ManagedProcess = spawnServer(
-      'etcd',
-      join(opts.binDir, 'etcd'),
-      [
-        '--data-dir',
-        etcdDir,
-        '--listen-client-urls',
-        `http://${host}:${etcdClientPort}`,
-        '--advertise-client-urls',
-        `http://${host}:${etcdClientPort}`,
-        '--listen-peer-urls',
-        `http://${host}:${etcdPeerPort}`,
-        '--initial-advertise-peer-urls',
-        `http://${host}:${etcdPeerPort}`,
-        '--initial-cluster',
-        `default=http://${host}:${etcdPeerPort}`,
-        '--log-level',
-        'warn',
-        ...(opts.persist ? [] : ['--unsafe-no-fsync']),
-      ],
-      etcdLog,
-      { pidDir: opts.pidDir },
-    );
+    const { etcd, etcdClientPort } = await retryWhenPortTaken(etcdLog, async () => {
+      const clientPort = await freePort(host);
+      const peerPort = await freePort(host);
+      const proc: ManagedProcess = spawnServer(
+        'etcd',
+        join(opts.binDir, 'etcd'),
+        [
+          '--data-dir',
+          etcdDir,
+          '--listen-client-urls',
+          `http://${host}:${clientPort}`,
+          '--advertise-client-urls',
+          `http://${host}:${clientPort}`,
+          '--listen-peer-urls',
+          `http://${host}:${peerPort}`,
+          '--initial-advertise-peer-urls',
+          `http://${host}:${peerPort}`,
+          '--initial-cluster',
+          `default=http://${host}:${peerPort}`,
+          '--log-level',
+          'warn',
+          ...(opts.persist ? [] : ['--unsafe-no-fsync']),
+        ],
+        etcdLog,
+        { pidDir: opts.pidDir },
+      );
+      try {
+        await waitUntil('etcd /health', () => etcdHealthy(`http://${host}:${clientPort}/health`), {
+          timeoutMs: 60_000,
+          intervalMs: 100,
+          process: proc,
+          logPath: etcdLog,
+        });
+      } catch (error) {
+        await proc.stop();
+        throw error;
+      }
+      return { etcd: proc, etcdClientPort: clientPort };
+    });
     scope.defer('etcd', () => etcd.stop());
 
-    const port = await preferredOrFreePort(opts.port, host);
     const apiLog = join(dir, 'kube-apiserver.log');
-    const apiserver = spawnServer(
-      'kube-apiserver',
-      join(opts.binDir, 'kube-apiserver'),
-      [
-        `--etcd-servers=http://${host}:${etcdClientPort}`,
-        `--cert-dir=${certDir}`,
-        `--secure-port=${port}`,
-        `--bind-address=${host}`,
-        `--advertise-address=${host}`,
-        '--service-cluster-ip-range=10.0.0.0/24',
-        '--service-account-issuer=https://kubernetes.default.svc',
-        `--service-account-key-file=${saPub}`,
-        `--service-account-signing-key-file=${saKey}`,
-        `--token-auth-file=${tokenFile}`,
-        '--authorization-mode=RBAC',
-        '--disable-admission-plugins=ServiceAccount',
-        '--allow-privileged=true',
-        // Open watches (every informer) would hold a graceful stop until the SIGKILL timeout.
-        '--shutdown-watch-termination-grace-period=2s',
-        '--v=0',
-      ],
-      apiLog,
-      { pidDir: opts.pidDir },
-    );
-    scope.defer('kube-apiserver', () => apiserver.stop());
-
-    const url = `https://${host}:${port}`;
     const caPath = join(certDir, 'apiserver.crt');
-    await waitUntil(
-      'kube-apiserver /readyz',
-      async () => {
-        if (!existsSync(caPath)) return false;
-        const res = await get(`${url}/readyz`, token, readFileSync(caPath));
-        return res.status === 200;
-      },
-      { timeoutMs: 90_000, intervalMs: 250, process: apiserver, logPath: apiLog },
-    );
+    const { apiserver, url } = await retryWhenPortTaken(apiLog, async (attempt) => {
+      // The preferred port first; a fresh free one when it was taken meanwhile.
+      const port = attempt === 1 ? await preferredOrFreePort(opts.port, host) : await freePort(host);
+      const proc = spawnServer(
+        'kube-apiserver',
+        join(opts.binDir, 'kube-apiserver'),
+        [
+          `--etcd-servers=http://${host}:${etcdClientPort}`,
+          `--cert-dir=${certDir}`,
+          `--secure-port=${port}`,
+          `--bind-address=${host}`,
+          `--advertise-address=${host}`,
+          '--service-cluster-ip-range=10.0.0.0/24',
+          '--service-account-issuer=https://kubernetes.default.svc',
+          `--service-account-key-file=${saPub}`,
+          `--service-account-signing-key-file=${saKey}`,
+          `--token-auth-file=${tokenFile}`,
+          '--authorization-mode=RBAC',
+          '--disable-admission-plugins=ServiceAccount',
+          '--allow-privileged=true',
+          // Open watches (every informer) would hold a graceful stop until the SIGKILL timeout.
+          '--shutdown-watch-termination-grace-period=2s',
+          '--v=0',
+        ],
+        apiLog,
+        { pidDir: opts.pidDir },
+      );
+      const serving = `https://${host}:${port}`;
+      try {
+        await waitUntil(
+          'kube-apiserver /readyz',
+          async () => {
+            if (!existsSync(caPath)) return false;
+            const res = await get(`${serving}/readyz`, token, readFileSync(caPath));
+            return res.status === 200;
+          },
+          { timeoutMs: 90_000, intervalMs: 250, process: proc, logPath: apiLog },
+        );
+      } catch (error) {
+        await proc.stop();
+        throw error;
+      }
+      return { apiserver: proc, url: serving };
+    });
+    scope.defer('kube-apiserver', () => apiserver.stop());
 
     const ca = readFileSync(caPath).toString('base64');
     const kubeconfigPath = join(dir, 'kubeconfig');
@@ -215,36 +238,38 @@ async function startControllerManager(
   writeFileSync(kubeconfigPath, kubeconfig, { mode: 0o600 });
   const certDir = join(dir, 'controller-manager-certs');
   mkdirSync(certDir, { recursive: true });
-  const port = await freePort(host);
   const logPath = join(dir, 'kube-controller-manager.log');
-  const proc = spawnServer(
-    'kube-controller-manager',
-    binary,
-    [
-      `--kubeconfig=${kubeconfigPath}`,
-      `--controllers=${CONTROLLERS.join(',')}`,
-      '--use-service-account-credentials=true',
-      '--leader-elect=false',
-      `--bind-address=${host}`,
-      `--secure-port=${port}`,
-      `--cert-dir=${certDir}`,
-      '--v=0',
-    ],
-    logPath,
-    { pidDir: opts.pidDir },
-  );
-  try {
-    await waitUntil('kube-controller-manager /healthz', () => healthz(`https://${host}:${port}/healthz`), {
-      timeoutMs: 60_000,
-      intervalMs: 250,
-      process: proc,
+  return retryWhenPortTaken(logPath, async () => {
+    const port = await freePort(host);
+    const proc = spawnServer(
+      'kube-controller-manager',
+      binary,
+      [
+        `--kubeconfig=${kubeconfigPath}`,
+        `--controllers=${CONTROLLERS.join(',')}`,
+        '--use-service-account-credentials=true',
+        '--leader-elect=false',
+        `--bind-address=${host}`,
+        `--secure-port=${port}`,
+        `--cert-dir=${certDir}`,
+        '--v=0',
+      ],
       logPath,
-    });
-  } catch (error) {
-    await proc.stop();
-    throw error;
-  }
-  return proc;
+      { pidDir: opts.pidDir },
+    );
+    try {
+      await waitUntil('kube-controller-manager /healthz', () => healthz(`https://${host}:${port}/healthz`), {
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        process: proc,
+        logPath,
+      });
+    } catch (error) {
+      await proc.stop();
+      throw error;
+    }
+    return proc;
+  });
 }
 
 /** Its serving cert is self-signed at start; only liveness is asked, nothing is sent. Also node.ts's scheduler. */
@@ -257,5 +282,19 @@ export function healthz(url: string): Promise<boolean> {
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', reject);
     req.end();
+  });
+}
+
+/** etcd's own health endpoint: 200 and `"health":"true"` once it serves. */
+function etcdHealthy(url: string): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet(url, { timeout: 5_000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve(res.statusCode === 200 && /"health":\s*"true"/.test(body)));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
   });
 }

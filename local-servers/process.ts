@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, type WriteStream } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync, statSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { recordServer } from './instance.js';
 
@@ -123,4 +123,30 @@ export async function waitUntil(
     }
     await new Promise((r) => setTimeout(r, opts.intervalMs ?? 200));
   }
+}
+
+/**
+ * Runs `start` (which spawns a server on ports it picks free and waits for
+ * it, stopping it when it is not ready) again when the server could not bind
+ * one of them: a port found free can be taken before the server binds it (an
+ * outgoing connection's ephemeral port, another run's server). Up to three
+ * tries; any other failure is thrown at once.
+ */
+export async function retryWhenPortTaken<T>(
+  logPath: string,
+  start: (attempt: number) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const logged = existsSync(logPath) ? statSync(logPath).size : 0;
+    try {
+      return await start(attempt);
+    } catch (error) {
+      if (attempt >= 3 || !loggedSince(logPath, logged, /address already in use/i)) throw error;
+    }
+  }
+}
+
+function loggedSince(logPath: string, offset: number, pattern: RegExp): boolean {
+  if (!existsSync(logPath)) return false;
+  return pattern.test(readFileSync(logPath).subarray(offset).toString('utf8'));
 }

@@ -250,15 +250,22 @@ providers:
 /**
  * `dev`'s providers: `local`, and with `dev --node` a `kubernetes` provider
  * on the node's cluster (the dev apiserver itself) running the Squid image
- * imported into the node. Its pods go in their Proxy's namespace.
+ * imported into the node. Its pods go in their Proxy's namespace, and may
+ * reach the node's gateway (the IP echo their sample probes) besides the internet.
  */
-export function devProvidersConfig(node?: { kubeconfig: string; image: string }): ProvidersConfig {
+export function devProvidersConfig(node?: {
+  kubeconfig: string;
+  image: string;
+  /** The node's gateway, where dev's IP echo for pods listens: the one internal target its pods may reach. */
+  gateway: string;
+}): ProvidersConfig {
   const yaml = node
     ? `${DEV_PROVIDERS_YAML}  - name: kubernetes
     type: kubernetes
     kubernetes:
       kubeconfig: ${JSON.stringify(node.kubeconfig)}
       image: ${JSON.stringify(node.image)}
+      egress: { allowCidrs: [${JSON.stringify(`${node.gateway}/32`)}], allowPorts: any }
 `
     : DEV_PROVIDERS_YAML;
   return parseProvidersConfig(yaml, '<embedded dev providers config>');

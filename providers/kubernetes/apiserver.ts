@@ -8,6 +8,7 @@
 import { access } from 'node:fs/promises';
 import {
   CoreV1Api,
+  NetworkingV1Api,
   KubeConfig,
   Observable,
   type ConfigurationOptions,
@@ -29,6 +30,8 @@ export type RequestOptions = ConfigurationOptions<ObservableMiddleware>;
 
 export interface Client {
   api: CoreV1Api;
+  /** NetworkPolicies beside the pods. */
+  net: NetworkingV1Api;
   /** The apiserver URL (check()'s target address). */
   server: string;
 }
@@ -126,7 +129,11 @@ export class Apiserver {
     const cluster = kc.getCurrentCluster();
     if (cluster === null)
       throw this.ops.fail('Permanent', operation, instance, 'kubeconfig has no current cluster');
-    this.client = { api: kc.makeApiClient(CoreV1Api), server: cluster.server };
+    this.client = {
+      api: kc.makeApiClient(CoreV1Api),
+      net: kc.makeApiClient(NetworkingV1Api),
+      server: cluster.server,
+    };
     this.ops.log.info(
       { server: cluster.server, namespace: this.config.namespace },
       'kubernetes provider ready',

@@ -9,9 +9,12 @@
  *     clientCidrs: [10.0.0.0/8, ...]         # who may use the proxies (Squid `src` ACL)
  *     resources: { cpuRequest: 50m, memoryRequest: 64Mi, memoryLimit: 256Mi }
  *     operationTimeoutSeconds: 10
+ *     egress: { denyCidrs: [10.96.0.0/12], allowCidrs: [], allowPorts: [80, 443] }   # providers/shared/egress-config.ts
+ *     networkPolicy: true                    # a NetworkPolicy beside each pod
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { egressConfigSchema } from '../shared/egress-config.js';
 
 /** The seed's default image (`ubuntu/squid`, Canonical's maintained build), pinned by tag. */
 export const DEFAULT_SQUID_IMAGE = 'ubuntu/squid:6.6-24.04_edge';
@@ -97,6 +100,10 @@ export const kubernetesConfigSchema = z.strictObject({
     .default({ cpuRequest: '50m', memoryRequest: '64Mi', memoryLimit: '256Mi' }),
   /** Bound on each apiserver call (the caller's signal can only shorten it). */
   operationTimeoutSeconds: z.number().positive().max(600).default(10),
+  /** Where crawlers may reach through the pods (Squid `dst` and `port` ACLs); the defaults refuse every internal range. */
+  egress: egressConfigSchema.prefault({}),
+  /** A NetworkPolicy beside each pod (the same egress policy and client ranges, enforced by the CNI); needs RBAC on networkpolicies. */
+  networkPolicy: z.boolean().default(true),
 });
 
 export type KubernetesConfig = z.output<typeof kubernetesConfigSchema>;

@@ -42,6 +42,7 @@ import {
 import { Apiserver, listPods, podListRequest, type Client } from './apiserver.js';
 import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
+import { NetworkPolicies } from './network-policy.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId, podFailure } from './state.js';
 
@@ -104,6 +105,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   readonly capabilities = { cheapListByTag: true, quickCreate: true };
   private readonly ops: Operations;
   private readonly apiserver: Apiserver;
+  private readonly networkPolicies: NetworkPolicies;
 
   constructor(
     readonly name: string,
@@ -116,6 +118,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   ) {
     this.ops = providerOperations({ name, type: KUBERNETES_PROVIDER_TYPE, logger, classify });
     this.apiserver = new Apiserver({ type: KUBERNETES_PROVIDER_TYPE, name }, config, this.ops, injected);
+    this.networkPolicies = new NetworkPolicies(this.apiserver, config);
   }
 
   private parseId(operation: 'get' | 'delete', id: string): { namespace: string; name: string } {
@@ -132,9 +135,10 @@ class KubernetesProviderImpl implements KubernetesProvider {
       const namespace = podNamespace(req, this.config);
       const id = formatProviderId(namespace, req.name);
       try {
-        await this.apiserver.call(signal, 'create', 'createNamespacedPod', (o) =>
+        const created = await this.apiserver.call(signal, 'create', 'createNamespacedPod', (o) =>
           api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
         );
+        await this.networkPolicies.ensure(req, created, signal);
         this.ops.log.info(
           {
             instance: req.name,
@@ -212,6 +216,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
         'the pod with this name is still being deleted; retry',
       );
     }
+    await this.networkPolicies.ensure(req, existing, signal);
     this.ops.log.debug({ instance: req.name }, 'create: adopted the existing pod');
     return id;
   }
@@ -244,6 +249,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
         if (httpStatus(err) !== 404) throw err;
         this.ops.log.debug({ instance: name, namespace }, 'delete: already gone');
       }
+      await this.networkPolicies.remove(namespace, name, signal, 'delete');
     });
   }
 

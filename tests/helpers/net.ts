@@ -24,6 +24,7 @@ export function getThroughConnect(
   proxyPort: number,
   targetPort: number,
   timeoutMs = 5_000,
+  targetHost = '127.0.0.1',
 ): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: proxyHost, port: proxyPort });
@@ -32,7 +33,9 @@ export function getThroughConnect(
     let tunnelled = false;
     socket.setEncoding('utf8');
     socket.once('connect', () =>
-      socket.write(`CONNECT 127.0.0.1:${targetPort} HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\n\r\n`),
+      socket.write(
+        `CONNECT ${targetHost}:${targetPort} HTTP/1.1\r\nHost: ${targetHost}:${targetPort}\r\n\r\n`,
+      ),
     );
     socket.on('data', (chunk: string) => {
       buffer += chunk;
@@ -48,7 +51,7 @@ export function getThroughConnect(
         }
         tunnelled = true;
         buffer = buffer.slice(end + 4);
-        socket.write(`GET / HTTP/1.1\r\nHost: 127.0.0.1:${targetPort}\r\nConnection: close\r\n\r\n`);
+        socket.write(`GET / HTTP/1.1\r\nHost: ${targetHost}:${targetPort}\r\nConnection: close\r\n\r\n`);
       }
     });
     socket.once('end', () => {

@@ -184,19 +184,39 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
   const gateways: Array<{ cli: CliProcess; url: string }> = [];
   const user = () => `suite-${namespace}`;
 
-  /** Lease records Redis holds: every lease taken leaves one for its cooldown window. */
-  const leasesTaken = async () => (await inspect.keys(`${DEFAULT_REDIS_PREFIX}lease:*`)).length;
+  /** Slots held per proxy UID, as Redis has them. */
+  const slotsHeld = async () => inspect.hgetall(`${DEFAULT_REDIS_PREFIX}active`);
 
-  async function gateway(args: string[]): Promise<string> {
+  /** How many times the gateway asked the lease store for a lease (each connection that got that far). */
+  async function leaseRequests(metricsUrl: string): Promise<number> {
+    const text = await (await fetch(metricsUrl)).text();
+    const count = /^egress_gateway_lease_wait_seconds_count(?:\{[^}]*\})? (\d+)$/m.exec(text);
+    expect(count, 'the gateway exports egress_gateway_lease_wait_seconds').not.toBeNull();
+    return Number(count![1]);
+  }
+
+  async function gateway(args: string[]): Promise<{ url: string; metrics: string }> {
     const started = await startGatewayCli(
       namespace,
-      ['--lease-store', redis.url, '--egress-resolver', dns.address, ...args],
+      [
+        '--lease-store',
+        redis.url,
+        '--egress-resolver',
+        dns.address,
+        '--metrics-addr',
+        '127.0.0.1:0',
+        ...args,
+      ],
       { DISCOVERY_TOKEN: TOKEN },
     );
     gateways.push(started);
+    const metrics = /"metrics":"(http:\/\/127\.0\.0\.1:\d+\/metrics)"[^\n]*gateway listening/.exec(
+      started.cli.output(),
+    )?.[1];
+    expect(metrics, started.cli.output()).toBeDefined();
     // Its fleet loaded: a refusal below is the policy's, not an empty catalog's.
     await started.cli.waitFor(/informer synced/, 60_000);
-    return started.url;
+    return { url: started.url, metrics: metrics! };
   }
 
   beforeAll(async () => {
@@ -243,7 +263,8 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
   };
 
   it('default policy: every spelling of the loopback is refused 403 over CONNECT and plain HTTP, naming the range, and no lease is taken', async () => {
-    const url = await gateway([]);
+    const { url, metrics } = await gateway([]);
+    const slotsBefore = await slotsHeld();
     for (const { host, range, authority } of spellings()) {
       for (const request of [{ connect: authority }, { get: `http://${authority}/ip` }]) {
         const answer = await exchange(url, user(), request);
@@ -255,13 +276,14 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
         if (!/^[\d[]/.test(host)) expect(answer.body).not.toContain('127.0.0.1');
       }
     }
-    expect(await leasesTaken()).toBe(0);
+    expect(await leaseRequests(metrics)).toBe(0);
+    expect(await slotsHeld()).toEqual(slotsBefore);
     expect(target.map((l) => l.requests)).toEqual([0, 0]);
   });
 
   it('with --egress-allow-cidrs 127.0.0.0/8,::1/128 the same requests are relayed through the fleet; a port outside --egress-allow-ports is still refused', async () => {
     const port = target[0]!.port;
-    const url = await gateway([
+    const { url, metrics } = await gateway([
       '--egress-allow-cidrs',
       '127.0.0.0/8,::1/128',
       '--egress-allow-ports',
@@ -283,7 +305,9 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
         expect(JSON.parse(answer.body), JSON.stringify(request)).toEqual({ reached });
       }
     }
-    expect(await leasesTaken()).toBeGreaterThan(0);
+    // Every relayed exchange leased (the counter that stayed 0 above moves).
+    const leased = await leaseRequests(metrics);
+    expect(leased).toBeGreaterThanOrEqual(15);
     const other = await listen('127.0.0.1');
     try {
       for (const request of [
@@ -295,6 +319,7 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
           body: `refused by the egress policy: port ${other.port} is not allowed (allowed: ${port})\n`,
         });
       expect(other.requests).toBe(0);
+      expect(await leaseRequests(metrics)).toBe(leased);
     } finally {
       await other.close();
     }
@@ -302,7 +327,7 @@ describe('the gateway refuses what the egress policy denies, before any lease', 
 
   it('DNS rebinding: the tunnel goes to the address the gateway checked, never to what the name says next', async () => {
     const [allowed, denied] = rebound as [Listener, Listener];
-    const url = await gateway([
+    const { url } = await gateway([
       '--egress-allow-cidrs',
       '127.0.0.2/32',
       '--egress-allow-ports',

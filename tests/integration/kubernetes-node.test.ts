@@ -113,7 +113,11 @@ describe.concurrent('kubernetes provider on a real node', () => {
       prefix: 'kube-node',
       providersYaml: () =>
         'providers:\n' +
-        entry('k8s-node', `      image: ${node.images.squid}\n`) +
+        // Its pods may reach the probe target on the node's gateway, and nothing else internal.
+        entry(
+          'k8s-node',
+          `      image: ${node.images.squid}\n      egress: { allowCidrs: [${node.gateway}/32], allowPorts: [${new URL(target.url).port}] }\n`,
+        ) +
         entry('k8s-absent', `      image: ${registry.host}/egress-proxies/squid:never-pushed\n`) +
         // A registry nobody listens for (port 1 on the loopback): it may come back.
         entry('k8s-unreachable', '      image: 127.0.0.1:1/egress-proxies/squid:any\n') +
@@ -193,6 +197,14 @@ describe.concurrent('kubernetes provider on a real node', () => {
       `issue 29: Proxy Ready on the node ${readySeconds.toFixed(1)} s after it was created; pod ${ip}; CONNECT ${through.connect}, GET through the tunnel ${through.get}`,
     );
     expect(through).toEqual({ connect: 200, get: 204 });
+    // The egress policy in the pod's Squid: the pod network (the pod's own
+    // address, on the probe target's port) is a denied range, refused 403.
+    const inward = await connectThrough(
+      { host: ip, port: 3128 },
+      new URL(`https://${ip}:${new URL(target.url).port}/`),
+      ca,
+    );
+    expect(inward).toEqual({ connect: 403, get: 0 });
 
     const granted = await fetch(`${apiUrl}/v1/leases`, {
       method: 'POST',

@@ -28,6 +28,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import {
   CoreV1Api,
+  NetworkingV1Api,
   KubeConfig,
   PatchStrategy,
   RbacAuthorizationV1Api,
@@ -40,6 +41,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { classOf, ProviderError } from '../../providers/errors.js';
 import { kubernetesConfigSchema, type KubernetesConfig } from '../../providers/kubernetes/config.js';
+import { buildNetworkPolicy } from '../../providers/kubernetes/network-policy.js';
 import { buildPod } from '../../providers/kubernetes/pod.js';
 import {
   createKubernetesProvider,
@@ -378,6 +380,56 @@ describe('kubernetes provider: pods in a real apiserver', () => {
       installation: 'k8s-test',
       createdAt: stored.metadata!.creationTimestamp,
     });
+  });
+
+  it('a NetworkPolicy beside each pod, owned by it, with the egress policy and client ranges as rules; one of an earlier pod is replaced; deleted with the pod', async () => {
+    const net = kc.makeApiClient(NetworkingV1Api);
+    const req = request();
+    const id = await provider.create(req, live());
+    const pod = await core.readNamespacedPod({ namespace, name: req.name });
+    const stored = await net.readNamespacedNetworkPolicy({ namespace, name: req.name });
+    const built = buildNetworkPolicy(req, provider.config, { uid: pod.metadata!.uid! });
+    expect(stored.spec).toEqual(built.spec);
+    expect(stored.metadata?.ownerReferences).toEqual([
+      { apiVersion: 'v1', kind: 'Pod', name: req.name, uid: pod.metadata!.uid },
+    ]);
+    // What the rules say, read from the stored object: the pod, only from the
+    // client ranges on its port; out to all but the denied ranges on 80 and
+    // 443, and DNS anywhere.
+    expect(stored.spec?.podSelector?.matchLabels).toEqual({ [MARK_UID]: req.uid });
+    expect(stored.spec?.ingress?.[0]?._from?.map((p) => p.ipBlock?.cidr)).toEqual(
+      provider.config.clientCidrs,
+    );
+    expect(stored.spec?.ingress?.[0]?.ports).toEqual([{ protocol: 'TCP', port: req.port }]);
+    const out = stored.spec?.egress?.[0];
+    expect(out?.to?.[0]?.ipBlock?.except).toEqual(expect.arrayContaining(['169.254.0.0/16', '10.0.0.0/8']));
+    expect(out?.ports?.map((p) => p.port)).toEqual([80, 443]);
+    expect(stored.spec?.egress?.[1]).toEqual({
+      ports: [
+        { protocol: 'UDP', port: 53 },
+        { protocol: 'TCP', port: 53 },
+      ],
+    });
+
+    // A create retried after the pod came back under the same name (the old
+    // pod's policy still there): the policy is the new pod's.
+    await core.deleteNamespacedPod({ namespace, name: req.name, body: { gracePeriodSeconds: 0 } });
+    await eventually('the pod to go', async () => {
+      const left = await core.listNamespacedPod({ namespace, fieldSelector: `metadata.name=${req.name}` });
+      return left.items.length === 0 || undefined;
+    });
+    expect(await provider.create(req, live())).toBe(id);
+    const again = await core.readNamespacedPod({ namespace, name: req.name });
+    expect(again.metadata!.uid).not.toBe(pod.metadata!.uid);
+    const replaced = await net.readNamespacedNetworkPolicy({ namespace, name: req.name });
+    expect(replaced.metadata?.ownerReferences?.map((r) => r.uid)).toEqual([again.metadata!.uid]);
+
+    await provider.delete(id, live());
+    const gone = await net.readNamespacedNetworkPolicy({ namespace, name: req.name }).then(
+      () => 200,
+      (err: unknown) => (err as { code?: number }).code,
+    );
+    expect(gone).toBe(404);
   });
 
   it("with no namespace configured, the pod goes in the Proxy's namespace (the seed's behaviour), and get/delete/list find it there", async () => {
@@ -892,11 +944,21 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
     expect(replaced.status?.providerID).toBe(`${podNamespace}/${name}`);
     const managed = await cp.registry.get('kubernetes')!.listByTag(AbortSignal.timeout(5_000));
     expect(managed.filter((i) => i.uid === uid)).toHaveLength(1);
+    // The replacement pod has its NetworkPolicy, owned by it.
+    const net = kubeConfig().makeApiClient(NetworkingV1Api);
+    const policy = await net.readNamespacedNetworkPolicy({ namespace: podNamespace, name });
+    expect(policy.metadata?.ownerReferences?.map((r) => r.uid)).toEqual([second.metadata!.uid]);
+    expect(policy.spec?.ingress?.[0]?.ports).toEqual([{ protocol: 'TCP', port: 18081 }]);
 
-    // Delete: pod gone, finalizer removed (the object is gone), workflow completed.
+    // Delete: pod gone, its NetworkPolicy gone, finalizer removed (the object is gone), workflow completed.
     await deleteProxy(cp.api, cp.namespace, 'px-k8s');
     await waitForProxyGone(cp.api, cp.namespace, 'px-k8s');
     expect(await podGone(core, podNamespace, name)).toBe(true);
+    const policyLeft = await net.readNamespacedNetworkPolicy({ namespace: podNamespace, name }).then(
+      () => 200,
+      (err: unknown) => (err as { code?: number }).code,
+    );
+    expect(policyLeft).toBe(404);
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
     const description = await eventually('workflow completed', async () => {
       const d = await handle.describe();

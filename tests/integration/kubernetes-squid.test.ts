@@ -21,6 +21,7 @@ import { createServer, request, type IncomingHttpHeaders, type Server } from 'no
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CLIENT_CIDRS } from '../../providers/kubernetes/config.js';
+import type { EgressPolicySpec } from '../../forwarding/egress-policy.js';
 import { squidConf, TERMINATION_GRACE_SECONDS } from '../../providers/kubernetes/pod.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
 import { boundSockets } from '../helpers/sockets.js';
@@ -38,6 +39,24 @@ import {
 
 /** Clients allowed in the positive cases: the defaults plus the loopback the test dials from. */
 const WITH_LOOPBACK = ['127.0.0.0/8', ...DEFAULT_CLIENT_CIDRS];
+
+/** An egress policy that lets the test's loopback targets, on ports of their own, through. */
+const LOOPBACK_TARGETS: EgressPolicySpec = {
+  denyCidrs: [],
+  allowCidrs: ['127.0.0.0/8'],
+  allowPorts: [[1, 65535]],
+};
+
+/** Every kind of egress rule at once, for the parse check. */
+const EVERY_RULE: EgressPolicySpec = {
+  denyCidrs: ['203.0.113.0/24', '2001:db8::/32'],
+  allowCidrs: ['10.244.0.1/32', 'fd00:1::/64'],
+  allowPorts: [
+    [80, 80],
+    [443, 443],
+    [8000, 8999],
+  ],
+};
 
 /**
  * Warnings Squid 5.7 prints for the generated config that are expected:
@@ -146,9 +165,14 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
     expect(squid.env.LD_LIBRARY_PATH).toContain(squid.root);
   });
 
-  it('parses the generated config (default clientCidrs, and with the loopback): no errors, every directive read', async () => {
-    for (const cidrs of [DEFAULT_CLIENT_CIDRS, WITH_LOOPBACK]) {
-      const generated = squidConf(3128, cidrs);
+  it('parses the generated config (default clientCidrs, and with the loopback; the default egress policy, and every kind of egress rule): no errors, every directive read', async () => {
+    for (const [cidrs, egress] of [
+      [DEFAULT_CLIENT_CIDRS, undefined],
+      [WITH_LOOPBACK, undefined],
+      [DEFAULT_CLIENT_CIDRS, EVERY_RULE],
+      [WITH_LOOPBACK, LOOPBACK_TARGETS],
+    ] as const) {
+      const generated = squidConf(3128, cidrs, egress);
       const runDir = newRunDir();
       writeConf(runDir, `${generated}\n${runDir.localDirectives}`);
       const { code, output } = await parseConf(squid, runDir.confPath);
@@ -179,7 +203,7 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
 
   it('forwards CONNECT and absolute-form HTTP for an allowed client, hides the client, denies the cache manager', async () => {
     const port = await freePort();
-    const { proxy, runDir } = await runSquid(squidConf(port, WITH_LOOPBACK), port);
+    const { proxy, runDir } = await runSquid(squidConf(port, WITH_LOOPBACK, LOOPBACK_TARGETS), port);
 
     // CONNECT: the tunnel carries the target's bytes unchanged.
     const target = await startTarget('bytes from the target, through a real Squid');
@@ -217,8 +241,9 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
 
   it('refuses a client outside clientCidrs with 403, on CONNECT and on HTTP, and the target sees nothing', async () => {
     const port = await freePort();
-    // The provider's defaults: private and shared ranges, no loopback.
-    const { proxy, runDir } = await runSquid(squidConf(port, DEFAULT_CLIENT_CIDRS), port);
+    // The provider's defaults: private and shared ranges, no loopback (and
+    // the loopback targets allowed, so the refusal is the client rule's).
+    const { proxy, runDir } = await runSquid(squidConf(port, DEFAULT_CLIENT_CIDRS, LOOPBACK_TARGETS), port);
     const echo = await startHeaderTarget();
 
     await expect(getThroughConnect('127.0.0.1', port, echo.port)).rejects.toThrow(
@@ -230,5 +255,55 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
     expect(echo.seen).toEqual([]);
 
     await stopSquid(proxy, runDir);
+  });
+
+  it('refuses, for an allowed client, a denied destination and a port not allowed, with 403 on CONNECT and HTTP; an exception gets through', async () => {
+    const echo = await startHeaderTarget();
+    const refusedBoth = async (port: number, targetHost: string, targetPort: number) => {
+      await expect(getThroughConnect('127.0.0.1', port, targetPort, 5_000, targetHost)).rejects.toThrow(
+        /^CONNECT refused: HTTP\/1\.1 403 Forbidden$/,
+      );
+      const refused = await proxyGet(port, `http://${targetHost}:${targetPort}/`);
+      expect(refused.status).toBe(403);
+      expect(refused.headers['x-squid-error']).toMatch(/^ERR_ACCESS_DENIED/);
+    };
+
+    // The default policy: the loopback is denied (and so is the port).
+    const defaults = await freePort();
+    const first = await runSquid(squidConf(defaults, WITH_LOOPBACK), defaults);
+    await refusedBoth(defaults, '127.0.0.1', echo.port);
+    await stopSquid(first.proxy, first.runDir);
+
+    // One loopback address allowed on any port: that one gets through, its neighbour does not.
+    const one = await freePort();
+    const second = await runSquid(
+      squidConf(one, WITH_LOOPBACK, {
+        denyCidrs: [],
+        allowCidrs: ['127.0.0.1/32'],
+        allowPorts: [[1, 65535]],
+      }),
+      one,
+    );
+    expect(await getThroughProxy('127.0.0.1', one, echo.port)).toMatchObject({ status: 200 });
+    await refusedBoth(one, '127.0.0.2', echo.port);
+    await stopSquid(second.proxy, second.runDir);
+
+    // The loopback allowed, ports 80 and 443 only: the target's port is refused.
+    const ports = await freePort();
+    const third = await runSquid(
+      squidConf(ports, WITH_LOOPBACK, {
+        denyCidrs: [],
+        allowCidrs: ['127.0.0.0/8'],
+        allowPorts: [
+          [80, 80],
+          [443, 443],
+        ],
+      }),
+      ports,
+    );
+    await refusedBoth(ports, '127.0.0.1', echo.port);
+    await stopSquid(third.proxy, third.runDir);
+    // Only the one request that was allowed reached the target.
+    expect(echo.seen).toHaveLength(1);
   });
 });

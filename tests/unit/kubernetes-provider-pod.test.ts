@@ -18,6 +18,7 @@ import {
   DEFAULT_SQUID_IMAGE,
   kubernetesConfigSchema,
 } from '../../providers/kubernetes/config.js';
+import { buildNetworkPolicy } from '../../providers/kubernetes/network-policy.js';
 import {
   buildPod,
   podNamespace,
@@ -49,6 +50,15 @@ const request: CreateRequest = {
 
 const config = kubernetesConfigSchema.parse({ namespace: 'egress-proxies' });
 
+/** The default denied ranges, then the NAT64 form of each IPv4 one. */
+const DENIED_WITH_NAT64 = [
+  '0.0.0.0/8 127.0.0.0/8 10.0.0.0/8 100.64.0.0/10 169.254.0.0/16 172.16.0.0/12 192.0.0.0/24',
+  '192.168.0.0/16 198.18.0.0/15 224.0.0.0/4 240.0.0.0/4 ::/128 ::1/128 fc00::/7 fe80::/10 ff00::/8',
+  '64:ff9b::/104 64:ff9b::7f00:0/104 64:ff9b::a00:0/104 64:ff9b::6440:0/106 64:ff9b::a9fe:0/112',
+  '64:ff9b::ac10:0/108 64:ff9b::c000:0/120 64:ff9b::c0a8:0/112 64:ff9b::c612:0/111 64:ff9b::e000:0/100',
+  '64:ff9b::f000:0/100',
+].join(' ');
+
 describe('squidConf', () => {
   it('is exactly these lines, in this order', () => {
     expect(squidConf(8443, ['10.0.0.0/8', 'fc00::/7']).split('\n')).toEqual([
@@ -60,11 +70,62 @@ describe('squidConf', () => {
       'via off',
       'forwarded_for off',
       'acl clients src 10.0.0.0/8 fc00::/7',
+      `acl egress_denied dst ${DENIED_WITH_NAT64}`,
+      'acl egress_loopback dst 127.0.0.0/8 ::1/128',
+      'acl egress_ports port 80 443',
       'http_access deny manager',
+      'http_access deny !egress_ports',
+      'http_access deny egress_loopback',
+      'http_access deny egress_denied',
       'http_access allow clients',
       'http_access deny all',
       'access_log none',
       'shutdown_lifetime 3 seconds',
+    ]);
+  });
+
+  it("writes the provider's egress policy: added ranges, exceptions for the clients, the loopback only when named", () => {
+    const access = (egress: Parameters<typeof squidConf>[2]) =>
+      squidConf(3128, ['10.0.0.0/8'], egress)
+        .split('\n')
+        .filter((l) => /^(acl egress_(allowed|ports)|http_access)/.test(l));
+    expect(
+      access({
+        denyCidrs: ['203.0.113.0/24'],
+        allowCidrs: ['10.244.0.1/32'],
+        allowPorts: [
+          [80, 80],
+          [8000, 8999],
+        ],
+      }),
+    ).toEqual([
+      'acl egress_ports port 80 8000-8999',
+      'acl egress_allowed dst 10.244.0.1/32',
+      'http_access deny manager',
+      'http_access deny !egress_ports',
+      'http_access deny egress_loopback',
+      'http_access allow clients egress_allowed',
+      'http_access deny egress_denied',
+      'http_access allow clients',
+      'http_access deny all',
+    ]);
+    expect(
+      squidConf(3128, ['10.0.0.0/8'], {
+        denyCidrs: ['203.0.113.0/24'],
+        allowCidrs: [],
+        allowPorts: [[443, 443]],
+      }),
+    ).toContain(' 203.0.113.0/24 ');
+    // Named, the loopback opens: no blanket loopback deny, the exception lets it through.
+    expect(access({ denyCidrs: [], allowCidrs: ['127.0.0.0/8'], allowPorts: [[1, 65535]] })).toEqual([
+      'acl egress_ports port 1-65535',
+      'acl egress_allowed dst 127.0.0.0/8',
+      'http_access deny manager',
+      'http_access deny !egress_ports',
+      'http_access allow clients egress_allowed',
+      'http_access deny egress_denied',
+      'http_access allow clients',
+      'http_access deny all',
     ]);
   });
 
@@ -478,9 +539,39 @@ describe('config block', () => {
         clientCidrs: [...DEFAULT_CLIENT_CIDRS],
         resources: { cpuRequest: '50m', memoryRequest: '64Mi', memoryLimit: '256Mi' },
         operationTimeoutSeconds: 10,
+        egress: {
+          denyCidrs: [],
+          allowCidrs: [],
+          allowPorts: [
+            [80, 80],
+            [443, 443],
+          ],
+        },
+        networkPolicy: true,
       },
     });
     expect(DEFAULT_SQUID_IMAGE).toBe('ubuntu/squid:6.6-24.04_edge');
+  });
+
+  it('reads an egress block, and names what is wrong in one', () => {
+    const entry = parse(
+      '    kubernetes:\n      egress: { denyCidrs: [10.96.0.0/12], allowCidrs: [10.244.0.1], allowPorts: [80, 443, 8000-8999] }\n',
+    ).providers[0]!;
+    expect((entry.config as { egress: unknown }).egress).toEqual({
+      denyCidrs: ['10.96.0.0/12'],
+      allowCidrs: ['10.244.0.1/32'],
+      allowPorts: [
+        [80, 80],
+        [443, 443],
+        [8000, 8999],
+      ],
+    });
+    expect(() => parse('    kubernetes:\n      egress: { allowPorts: [0] }\n')).toThrow(
+      /egress.*allowPorts: "0" is not a port/,
+    );
+    expect(() => parse('    kubernetes:\n      egress: { allowCidrs: [inside] }\n')).toThrow(
+      /egress.*allowCidrs: "inside" is not a CIDR/,
+    );
   });
 
   it('leaves the namespace unset when the block is left out (pods go beside their Proxy, as in the seed)', () => {
@@ -553,5 +644,85 @@ describe('config block', () => {
     const registry = buildProviders(cfg, { logger: pino({ level: 'silent' }), stateRoot: '/nonexistent' });
     expect(registry.get('k8s')).toMatchObject({ name: 'k8s', type: 'kubernetes' });
     await registry.close();
+  });
+});
+
+describe('buildNetworkPolicy', () => {
+  const pod = { uid: 'pod-uid-1' };
+
+  it('is this policy by default: the pod, from its clients on its port; out to all but the denied ranges on 80 and 443, and DNS', () => {
+    const policy = buildNetworkPolicy(request, config, pod);
+    expect(policy.metadata).toEqual({
+      name: 'proxy-abcdefghijklmnop',
+      namespace: 'egress-proxies',
+      labels: {
+        'crawl.example.com/managed': 'true',
+        'crawl.example.com/uid': request.uid,
+        'crawl.example.com/installation': request.installation,
+        'app.kubernetes.io/managed-by': 'egress-proxies',
+      },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'proxy-abcdefghijklmnop', uid: 'pod-uid-1' }],
+    });
+    expect(policy.spec).toEqual({
+      podSelector: { matchLabels: { 'crawl.example.com/uid': request.uid } },
+      policyTypes: ['Ingress', 'Egress'],
+      ingress: [
+        {
+          _from: DEFAULT_CLIENT_CIDRS.map((cidr) => ({ ipBlock: { cidr } })),
+          ports: [{ protocol: 'TCP', port: request.port }],
+        },
+      ],
+      egress: [
+        {
+          to: [
+            {
+              ipBlock: {
+                cidr: '0.0.0.0/0',
+                except: [
+                  '0.0.0.0/8',
+                  '127.0.0.0/8',
+                  '10.0.0.0/8',
+                  '100.64.0.0/10',
+                  '169.254.0.0/16',
+                  '172.16.0.0/12',
+                  '192.0.0.0/24',
+                  '192.168.0.0/16',
+                  '198.18.0.0/15',
+                  '224.0.0.0/4',
+                  '240.0.0.0/4',
+                ],
+              },
+            },
+            { ipBlock: { cidr: '::/0', except: ['::/128', '::1/128', 'fc00::/7', 'fe80::/10', 'ff00::/8'] } },
+          ],
+          ports: [
+            { protocol: 'TCP', port: 80 },
+            { protocol: 'TCP', port: 443 },
+          ],
+        },
+        {
+          ports: [
+            { protocol: 'UDP', port: 53 },
+            { protocol: 'TCP', port: 53 },
+          ],
+        },
+      ],
+    });
+  });
+
+  it("renders the provider's egress block: added ranges excepted, exceptions as peers, port ranges, any port", () => {
+    const custom = kubernetesConfigSchema.parse({
+      namespace: 'egress-proxies',
+      egress: { denyCidrs: ['10.96.0.0/12'], allowCidrs: ['10.244.0.1'], allowPorts: [443, '8000-8999'] },
+    });
+    const rule = buildNetworkPolicy(request, custom, pod).spec!.egress![0]!;
+    expect(rule.to![0]!.ipBlock!.except).toContain('10.96.0.0/12');
+    expect(rule.to![2]).toEqual({ ipBlock: { cidr: '10.244.0.1/32' } });
+    expect(rule.ports).toEqual([
+      { protocol: 'TCP', port: 443 },
+      { protocol: 'TCP', port: 8000, endPort: 8999 },
+    ]);
+    const anyPort = kubernetesConfigSchema.parse({ egress: { allowPorts: 'any' } });
+    expect(buildNetworkPolicy(request, anyPort, pod).spec!.egress![0]!.ports).toBeUndefined();
   });
 });

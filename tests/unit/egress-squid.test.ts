@@ -1,0 +1,64 @@
+/** The egress policy as Squid directives (forwarding/egress-squid.ts), and the samples that carry them. */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { DEFAULT_EGRESS_POLICY } from '../../forwarding/egress-policy.js';
+import { squidEgressRules } from '../../forwarding/egress-squid.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+describe('squidEgressRules', () => {
+  it('denies the default ranges, their NAT64 forms, the loopback, and every port but 80 and 443', () => {
+    const rules = squidEgressRules(DEFAULT_EGRESS_POLICY, 'clients');
+    expect(rules.acls[0]).toMatch(/^acl egress_denied dst 0\.0\.0\.0\/8 127\.0\.0\.0\/8 10\.0\.0\.0\/8 /);
+    expect(rules.acls[0]).toContain(' 169.254.0.0/16 ');
+    // 169.254.0.0/16 as NAT64: 64:ff9b::a9fe:0/112.
+    expect(rules.acls[0]).toContain(' 64:ff9b::a9fe:0/112 ');
+    expect(rules.acls.slice(1)).toEqual([
+      'acl egress_loopback dst 127.0.0.0/8 ::1/128',
+      'acl egress_ports port 80 443',
+    ]);
+    expect(rules.access).toEqual([
+      'http_access deny !egress_ports',
+      'http_access deny egress_loopback',
+      'http_access deny egress_denied',
+    ]);
+  });
+
+  it('lets the allowed ranges through for the clients before the denial; the loopback only when named', () => {
+    const rules = squidEgressRules(
+      { denyCidrs: ['203.0.113.0/24'], allowCidrs: ['0.0.0.0/0'], allowPorts: [[8000, 8999]] },
+      'clients',
+    );
+    expect(rules.acls).toContain('acl egress_allowed dst 0.0.0.0/0');
+    expect(rules.acls).toContain('acl egress_ports port 8000-8999');
+    expect(rules.acls[0]).toContain(' 203.0.113.0/24 ');
+    expect(rules.access).toEqual([
+      'http_access deny !egress_ports',
+      // 0.0.0.0/0 does not name the loopback: it stays denied.
+      'http_access deny egress_loopback',
+      'http_access allow clients egress_allowed',
+      'http_access deny egress_denied',
+    ]);
+  });
+});
+
+describe('the gcp sample (infra/samples/proxy-gcp.yaml)', () => {
+  it("carries the default policy's Squid lines, before its clients' allow", () => {
+    const sample = parseYaml(readFileSync(join(ROOT, 'infra/samples/proxy-gcp.yaml'), 'utf8')) as {
+      spec: { cloudInit: { inline: string } };
+    };
+    const cloudConfig = parseYaml(sample.spec.cloudInit.inline) as {
+      write_files: Array<{ path: string; content: string }>;
+    };
+    const conf = cloudConfig.write_files
+      .find((f) => f.path === '/etc/squid/conf.d/egress-proxies.conf')!
+      .content.trim()
+      .split('\n');
+    const rules = squidEgressRules(DEFAULT_EGRESS_POLICY, 'egress_clients');
+    for (const line of [...rules.acls, ...rules.access]) expect(conf).toContain(line);
+    const allow = conf.indexOf('http_access allow egress_clients');
+    for (const line of rules.access) expect(conf.indexOf(line)).toBeLessThan(allow);
+  });
+});
