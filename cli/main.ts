@@ -249,13 +249,13 @@ function gatewayOptions(cmd: Command): Command {
     .addOption(
       new Option(
         '--egress-allow-cidrs <cidrs>',
-        'exceptions to the denied ranges, comma-separated; the loopback opens only when named (127.0.0.0/8) (dev: 127.0.0.0/8,::1/128)',
+        'exceptions to the denied ranges, on every port, comma-separated; the loopback opens only when named (127.0.0.0/8) (dev: 127.0.0.0/8,::1/128)',
       ),
     )
     .addOption(
       new Option(
         '--egress-allow-ports <ports>',
-        'destination ports crawlers may reach, like 80,443,8000-8999, or any (default 80,443; dev any)',
+        'destination ports crawlers may reach outside --egress-allow-cidrs, like 80,443,8000-8999, or any (default 80,443)',
       ),
     )
     .addOption(

@@ -12,7 +12,8 @@
  * address (IPv4-mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, the old
  * IPv4-compatible `::a.b.c.d`) are judged as that IPv4 address.
  *
- * Ports: 80 and 443 by default; any other is refused.
+ * Ports: 80 and 443 by default; any other is refused, except inside an
+ * allowance (`allowCidrs`), which opens its range on every port.
  */
 import ipaddr from 'ipaddr.js';
 
@@ -164,6 +165,35 @@ export function checkAddress(policy: EgressPolicy, address: string): Verdict {
     if (!exception) return { allowed: false, rule: `destination in ${denial.text}` };
   }
   return { allowed: true };
+}
+
+/**
+ * Whether a connection to `address`:`port` may go: inside an allowance
+ * (an exception the operator named, so on any port: an internal service is
+ * rarely on 80 or 443), or outside every denied range and on an allowed
+ * port. The address's rule is named before the port's.
+ */
+export function checkDestination(policy: EgressPolicy, address: string, port: number): Verdict {
+  if (isAllowedException(policy, address)) return { allowed: true };
+  const verdict = checkAddress(policy, address);
+  if (!verdict.allowed) return verdict;
+  return checkPort(policy, port);
+}
+
+/** Whether `address` lies in an allowance that applies to it (a loopback address only in one naming the loopback). */
+export function isAllowedException(policy: EgressPolicy, address: string): boolean {
+  const internal = policy as EgressPolicy & { allowed: Range[] };
+  let parsed: Address;
+  try {
+    parsed = ipaddr.parse(address);
+  } catch {
+    return false;
+  }
+  const forms: Address[] = [parsed];
+  const embedded = embeddedIPv4(parsed);
+  if (embedded) forms.push(embedded);
+  const loopback = forms.some(isLoopback);
+  return internal.allowed.some((r) => forms.some((f) => contains(r, f)) && (!loopback || namesLoopback(r)));
 }
 
 export function checkPort(policy: EgressPolicy, port: number): Verdict {

@@ -34,11 +34,12 @@ export function squidEgressRules(spec: EgressPolicySpec, clientsAcl: string): Sq
     `acl egress_ports port ${ports.join(' ')}`,
   ];
   if (policy.allowedCidrs.length > 0) acls.push(`acl egress_allowed dst ${policy.allowedCidrs.join(' ')}`);
-  const access = ['http_access deny !egress_ports'];
+  const access: string[] = [];
   // An allowance opens the loopback only when it names it (as the gateway does).
   if (!policy.allowsLoopback) access.push('http_access deny egress_loopback');
+  // An allowance opens its range on every port; everything else on the allowed ports only.
   if (policy.allowedCidrs.length > 0) access.push(`http_access allow ${clientsAcl} egress_allowed`);
-  access.push('http_access deny egress_denied');
+  access.push('http_access deny !egress_ports', 'http_access deny egress_denied');
   return { acls, access };
 }
 

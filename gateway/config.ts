@@ -26,13 +26,13 @@ export const DEFAULT_GATEWAY_ADDR = ':8080';
 export const DEV_GATEWAY_ADDR = '127.0.0.1:8092';
 /**
  * What `dev` starts its gateway with: its targets (the IP echo, the probe
- * target) live on the loopback on ports of their own, so it allows both, and
- * its banner says so. A standalone gateway never allows the loopback unasked.
+ * target) live on the loopback on ports of their own, so it allows the
+ * loopback (an allowance opens every port of its range), and its banner says
+ * so. A standalone gateway never allows the loopback unasked.
  */
 export const DEV_GATEWAY_DEFAULTS = {
   gatewayAddr: DEV_GATEWAY_ADDR,
   egressAllowCidrs: '127.0.0.0/8,::1/128',
-  egressAllowPorts: 'any',
 } as const;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export const DEFAULT_ATTEMPTS = 3;

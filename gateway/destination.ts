@@ -9,8 +9,7 @@
 import { promises as dns } from 'node:dns';
 import { isIP } from 'node:net';
 import {
-  checkAddress,
-  checkPort,
+  checkDestination as checkPolicy,
   dialAddress,
   ipLiteralOf,
   isLocalhostName,
@@ -88,12 +87,9 @@ export async function checkDestination(
   // A name is refused when any of its addresses is: which one a client would
   // get is the resolver's choice, and a mixed answer is a rebinding attempt's mark.
   for (const address of addresses) {
-    const verdict = checkAddress(policy, address);
+    const verdict = checkPolicy(policy, address, port);
     if (!verdict.allowed) throw forbidden(verdict.rule);
   }
-  // The port after the address: a refusal names the address's rule first, the one that matters more.
-  const portVerdict = checkPort(policy, port);
-  if (!portVerdict.allowed) throw forbidden(portVerdict.rule);
   const address = dialAddress(addresses[0]!);
   return { address, port, authority: address.includes(':') ? `[${address}]:${port}` : `${address}:${port}` };
 }

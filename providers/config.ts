@@ -265,7 +265,7 @@ export function devProvidersConfig(node?: {
     kubernetes:
       kubeconfig: ${JSON.stringify(node.kubeconfig)}
       image: ${JSON.stringify(node.image)}
-      egress: { allowCidrs: [${JSON.stringify(`${node.gateway}/32`)}], allowPorts: any }
+      egress: { allowCidrs: [${JSON.stringify(`${node.gateway}/32`)}] }
 `
     : DEV_PROVIDERS_YAML;
   return parseProvidersConfig(yaml, '<embedded dev providers config>');

@@ -6,7 +6,7 @@
  *
  * - Ingress: the proxy port, from `clientCidrs` only.
  * - Egress: the allowed ports to everything outside the denied ranges
- *   (IPv4 and IPv6), the allowed ranges as exceptions, and DNS (53, UDP and
+ *   (IPv4 and IPv6), the allowed ranges on every port, and DNS (53, UDP and
  *   TCP) to anywhere: Squid resolves names through the cluster's DNS service,
  *   which lives in a denied range.
  *
@@ -51,7 +51,6 @@ export function buildNetworkPolicy(
   const destinations: V1NetworkPolicyPeer[] = [
     { ipBlock: { cidr: '0.0.0.0/0', except: ipv4Denied.filter((c) => prefixOf(c) > 0) } },
     { ipBlock: { cidr: '::/0', except: ipv6Denied.filter((c) => prefixOf(c) > 0) } },
-    ...policy.allowedCidrs.map((cidr) => ({ ipBlock: { cidr } })),
   ];
   return {
     apiVersion: 'networking.k8s.io/v1',
@@ -78,6 +77,10 @@ export function buildNetworkPolicy(
       ],
       egress: [
         { to: destinations, ...(ports ? { ports } : {}) },
+        // The allowances, on every port.
+        ...(policy.allowedCidrs.length > 0
+          ? [{ to: policy.allowedCidrs.map((cidr) => ({ ipBlock: { cidr } })) }]
+          : []),
         {
           ports: [
             { protocol: 'UDP', port: 53 },

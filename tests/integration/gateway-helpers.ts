@@ -181,9 +181,7 @@ export async function startGatewayCli(
       namespace,
       // The test's targets live on the loopback, on ports of their own; a
       // test of the policy itself names its own flags (a later flag wins).
-      ...(args.some((a) => a.startsWith('--egress-'))
-        ? []
-        : ['--egress-allow-cidrs', '127.0.0.0/8,::1/128', '--egress-allow-ports', 'any']),
+      ...(args.some((a) => a.startsWith('--egress-')) ? [] : ['--egress-allow-cidrs', '127.0.0.0/8,::1/128']),
       ...args,
     ],
     { env },

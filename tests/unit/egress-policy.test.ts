@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkAddress,
+  checkDestination,
   checkPort,
   createEgressPolicy,
   dialAddress,
@@ -170,5 +171,40 @@ describe('dialAddress', () => {
     expect(dialAddress('::ffff:8.8.8.8')).toBe('8.8.8.8');
     expect(dialAddress('0:0:0:0:0:0:0:1')).toBe('::1');
     expect(dialAddress('93.184.216.34')).toBe('93.184.216.34');
+  });
+});
+
+describe('checkDestination', () => {
+  it('an allowance opens its range on every port; elsewhere the address, then the port, must pass', () => {
+    const policy = createEgressPolicy({
+      denyCidrs: [],
+      allowCidrs: ['10.20.0.0/16', '127.0.0.2/32'],
+      allowPorts: [[443, 443]],
+    });
+    expect(checkDestination(policy, '10.20.1.1', 5432)).toEqual({ allowed: true });
+    expect(checkDestination(policy, '127.0.0.2', 8080)).toEqual({ allowed: true });
+    expect(checkDestination(policy, '8.8.8.8', 443)).toEqual({ allowed: true });
+    expect(checkDestination(policy, '8.8.8.8', 80)).toEqual({
+      allowed: false,
+      rule: 'port 80 is not allowed (allowed: 443)',
+    });
+    // The address's rule is named first.
+    expect(checkDestination(policy, '127.0.0.1', 22)).toEqual({
+      allowed: false,
+      rule: 'destination in 127.0.0.0/8',
+    });
+    expect(checkDestination(policy, '10.21.0.1', 443)).toEqual({
+      allowed: false,
+      rule: 'destination in 10.0.0.0/8',
+    });
+  });
+
+  it('an allowance that does not name the loopback opens no loopback port', () => {
+    const wide = createEgressPolicy({ ...DEFAULT_EGRESS_POLICY, allowCidrs: ['0.0.0.0/0'] });
+    expect(checkDestination(wide, '127.0.0.1', 443)).toEqual({
+      allowed: false,
+      rule: 'destination in 127.0.0.0/8',
+    });
+    expect(checkDestination(wide, '10.0.0.1', 22)).toEqual({ allowed: true });
   });
 });

@@ -20,8 +20,8 @@ describe('squidEgressRules', () => {
       'acl egress_ports port 80 443',
     ]);
     expect(rules.access).toEqual([
-      'http_access deny !egress_ports',
       'http_access deny egress_loopback',
+      'http_access deny !egress_ports',
       'http_access deny egress_denied',
     ]);
   });
@@ -35,10 +35,11 @@ describe('squidEgressRules', () => {
     expect(rules.acls).toContain('acl egress_ports port 8000-8999');
     expect(rules.acls[0]).toContain(' 203.0.113.0/24 ');
     expect(rules.access).toEqual([
-      'http_access deny !egress_ports',
       // 0.0.0.0/0 does not name the loopback: it stays denied.
       'http_access deny egress_loopback',
+      // The allowance on every port, before the port rule.
       'http_access allow clients egress_allowed',
+      'http_access deny !egress_ports',
       'http_access deny egress_denied',
     ]);
   });

@@ -73,17 +73,20 @@ describe('readGatewayConfig', () => {
     expect(readGatewayConfig({}, { egressAllowPorts: 'any' }).egressAllowPorts).toEqual([[1, 65535]]);
   });
 
-  it('dev allows the loopback on any port; a flag still wins over it', () => {
+  it('dev allows the loopback (on every port, as an allowance); a flag still wins over it', () => {
     expect(readGatewayConfig({}, {}, DEV_GATEWAY_DEFAULTS)).toMatchObject({
       port: 8092,
       egressAllowCidrs: ['127.0.0.0/8', '::1/128'],
-      egressAllowPorts: [[1, 65535]],
+      egressAllowPorts: [
+        [80, 80],
+        [443, 443],
+      ],
     });
     expect(readGatewayConfig({}, { egressAllowCidrs: '' }, DEV_GATEWAY_DEFAULTS).egressAllowCidrs).toEqual(
       [],
     );
     expect(describeEgressPolicy(readGatewayConfig({}, {}, DEV_GATEWAY_DEFAULTS), true)).toBe(
-      'egress policy: loopback allowed (dev); allowed 127.0.0.0/8,::1/128; ports any',
+      'egress policy: loopback allowed (dev); allowed 127.0.0.0/8,::1/128; ports 80,443',
     );
     expect(describeEgressPolicy(readGatewayConfig({}, {}))).toBe(
       'egress policy: private, loopback and link-local addresses refused; ports 80,443',

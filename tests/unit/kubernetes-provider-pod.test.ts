@@ -74,8 +74,8 @@ describe('squidConf', () => {
       'acl egress_loopback dst 127.0.0.0/8 ::1/128',
       'acl egress_ports port 80 443',
       'http_access deny manager',
-      'http_access deny !egress_ports',
       'http_access deny egress_loopback',
+      'http_access deny !egress_ports',
       'http_access deny egress_denied',
       'http_access allow clients',
       'http_access deny all',
@@ -102,9 +102,9 @@ describe('squidConf', () => {
       'acl egress_ports port 80 8000-8999',
       'acl egress_allowed dst 10.244.0.1/32',
       'http_access deny manager',
-      'http_access deny !egress_ports',
       'http_access deny egress_loopback',
       'http_access allow clients egress_allowed',
+      'http_access deny !egress_ports',
       'http_access deny egress_denied',
       'http_access allow clients',
       'http_access deny all',
@@ -121,8 +121,8 @@ describe('squidConf', () => {
       'acl egress_ports port 1-65535',
       'acl egress_allowed dst 127.0.0.0/8',
       'http_access deny manager',
-      'http_access deny !egress_ports',
       'http_access allow clients egress_allowed',
+      'http_access deny !egress_ports',
       'http_access deny egress_denied',
       'http_access allow clients',
       'http_access deny all',
@@ -717,7 +717,11 @@ describe('buildNetworkPolicy', () => {
     });
     const rule = buildNetworkPolicy(request, custom, pod).spec!.egress![0]!;
     expect(rule.to![0]!.ipBlock!.except).toContain('10.96.0.0/12');
-    expect(rule.to![2]).toEqual({ ipBlock: { cidr: '10.244.0.1/32' } });
+    expect(rule.to).toHaveLength(2);
+    // The allowance is a rule of its own, on every port.
+    expect(buildNetworkPolicy(request, custom, pod).spec!.egress![1]).toEqual({
+      to: [{ ipBlock: { cidr: '10.244.0.1/32' } }],
+    });
     expect(rule.ports).toEqual([
       { protocol: 'TCP', port: 443 },
       { protocol: 'TCP', port: 8000, endPort: 8999 },
