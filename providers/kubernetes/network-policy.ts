@@ -21,17 +21,11 @@ import type {
 } from '@kubernetes/client-node';
 import ipaddr from 'ipaddr.js';
 import { createEgressPolicy } from '../../forwarding/egress-policy.js';
-import {
-  MARK_INSTALLATION,
-  MARK_MANAGED,
-  MARK_MANAGED_VALUE,
-  MARK_UID,
-  type CreateRequest,
-} from '../types.js';
+import { MARK_UID, type CreateRequest } from '../types.js';
 import type { Apiserver } from './apiserver.js';
 import { httpStatus } from './classify.js';
 import type { KubernetesConfig } from './config.js';
-import { podNamespace } from './pod.js';
+import { markLabels, podNamespace } from './pod.js';
 
 export function buildNetworkPolicy(
   req: CreateRequest,
@@ -58,12 +52,7 @@ export function buildNetworkPolicy(
     metadata: {
       name: req.name,
       namespace: podNamespace(req, config),
-      labels: {
-        [MARK_MANAGED]: MARK_MANAGED_VALUE,
-        [MARK_UID]: req.uid,
-        [MARK_INSTALLATION]: req.installation,
-        'app.kubernetes.io/managed-by': 'egress-proxies',
-      },
+      labels: markLabels(req),
       ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: req.name, uid: pod.uid }],
     },
     spec: {

@@ -92,6 +92,16 @@ export function podNamespace(req: Pick<CreateRequest, 'namespace'>, config: Kube
   return config.namespace ?? req.namespace;
 }
 
+/** The GC marks and the managed-by label, on the pod and on what goes with it. */
+export function markLabels(req: Pick<CreateRequest, 'uid' | 'installation'>): Record<string, string> {
+  return {
+    [MARK_MANAGED]: MARK_MANAGED_VALUE,
+    [MARK_UID]: req.uid,
+    [MARK_INSTALLATION]: req.installation,
+    'app.kubernetes.io/managed-by': 'egress-proxies',
+  };
+}
+
 /** The pod `create` sends. `req` is validated by the caller (name, port, label values). */
 export function buildPod(req: CreateRequest, config: KubernetesConfig): V1Pod {
   return {
@@ -101,13 +111,7 @@ export function buildPod(req: CreateRequest, config: KubernetesConfig): V1Pod {
       name: req.name,
       namespace: podNamespace(req, config),
       // The GC marks, in the same call that creates the pod (contract §2.1).
-      labels: {
-        [MARK_MANAGED]: MARK_MANAGED_VALUE,
-        [MARK_UID]: req.uid,
-        [MARK_INSTALLATION]: req.installation,
-        'app.kubernetes.io/name': 'squid',
-        'app.kubernetes.io/managed-by': 'egress-proxies',
-      },
+      labels: { ...markLabels(req), 'app.kubernetes.io/name': 'squid' },
       annotations: { [ANNOTATION_PROXY]: `${req.namespace}/${req.proxyName}` },
     },
     spec: {
