@@ -8,7 +8,8 @@
  * benchmarking, multicast, reserved; their IPv6 counterparts), plus whatever
  * `denyCidrs` adds (the cluster's own ranges). `allowCidrs` carves exceptions,
  * but the loopback opens only to an allowance that names a loopback range
- * itself: `0.0.0.0/0` does not open 127.0.0.1. IPv6 spellings of an IPv4
+ * itself: `0.0.0.0/0` does not open 127.0.0.1, and one that opens 127.0.0.1
+ * opens ::1, the same host in IPv6. IPv6 spellings of an IPv4
  * address (IPv4-mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::a.b.c.d`, the old
  * IPv4-compatible `::a.b.c.d`) are judged as that IPv4 address.
  *
@@ -80,6 +81,7 @@ export type Verdict = { allowed: true } | { allowed: false; rule: string };
 
 const IPV4_LOOPBACK = ipaddr.parseCIDR('127.0.0.0/8');
 const IPV6_LOOPBACK = ipaddr.parseCIDR('::1/128');
+const LOOPBACK_HOST = ipaddr.parse('127.0.0.1');
 const NAT64 = ipaddr.parseCIDR('64:ff9b::/96');
 const IPV4_COMPATIBLE = ipaddr.parseCIDR('::/96');
 
@@ -192,6 +194,8 @@ export function isAllowedException(policy: EgressPolicy, address: string): boole
   const forms: Address[] = [parsed];
   const embedded = embeddedIPv4(parsed);
   if (embedded) forms.push(embedded);
+  // ::1 is the loopback host as 127.0.0.1 is: an allowance of the one is one of the other.
+  if (parsed.kind() === 'ipv6' && parsed.match(IPV6_LOOPBACK)) forms.push(LOOPBACK_HOST);
   const loopback = forms.some(isLoopback);
   return internal.allowed.some((r) => forms.some((f) => contains(r, f)) && (!loopback || namesLoopback(r)));
 }

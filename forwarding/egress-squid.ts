@@ -11,7 +11,7 @@
  * IPv4 ranges are listed explicitly.
  */
 import ipaddr from 'ipaddr.js';
-import { createEgressPolicy, type EgressPolicySpec } from './egress-policy.js';
+import { createEgressPolicy, isAllowedException, type EgressPolicySpec } from './egress-policy.js';
 
 export interface SquidEgressRules {
   /** `acl` lines, before any `http_access`. */
@@ -33,7 +33,11 @@ export function squidEgressRules(spec: EgressPolicySpec, clientsAcl: string): Sq
     `acl egress_loopback dst 127.0.0.0/8 ::1/128`,
     `acl egress_ports port ${ports.join(' ')}`,
   ];
-  if (policy.allowedCidrs.length > 0) acls.push(`acl egress_allowed dst ${policy.allowedCidrs.join(' ')}`);
+  // ::1 goes with an allowance of 127.0.0.1, as in the gateway.
+  const allowed = isAllowedException(policy, '::1')
+    ? [...policy.allowedCidrs, '::1/128']
+    : policy.allowedCidrs;
+  if (allowed.length > 0) acls.push(`acl egress_allowed dst ${[...new Set(allowed)].join(' ')}`);
   const access: string[] = [];
   // An allowance opens the loopback only when it names it (as the gateway does).
   if (!policy.allowsLoopback) access.push('http_access deny egress_loopback');

@@ -110,6 +110,15 @@ describe('exceptions and additions', () => {
     expect(checkAddress(v6, '::1')).toEqual({ allowed: true });
   });
 
+  it('an allowance of 127.0.0.1 is one of ::1, the same host; not the other way round for the rest of 127/8', () => {
+    const v4 = createEgressPolicy({ ...DEFAULT_EGRESS_POLICY, allowCidrs: ['127.0.0.0/8'] });
+    expect(checkDestination(v4, '::1', 8080)).toEqual({ allowed: true });
+    const two = createEgressPolicy({ ...DEFAULT_EGRESS_POLICY, allowCidrs: ['127.0.0.2/32'] });
+    expect(checkDestination(two, '::1', 443)).toEqual({ allowed: false, rule: 'destination in ::1/128' });
+    const v6 = createEgressPolicy({ ...DEFAULT_EGRESS_POLICY, allowCidrs: ['::1'] });
+    expect(checkDestination(v6, '127.0.0.1', 443)).toMatchObject({ allowed: false });
+  });
+
   it('reads lists, naming the flag and the item at fault', () => {
     expect(parseCidrList(' 10.96.0.0/12 ,, fd00::/8,192.0.2.1', '--f')).toEqual([
       '10.96.0.0/12',

@@ -26,6 +26,11 @@ describe('squidEgressRules', () => {
     ]);
   });
 
+  it('adds ::1 to an allowance of 127.0.0.1, as the gateway does', () => {
+    const rules = squidEgressRules({ ...DEFAULT_EGRESS_POLICY, allowCidrs: ['127.0.0.0/8'] }, 'clients');
+    expect(rules.acls).toContain('acl egress_allowed dst 127.0.0.0/8 ::1/128');
+  });
+
   it('lets the allowed ranges through for the clients before the denial; the loopback only when named', () => {
     const rules = squidEgressRules(
       { denyCidrs: ['203.0.113.0/24'], allowCidrs: ['0.0.0.0/0'], allowPorts: [[8000, 8999]] },

@@ -119,7 +119,7 @@ describe('squidConf', () => {
     // Named, the loopback opens: no blanket loopback deny, the exception lets it through.
     expect(access({ denyCidrs: [], allowCidrs: ['127.0.0.0/8'], allowPorts: [[1, 65535]] })).toEqual([
       'acl egress_ports port 1-65535',
-      'acl egress_allowed dst 127.0.0.0/8',
+      'acl egress_allowed dst 127.0.0.0/8 ::1/128',
       'http_access deny manager',
       'http_access allow clients egress_allowed',
       'http_access deny !egress_ports',
