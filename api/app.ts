@@ -31,6 +31,8 @@ export interface CreateApiOptions {
   leaseStore: LeaseStore;
   /** Bearer token; '' serves unauthenticated (logged loudly). */
   token: string;
+  /** Served with no token off the loopback on purpose (`--insecure-no-auth`): said in the warning. */
+  insecureNoAuth?: boolean;
   logger: Logger;
   /** Where the API's metrics go and what `/metrics` serves; other components may register on it too. */
   registry: Registry;
@@ -69,7 +71,9 @@ export function createApi(options: CreateApiOptions): Hono {
   );
   if (options.token === '') {
     logger.warn(
-      'WARNING: DISCOVERY_TOKEN is empty: the lease API is served WITHOUT AUTHENTICATION; anyone who can reach it can lease proxies',
+      options.insecureNoAuth === true
+        ? 'WARNING: --insecure-no-auth: the lease API is served WITHOUT AUTHENTICATION off the loopback; anyone who can reach it can lease proxies'
+        : 'WARNING: DISCOVERY_TOKEN is empty: the lease API is served WITHOUT AUTHENTICATION (on the loopback); anyone on this machine can lease proxies',
     );
   }
 

@@ -42,6 +42,8 @@ export const apiOptionsSchema = z
     poolDemandIntervalMs: z.int().positive().default(DEFAULT_POOL_DEMAND_INTERVAL_MS),
     /** Whether this replica runs the health prober; lease-only replicas (`--no-prober`) leave it to one that does. */
     prober: z.boolean().default(true),
+    /** `--insecure-no-auth`: serve without a token off the loopback, knowingly. */
+    insecureNoAuth: z.boolean().default(false),
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -70,6 +72,8 @@ export interface ApiFlags {
   poolDemandInterval?: string | undefined;
   /** false from `--no-prober`: serve leases only. */
   prober?: boolean | undefined;
+  /** `--insecure-no-auth`: allow listening off the loopback with no token. */
+  insecureNoAuth?: boolean | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -128,6 +132,7 @@ export function readApiConfig(
         ? DEFAULT_POOL_DEMAND_INTERVAL_MS
         : positiveDuration(flags.poolDemandInterval, '--pool-demand-interval'),
     prober: flags.prober !== false,
+    insecureNoAuth: flags.insecureNoAuth === true,
   });
   if (!parsed.success) {
     throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
@@ -237,4 +242,28 @@ export function parseListenAddress(text: string, flag = 'address'): { host: stri
   if (!m || port > 65535)
     throw new ApiConfigError(`${flag}: expected host:port or :port, got ${JSON.stringify(text)}`);
   return { host: m[1] ?? m[2] ?? '', port };
+}
+
+/**
+ * Nothing listens off the loopback without auth: a lease API or gateway
+ * with no token on an address others can reach refuses to start, unless
+ * `--insecure-no-auth` says it is meant.
+ */
+export function requireAuthOffLoopback(
+  what: string,
+  listen: { host: string; port: number },
+  auth: { token: string; insecureNoAuth: boolean },
+  flag: string,
+): void {
+  if (auth.token !== '' || auth.insecureNoAuth || isLoopbackHost(listen.host)) return;
+  const where = listen.host === '' ? `:${listen.port} (every interface)` : `${listen.host}:${listen.port}`;
+  throw new ApiConfigError(
+    `${what} would listen on ${where} with no token: set DISCOVERY_TOKEN or --discovery-token-file, listen on the loopback (${flag} 127.0.0.1:${listen.port}), or pass --insecure-no-auth to serve it open`,
+  );
+}
+
+/** 127.0.0.0/8, ::1 and localhost: addresses only this machine reaches. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }

@@ -6,6 +6,7 @@ export {
   parseDuration,
   parseListenAddress,
   readApiConfig,
+  requireAuthOffLoopback,
   DEFAULT_LEASE_TTL_SECONDS,
   DEFAULT_LISTEN_ADDRESS,
   DEFAULT_MAX_LEASE_TTL_SECONDS,

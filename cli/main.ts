@@ -193,6 +193,12 @@ function leaseOptions(cmd: Command): Command {
         "file with the API token: the lease API's bearer token and the gateway's proxy password (or env DISCOVERY_TOKEN)",
       ),
     )
+    .addOption(
+      new Option(
+        '--insecure-no-auth',
+        'serve the lease API and the gateway with no token on an address off the loopback (refused otherwise)',
+      ),
+    )
     .addOption(new Option('--lease-cooldown <duration>', 'cooldown after rate_limited/banned (default 15m)'))
     .addOption(new Option('--max-lease-ttl <duration>', 'longest lease a client may ask for (default 1h)'))
     .addOption(

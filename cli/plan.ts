@@ -9,7 +9,7 @@
  * shows up in tests/unit/cli-options.test.ts as a flag that changes nothing.
  */
 import { join, resolve } from 'node:path';
-import { readApiConfig, type ApiFlags, type ApiOptions } from '../api/index.js';
+import { readApiConfig, requireAuthOffLoopback, type ApiFlags, type ApiOptions } from '../api/index.js';
 import { ConfigError, readCommonConfig, type CommonConfig, type CommonFlags } from './config.js';
 import {
   DEV_GATEWAY_DEFAULTS,
@@ -196,6 +196,10 @@ export function planCommand(
       options: readGatewayConfig(env, flags, command === 'dev' ? DEV_GATEWAY_DEFAULTS : {}),
     };
   }
+  if (plan.api)
+    requireAuthOffLoopback('the lease API', plan.api.options, plan.api.options, '--discovery-addr');
+  if (plan.gateway)
+    requireAuthOffLoopback('the gateway', plan.gateway.options, plan.gateway.options, '--gateway-addr');
   if (command === 'dev') {
     if (flags.node && flags.kubeconfig) {
       throw new ConfigError(

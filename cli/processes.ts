@@ -383,6 +383,7 @@ export async function startApi(
       catalog,
       leaseStore,
       token: apiOptions.token,
+      insecureNoAuth: apiOptions.insecureNoAuth,
       logger,
       registry,
       maxLeaseTtlSeconds: apiOptions.maxLeaseTtlSeconds,
@@ -521,7 +522,9 @@ export async function startGateway(
     }
     if (options.token === '')
       logger.warn(
-        'gateway: no API token configured (DISCOVERY_TOKEN or --discovery-token-file): anyone who can reach it can use the fleet',
+        options.insecureNoAuth
+          ? 'gateway: --insecure-no-auth: no API token, served off the loopback: anyone who can reach it can use the fleet'
+          : 'gateway: no API token configured (DISCOVERY_TOKEN or --discovery-token-file): anyone on this machine can use the fleet',
       );
     const gateway = createGateway({
       catalog,

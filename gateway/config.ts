@@ -45,6 +45,8 @@ export const gatewayOptionsSchema = z.strictObject({
   port: z.int().min(0).max(65535),
   /** The API token crawlers send as the proxy password; '' accepts any password. */
   token: z.string(),
+  /** `--insecure-no-auth`: serve without a token off the loopback, knowingly. */
+  insecureNoAuth: z.boolean(),
   leaseCooldownMs: z.int().positive(),
   maxLeaseTtlSeconds: z.int().positive(),
   /** A tunnel's or session's lease when the username names no ttl. */
@@ -151,6 +153,7 @@ export function readGatewayConfig(
     host: address.host,
     port: address.port,
     token: lease.token,
+    insecureNoAuth: lease.insecureNoAuth,
     leaseCooldownMs: lease.leaseCooldownMs,
     maxLeaseTtlSeconds: lease.maxLeaseTtlSeconds,
     defaultLeaseTtlSeconds: lease.defaultLeaseTtlSeconds,

@@ -42,6 +42,8 @@ export function refuseRequest(res: ServerResponse, refusal: Refusal): void {
     ...refusal.headers,
     'Content-Type': 'text/plain; charset=utf-8',
     'Content-Length': Buffer.byteLength(body),
+    // A wrong password ends the connection: the next guess costs a new one.
+    ...(refusal.status === 407 ? { Connection: 'close' } : {}),
   });
   res.end(body);
 }

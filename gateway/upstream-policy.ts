@@ -38,7 +38,19 @@ export class UpstreamAttemptError extends Error {
 
 /** A socket error while reaching the upstream proxy (before it carried anything): another may be tried. */
 export function dialFailure(error: NodeJS.ErrnoException): UpstreamAttemptError {
-  return new UpstreamAttemptError(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', error.message);
+  return new UpstreamAttemptError(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', socketFailure(error));
+}
+
+/**
+ * What a crawler may read of a socket error: what happened, by its code.
+ * Node's own message names the upstream's internal address
+ * (`connect ECONNREFUSED 10.1.2.3:3128`), which is the operator's business.
+ */
+function socketFailure(error: NodeJS.ErrnoException): string {
+  if (error.code === 'ECONNREFUSED') return 'refused the connection';
+  if (error.code === 'ECONNRESET') return 'reset the connection';
+  if (error.code !== undefined) return `connection failed (${error.code})`;
+  return error.message;
 }
 
 /**
@@ -52,7 +64,7 @@ export function requestFailure(
 ): UpstreamAttemptError | Refusal {
   if (error instanceof UpstreamAttemptError) return error;
   if (!connected) return dialFailure(error);
-  return new Refusal(502, `the upstream proxy ${proxyId} failed: ${error.message}`, 'upstream_failed');
+  return new Refusal(502, `the upstream proxy ${proxyId} failed: ${socketFailure(error)}`, 'upstream_failed');
 }
 
 export interface UpstreamAttempts<T> {

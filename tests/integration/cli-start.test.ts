@@ -118,6 +118,29 @@ describe('a failed start exits non-zero with one line', () => {
     },
   );
 
+  it.each([
+    ['api', '--discovery-addr', 'the lease API'],
+    ['gateway', '--gateway-addr', 'the gateway'],
+  ] as const)(
+    '%s on 0.0.0.0 with no token: exits 1 naming --insecure-no-auth, having listened nowhere',
+    async (command, addrFlag, what) => {
+      const args =
+        command === 'gateway'
+          ? [
+              '--kubeconfig',
+              inject('kubeconfigPath'),
+              '--watch-namespaces',
+              `cli-start-${randomBytes(3).toString('hex')}`,
+            ]
+          : common(command);
+      const child = run([command, ...args, addrFlag, '0.0.0.0:0'], { DISCOVERY_TOKEN: '' });
+      expect(await child.exited(90_000)).toBe(1);
+      expect(oneErrorLine(child)).toContain(`${what} would listen on 0.0.0.0:0 with no token`);
+      expect(oneErrorLine(child)).toContain('or pass --insecure-no-auth to serve it open');
+      expect(child.output()).not.toMatch(/listening/);
+    },
+  );
+
   it('a TLS client certificate that cannot be read: exits 1 naming the file', async () => {
     const child = run(['bridge', ...common('bridge')], {
       TEMPORAL_TLS_CLIENT_CERT_PATH: join(dir, 'missing.crt'),
@@ -191,6 +214,40 @@ describe('health, readiness and graceful stop', () => {
     expect(await child.stop(60_000), child.output()).toBe(0);
     expect(await acceptsTcp(port)).toBe(false);
   });
+
+  it.each([
+    [
+      'api',
+      '--discovery-addr',
+      /lease API listening/,
+      /--insecure-no-auth: the lease API is served WITHOUT AUTHENTICATION off the loopback/,
+    ],
+    [
+      'gateway',
+      '--gateway-addr',
+      /gateway listening/,
+      /gateway: --insecure-no-auth: no API token, served off the loopback/,
+    ],
+  ] as const)(
+    '%s on 0.0.0.0 with no token and --insecure-no-auth: starts, says so, and stops on SIGTERM',
+    async (command, addrFlag, listening, warning) => {
+      const args =
+        command === 'gateway'
+          ? [
+              '--kubeconfig',
+              inject('kubeconfigPath'),
+              '--watch-namespaces',
+              `cli-start-${randomBytes(3).toString('hex')}`,
+            ]
+          : common(command);
+      const child = run([command, ...args, addrFlag, '0.0.0.0:0', '--insecure-no-auth'], {
+        DISCOVERY_TOKEN: '',
+      });
+      await child.waitFor(listening, 90_000);
+      expect(child.output()).toMatch(warning);
+      expect(await child.stop(60_000), child.output()).toBe(0);
+    },
+  );
 
   it('api stopped while it is still starting (its apiserver held): exits 0, saying so', async () => {
     // The api's apiserver behind a relay that holds every connection: its

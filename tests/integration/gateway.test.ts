@@ -215,6 +215,23 @@ describe('egress-proxies gateway', () => {
     expect(wrong.headers).toMatch(/Proxy-Authenticate: Basic/i);
     expect(wrong.body).toContain('the proxy password is not the API token');
     expect(wrong.body).not.toContain(TOKEN);
+    // A wrong password ends the connection: the next guess needs a new one.
+    expect(wrong.headers).toMatch(/^Connection: close$/im);
+    const { hostname, port } = new URL(gateway.url);
+    const guess = connect({ host: hostname, port: Number(port) });
+    const auth = Buffer.from(`${user('main')}:guess-1`).toString('base64');
+    guess.write(
+      `GET ${target.url}/ip HTTP/1.1\r\nHost: ${new URL(target.url).host}\r\nProxy-Authorization: Basic ${auth}\r\n\r\n`,
+    );
+    let answer = '';
+    guess.setEncoding('latin1');
+    guess.on('data', (c: string) => (answer += c));
+    // The server closes it (no Connection: close was asked for), after its 407.
+    await new Promise<void>((resolve, reject) => {
+      guess.once('close', () => resolve());
+      guess.once('error', reject);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 407 /);
     const bad = await curlThrough(gateway.url, 'session-a_Group-x', TOKEN, `${target.url}/ip`, {
       tunnel: true,
     });

@@ -176,6 +176,10 @@ for (const version of SCHEMA_VERSIONS) {
     const provider = providerFor(fake, token, logger);
     let free = RANGE.max;
     const put = (name: string, tags: string) => {
+      // Down from the top of the range, past any VMID the provider took (its
+      // candidates are spread over the range by the name's hash: CI at
+      // ca133b1 put one over the VM the test had just created).
+      while (fake.vms.has(free)) free--;
       const vmid = free--;
       fake.putVm({ vmid, node: 'pve1', config: { name, tags } });
       return formatProviderId(vmid, name);

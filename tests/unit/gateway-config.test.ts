@@ -13,6 +13,7 @@ describe('readGatewayConfig', () => {
       host: '',
       port: 8080,
       token: 'tok',
+      insecureNoAuth: false,
       leaseCooldownMs: 15 * 60_000,
       maxLeaseTtlSeconds: 3600,
       defaultLeaseTtlSeconds: 300,

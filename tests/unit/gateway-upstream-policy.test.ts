@@ -241,9 +241,27 @@ describe('which upstream errors may be retried', () => {
   const errno = (code: string, message = code) => Object.assign(new Error(message), { code });
 
   it('a refused connection is "refused", any other socket error "reset"', () => {
-    expect(dialFailure(errno('ECONNREFUSED'))).toMatchObject({ reason: 'refused', message: 'ECONNREFUSED' });
-    expect(dialFailure(errno('ECONNRESET'))).toMatchObject({ reason: 'reset' });
-    expect(dialFailure(errno('EHOSTUNREACH'))).toMatchObject({ reason: 'reset' });
+    expect(dialFailure(errno('ECONNREFUSED'))).toMatchObject({
+      reason: 'refused',
+      message: 'refused the connection',
+    });
+    expect(dialFailure(errno('ECONNRESET'))).toMatchObject({
+      reason: 'reset',
+      message: 'reset the connection',
+    });
+    expect(dialFailure(errno('EHOSTUNREACH'))).toMatchObject({
+      reason: 'reset',
+      message: 'connection failed (EHOSTUNREACH)',
+    });
+  });
+
+  it("never passes on Node's message, which names the upstream's internal address", () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.1.2.3:3128'), { code: 'ECONNREFUSED' });
+    expect(dialFailure(refused).message).not.toContain('10.1.2.3');
+    const reset = Object.assign(new Error('read ECONNRESET 10.1.2.3:3128'), { code: 'ECONNRESET' });
+    expect((requestFailure(reset, 'ns/p1', true) as Refusal).message).toBe(
+      'the upstream proxy ns/p1 failed: reset the connection',
+    );
   });
 
   it('plain HTTP: retryable until the body started flowing, a 502 after', () => {
@@ -255,7 +273,7 @@ describe('which upstream errors may be retried', () => {
     expect(after).toMatchObject({
       status: 502,
       outcome: 'upstream_failed',
-      message: 'the upstream proxy p1 failed: socket hang up',
+      message: 'the upstream proxy p1 failed: reset the connection',
     });
   });
 });

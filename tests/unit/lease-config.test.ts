@@ -2,7 +2,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ApiConfigError, parseDuration, parseListenAddress, readApiConfig } from '../../api/config.js';
+import {
+  ApiConfigError,
+  parseDuration,
+  parseListenAddress,
+  readApiConfig,
+  requireAuthOffLoopback,
+} from '../../api/config.js';
+import { planCommand } from '../../cli/plan.js';
 import { parseTraceparent } from '../../tracing/http.js';
 import { rfc3339 } from '../../api/app.js';
 
@@ -21,6 +28,7 @@ describe('readApiConfig', () => {
       leaseStore: { kind: 'memory' },
       poolDemandIntervalMs: 5_000,
       prober: true,
+      insecureNoAuth: false,
     });
     expect(readApiConfig({}, { poolDemandInterval: '500ms' }).poolDemandIntervalMs).toBe(500);
     // commander's --no-prober sets prober: false; absent, it is on.
@@ -164,5 +172,40 @@ describe('rfc3339', () => {
     expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0))).toBe('2026-08-11T22:05:00Z');
     expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0, 120))).toBe('2026-08-11T22:05:00.12Z');
     expect(rfc3339(Date.UTC(2026, 7, 11, 22, 5, 0, 7))).toBe('2026-08-11T22:05:00.007Z');
+  });
+});
+
+describe('no listening off the loopback without auth', () => {
+  const open = { token: '', insecureNoAuth: false };
+  it('refuses a lease API or gateway with no token on an address others reach, naming --insecure-no-auth', () => {
+    for (const host of ['', '0.0.0.0', '10.1.2.3', '::']) {
+      expect(() =>
+        requireAuthOffLoopback('the gateway', { host, port: 8080 }, open, '--gateway-addr'),
+      ).toThrow(
+        /the gateway would listen on .*8080.* with no token: set DISCOVERY_TOKEN or --discovery-token-file, listen on the loopback \(--gateway-addr 127\.0\.0\.1:8080\), or pass --insecure-no-auth/,
+      );
+    }
+  });
+
+  it('lets it start with a token, with --insecure-no-auth, or on the loopback', () => {
+    const listen = { host: '', port: 8090 };
+    expect(() =>
+      requireAuthOffLoopback('x', listen, { token: 't', insecureNoAuth: false }, '--f'),
+    ).not.toThrow();
+    expect(() =>
+      requireAuthOffLoopback('x', listen, { token: '', insecureNoAuth: true }, '--f'),
+    ).not.toThrow();
+    for (const host of ['127.0.0.1', '127.9.9.9', '::1', '[::1]', 'localhost'])
+      expect(() => requireAuthOffLoopback('x', { host, port: 1 }, open, '--f')).not.toThrow();
+  });
+
+  it('is what api, gateway and dev plans check', () => {
+    expect(() => planCommand('api', {}, {})).toThrow(/lease API would listen on :8090 \(every interface\)/);
+    expect(() => planCommand('gateway', {}, {})).toThrow(/gateway would listen on :8080/);
+    expect(planCommand('api', { insecureNoAuth: true }, {}).api?.options.insecureNoAuth).toBe(true);
+    expect(planCommand('gateway', {}, { DISCOVERY_TOKEN: 't' }).gateway?.options.token).toBe('t');
+    // dev listens on the loopback: no token needed.
+    expect(planCommand('dev', {}, {}).gateway?.options.host).toBe('127.0.0.1');
+    expect(() => planCommand('dev', { gatewayAddr: ':8092' }, {})).toThrow(/--insecure-no-auth/);
   });
 });
