@@ -1,8 +1,8 @@
-import { mkdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { SEARCH_ATTRIBUTES } from '../resources/search-attributes.js';
-import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { retryWhenPortTaken, spawnServer, waitUntil, type ManagedProcess } from './process.js';
 import { preferredOrFreePort } from './ports.js';
 
 export interface TemporalDevServer {
@@ -42,42 +42,14 @@ function tcpReady(host: string, port: number): Promise<boolean> {
 }
 
 /**
- * Attempts when the server loses a port race: the dev server picks its
- * internal services' ports itself (a free port, probed then bound), and a
- * process that takes one in between makes it exit with "address already in
- * use" (seen once in a full test run).
- */
-const START_ATTEMPTS = 3;
-
-/**
  * Starts `temporal server start-dev` on the loopback with our search
- * attributes registered, and waits until the namespace answers.
+ * attributes registered, and waits until the namespace answers. The dev
+ * server picks its internal services' ports itself (a free port, probed then
+ * bound): one taken in between makes it exit with "address already in use"
+ * (seen once in a full test run), and it is started again.
  */
-export async function startTemporalDevServer(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
-  const logPath = join(opts.dataDir, 'temporal.log');
-  // The log is appended to across attempts: only this attempt's part counts.
-  const logSize = (): number => {
-    try {
-      return statSync(logPath).size;
-    } catch {
-      return 0;
-    }
-  };
-  for (let attempt = 1; ; attempt++) {
-    const from = logSize();
-    try {
-      return await startOnce(opts);
-    } catch (error) {
-      const exited = error instanceof Error && error.message.includes('process exited');
-      let log = '';
-      try {
-        log = readFileSync(logPath).subarray(from).toString('utf8');
-      } catch {
-        // no log: not a port race
-      }
-      if (attempt >= START_ATTEMPTS || !exited || !log.includes('address already in use')) throw error;
-    }
-  }
+export function startTemporalDevServer(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
+  return retryWhenPortTaken(join(opts.dataDir, 'temporal.log'), () => startOnce(opts));
 }
 
 async function startOnce(opts: TemporalDevServerOptions): Promise<TemporalDevServer> {
@@ -104,6 +76,14 @@ async function startOnce(opts: TemporalDevServerOptions): Promise<TemporalDevSer
     namespace,
     '--log-level',
     'warn',
+    // One partition per task queue: with the default four, a task written to
+    // a partition no poller is on can wait for one (up to a poll's minute)
+    // when traffic is low, as it is for one developer or one test
+    // (temporalio/temporal#6160); one server process gains nothing from more.
+    '--dynamic-config-value',
+    'matching.numTaskqueueReadPartitions=1',
+    '--dynamic-config-value',
+    'matching.numTaskqueueWritePartitions=1',
   ];
   if (opts.persist) args.push('--db-filename', join(opts.dataDir, 'temporal.db'));
   if (uiPort === undefined) args.push('--headless');
@@ -112,17 +92,23 @@ async function startOnce(opts: TemporalDevServerOptions): Promise<TemporalDevSer
     args.push('--search-attribute', `${name}=${type}`);
   const logPath = join(opts.dataDir, 'temporal.log');
   const proc = spawnServer('temporal', opts.cli, args, logPath, { pidDir: opts.pidDir });
-  await waitUntil('Temporal dev server', () => tcpReady(host, port), {
-    timeoutMs: 60_000,
-    process: proc,
-    logPath,
-  });
-  if (uiPort !== undefined) {
-    await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), {
-      timeoutMs: 30_000,
+  try {
+    await waitUntil('Temporal dev server', () => tcpReady(host, port), {
+      timeoutMs: 60_000,
       process: proc,
       logPath,
     });
+    if (uiPort !== undefined) {
+      await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), {
+        timeoutMs: 30_000,
+        process: proc,
+        logPath,
+      });
+    }
+  } catch (error) {
+    // Nothing left running for the next attempt to clash with.
+    await proc.stop();
+    throw error;
   }
   return {
     address: `${host}:${port}`,
