@@ -146,27 +146,7 @@ export function parsePortList(text: string, flag: string): Array<[number, number
 
 /** Whether the policy lets traffic reach `address` (an IP literal); the refusing rule otherwise. */
 export function checkAddress(policy: EgressPolicy, address: string): Verdict {
-  const internal = policy as EgressPolicy & { denied: Range[]; allowed: Range[] };
-  let parsed: Address;
-  try {
-    parsed = ipaddr.parse(address);
-  } catch {
-    return { allowed: false, rule: 'not an IP address' };
-  }
-  // Judged in every form it has: an IPv6 spelling of an IPv4 address as that address too.
-  const forms: Address[] = [parsed];
-  const embedded = embeddedIPv4(parsed);
-  if (embedded) forms.push(embedded);
-  for (const form of forms) {
-    const denial = internal.denied.find((r) => contains(r, form));
-    if (!denial) continue;
-    const loopback = isLoopback(form);
-    const exception = internal.allowed.find(
-      (r) => (contains(r, form) || forms.some((f) => contains(r, f))) && (!loopback || namesLoopback(r)),
-    );
-    if (!exception) return { allowed: false, rule: `destination in ${denial.text}` };
-  }
-  return { allowed: true };
+  return judge(policy, address).verdict;
 }
 
 /**
@@ -176,28 +156,43 @@ export function checkAddress(policy: EgressPolicy, address: string): Verdict {
  * port. The address's rule is named before the port's.
  */
 export function checkDestination(policy: EgressPolicy, address: string, port: number): Verdict {
-  if (isAllowedException(policy, address)) return { allowed: true };
-  const verdict = checkAddress(policy, address);
-  if (!verdict.allowed) return verdict;
+  const { exception, verdict } = judge(policy, address);
+  if (exception || !verdict.allowed) return verdict;
   return checkPort(policy, port);
 }
 
 /** Whether `address` lies in an allowance that applies to it (a loopback address only in one naming the loopback). */
 export function isAllowedException(policy: EgressPolicy, address: string): boolean {
-  const internal = policy as EgressPolicy & { allowed: Range[] };
+  return judge(policy, address).exception;
+}
+
+/**
+ * The address judged once, in every form it has (an IPv6 spelling of an
+ * IPv4 address as that address too; ::1 as 127.0.0.1, the same host, for
+ * the allowances): an allowance that applies to it, else the first denied
+ * range it falls in.
+ */
+function judge(policy: EgressPolicy, address: string): { exception: boolean; verdict: Verdict } {
+  const internal = policy as EgressPolicy & { denied: Range[]; allowed: Range[] };
   let parsed: Address;
   try {
     parsed = ipaddr.parse(address);
   } catch {
-    return false;
+    return { exception: false, verdict: { allowed: false, rule: 'not an IP address' } };
   }
   const forms: Address[] = [parsed];
   const embedded = embeddedIPv4(parsed);
   if (embedded) forms.push(embedded);
-  // ::1 is the loopback host as 127.0.0.1 is: an allowance of the one is one of the other.
   if (parsed.kind() === 'ipv6' && parsed.match(IPV6_LOOPBACK)) forms.push(LOOPBACK_HOST);
   const loopback = forms.some(isLoopback);
-  return internal.allowed.some((r) => forms.some((f) => contains(r, f)) && (!loopback || namesLoopback(r)));
+  if (internal.allowed.some((r) => forms.some((f) => contains(r, f)) && (!loopback || namesLoopback(r))))
+    return { exception: true, verdict: { allowed: true } };
+  for (const form of forms) {
+    const denial = internal.denied.find((r) => contains(r, form));
+    if (denial)
+      return { exception: false, verdict: { allowed: false, rule: `destination in ${denial.text}` } };
+  }
+  return { exception: false, verdict: { allowed: true } };
 }
 
 export function checkPort(policy: EgressPolicy, port: number): Verdict {
