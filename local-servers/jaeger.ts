@@ -6,7 +6,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { readyOrStopped, spawnServer, type ManagedProcess } from './process.js';
 import { preferredOrFreePort } from './ports.js';
 
 export interface JaegerServer {
@@ -87,21 +87,10 @@ export async function startJaeger(opts: JaegerOptions): Promise<JaegerServer> {
   const proc = spawnServer('jaeger', opts.bin, ['--config', configPath], logPath, { pidDir: opts.pidDir });
   const queryUrl = `http://${host}:${query}`;
   const otlpEndpoint = `http://${host}:${otlp}`;
-  try {
-    await waitUntil('Jaeger query API', () => answers(`${queryUrl}/api/services`), {
-      timeoutMs: 60_000,
-      process: proc,
-      logPath,
-    });
+  await readyOrStopped(proc, logPath, [
+    { what: 'Jaeger query API', probe: () => answers(`${queryUrl}/api/services`), timeoutMs: 60_000 },
     // The receiver answers 405 to GET once it listens.
-    await waitUntil('Jaeger OTLP receiver', () => answers(`${otlpEndpoint}/v1/traces`), {
-      timeoutMs: 30_000,
-      process: proc,
-      logPath,
-    });
-  } catch (error) {
-    await proc.stop();
-    throw error;
-  }
+    { what: 'Jaeger OTLP receiver', probe: () => answers(`${otlpEndpoint}/v1/traces`), timeoutMs: 30_000 },
+  ]);
   return { otlpEndpoint, queryUrl, logPath, process: proc, stop: () => proc.stop() };
 }

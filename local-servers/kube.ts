@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { stringify } from 'yaml';
 import { Lifecycle } from '../cli/lifecycle.js';
-import { retryWhenPortTaken, spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { readyOrStopped, retryWhenPortTaken, spawnServer, type ManagedProcess } from './process.js';
 import { freePort, preferredOrFreePort } from './ports.js';
 
 export interface LocalKubeApiServer {
@@ -123,17 +123,14 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
         etcdLog,
         { pidDir: opts.pidDir },
       );
-      try {
-        await waitUntil('etcd /health', () => etcdHealthy(`http://${host}:${clientPort}/health`), {
+      await readyOrStopped(proc, etcdLog, [
+        {
+          what: 'etcd /health',
+          probe: () => etcdHealthy(`http://${host}:${clientPort}/health`),
           timeoutMs: 60_000,
           intervalMs: 100,
-          process: proc,
-          logPath: etcdLog,
-        });
-      } catch (error) {
-        await proc.stop();
-        throw error;
-      }
+        },
+      ]);
       return { etcd: proc, etcdClientPort: clientPort };
     });
     scope.defer('etcd', () => etcd.stop());
@@ -168,20 +165,18 @@ export async function startLocalKubeApiServer(opts: LocalKubeApiServerOptions): 
         { pidDir: opts.pidDir },
       );
       const serving = `https://${host}:${port}`;
-      try {
-        await waitUntil(
-          'kube-apiserver /readyz',
-          async () => {
+      await readyOrStopped(proc, apiLog, [
+        {
+          what: 'kube-apiserver /readyz',
+          probe: async () => {
             if (!existsSync(caPath)) return false;
             const res = await get(`${serving}/readyz`, token, readFileSync(caPath));
             return res.status === 200;
           },
-          { timeoutMs: 90_000, intervalMs: 250, process: proc, logPath: apiLog },
-        );
-      } catch (error) {
-        await proc.stop();
-        throw error;
-      }
+          timeoutMs: 90_000,
+          intervalMs: 250,
+        },
+      ]);
       return { apiserver: proc, url: serving };
     });
     scope.defer('kube-apiserver', () => apiserver.stop());
@@ -257,17 +252,14 @@ async function startControllerManager(
       logPath,
       { pidDir: opts.pidDir },
     );
-    try {
-      await waitUntil('kube-controller-manager /healthz', () => healthz(`https://${host}:${port}/healthz`), {
+    await readyOrStopped(proc, logPath, [
+      {
+        what: 'kube-controller-manager /healthz',
+        probe: () => healthz(`https://${host}:${port}/healthz`),
         timeoutMs: 60_000,
         intervalMs: 250,
-        process: proc,
-        logPath,
-      });
-    } catch (error) {
-      await proc.stop();
-      throw error;
-    }
+      },
+    ]);
     return proc;
   });
 }

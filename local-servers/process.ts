@@ -125,9 +125,36 @@ export async function waitUntil(
   }
 }
 
+/** One readiness check of `readyOrStopped`. */
+export interface ReadyCheck {
+  what: string;
+  probe: () => Promise<boolean>;
+  timeoutMs: number;
+  intervalMs?: number;
+}
+
+/**
+ * Waits until `proc` passes each check in turn. One that does not is
+ * stopped before the error goes on, so nothing is left running (nor for a
+ * retry on fresh ports to clash with).
+ */
+export async function readyOrStopped(
+  proc: ManagedProcess,
+  logPath: string,
+  checks: ReadyCheck[],
+): Promise<void> {
+  try {
+    for (const { what, probe, ...bounds } of checks)
+      await waitUntil(what, probe, { ...bounds, process: proc, logPath });
+  } catch (error) {
+    await proc.stop();
+    throw error;
+  }
+}
+
 /**
  * Runs `start` (which spawns a server on ports it picks free and waits for
- * it, stopping it when it is not ready) again when the server could not bind
+ * it, stopping it when it is not ready: `readyOrStopped`) again when the server could not bind
  * one of them: a port found free can be taken before the server binds it (an
  * outgoing connection's ephemeral port, another run's server). Up to three
  * tries; any other failure is thrown at once.

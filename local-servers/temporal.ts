@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { SEARCH_ATTRIBUTES } from '../resources/search-attributes.js';
-import { retryWhenPortTaken, spawnServer, waitUntil, type ManagedProcess } from './process.js';
+import { readyOrStopped, retryWhenPortTaken, spawnServer, type ManagedProcess } from './process.js';
 import { preferredOrFreePort } from './ports.js';
 
 export interface TemporalDevServer {
@@ -92,24 +92,12 @@ async function startOnce(opts: TemporalDevServerOptions): Promise<TemporalDevSer
     args.push('--search-attribute', `${name}=${type}`);
   const logPath = join(opts.dataDir, 'temporal.log');
   const proc = spawnServer('temporal', opts.cli, args, logPath, { pidDir: opts.pidDir });
-  try {
-    await waitUntil('Temporal dev server', () => tcpReady(host, port), {
-      timeoutMs: 60_000,
-      process: proc,
-      logPath,
-    });
-    if (uiPort !== undefined) {
-      await waitUntil('Temporal Web UI', () => tcpReady(host, uiPort), {
-        timeoutMs: 30_000,
-        process: proc,
-        logPath,
-      });
-    }
-  } catch (error) {
-    // Nothing left running for the next attempt to clash with.
-    await proc.stop();
-    throw error;
-  }
+  await readyOrStopped(proc, logPath, [
+    { what: 'Temporal dev server', probe: () => tcpReady(host, port), timeoutMs: 60_000 },
+    ...(uiPort === undefined
+      ? []
+      : [{ what: 'Temporal Web UI', probe: () => tcpReady(host, uiPort), timeoutMs: 30_000 }]),
+  ]);
   return {
     address: `${host}:${port}`,
     namespace,
