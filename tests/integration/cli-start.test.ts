@@ -36,8 +36,9 @@ function run(args: string[], env: Record<string, string> = {}): CliProcess {
 
 /** The flags each command offers (a command refuses the flags of parts it does not run). */
 const common = (command: string) => [
-  ...testServerArgs(),
-  ...(command === 'api' ? [] : ['--task-queue', uniqueTaskQueue('cli-start')]),
+  // The gateway runs no Temporal part, so it takes no --temporal-* flag.
+  ...(command === 'gateway' ? ['--kubeconfig', inject('kubeconfigPath')] : testServerArgs()),
+  ...(command === 'api' || command === 'gateway' ? [] : ['--task-queue', uniqueTaskQueue('cli-start')]),
   ...(command === 'worker' ? ['--installation', 'cli-start-test'] : []),
   // Nothing of other tests on the shared apiserver: a namespace no Proxy is in.
   '--watch-namespaces',
@@ -124,16 +125,7 @@ describe('a failed start exits non-zero with one line', () => {
   ] as const)(
     '%s on 0.0.0.0 with no token: exits 1 naming --insecure-no-auth, having listened nowhere',
     async (command, addrFlag, what) => {
-      const args =
-        command === 'gateway'
-          ? [
-              '--kubeconfig',
-              inject('kubeconfigPath'),
-              '--watch-namespaces',
-              `cli-start-${randomBytes(3).toString('hex')}`,
-            ]
-          : common(command);
-      const child = run([command, ...args, addrFlag, '0.0.0.0:0'], { DISCOVERY_TOKEN: '' });
+      const child = run([command, ...common(command), addrFlag, '0.0.0.0:0'], { DISCOVERY_TOKEN: '' });
       expect(await child.exited(90_000)).toBe(1);
       expect(oneErrorLine(child)).toContain(`${what} would listen on 0.0.0.0:0 with no token`);
       expect(oneErrorLine(child)).toContain('or pass --insecure-no-auth to serve it open');
@@ -198,17 +190,7 @@ describe('health, readiness and graceful stop', () => {
       /"url":"http:\/\/127\.0\.0\.1:(\d+)"[^\n]*gateway listening/,
     ],
   ] as const)('%s exits 0 on SIGTERM, its port closed', async (command, listen, listening) => {
-    // The gateway runs no Temporal part, so it takes no --temporal-* flag.
-    const args =
-      command === 'gateway'
-        ? [
-            '--kubeconfig',
-            inject('kubeconfigPath'),
-            '--watch-namespaces',
-            `cli-start-${randomBytes(3).toString('hex')}`,
-          ]
-        : common(command);
-    const child = run([command, ...args, ...listen]);
+    const child = run([command, ...common(command), ...listen]);
     const port = Number((await child.waitFor(listening, 90_000))[1]);
     expect(await acceptsTcp(port), child.output()).toBe(true);
     expect(await child.stop(60_000), child.output()).toBe(0);
@@ -231,16 +213,7 @@ describe('health, readiness and graceful stop', () => {
   ] as const)(
     '%s on 0.0.0.0 with no token and --insecure-no-auth: starts, says so, and stops on SIGTERM',
     async (command, addrFlag, listening, warning) => {
-      const args =
-        command === 'gateway'
-          ? [
-              '--kubeconfig',
-              inject('kubeconfigPath'),
-              '--watch-namespaces',
-              `cli-start-${randomBytes(3).toString('hex')}`,
-            ]
-          : common(command);
-      const child = run([command, ...args, addrFlag, '0.0.0.0:0', '--insecure-no-auth'], {
+      const child = run([command, ...common(command), addrFlag, '0.0.0.0:0', '--insecure-no-auth'], {
         DISCOVERY_TOKEN: '',
       });
       await child.waitFor(listening, 90_000);
