@@ -49,8 +49,28 @@ export function cliEntry(): string[] {
 
 export function startCli(
   args: string[],
-  opts: { env?: Record<string, string | undefined>; entry?: string[]; cwd?: string } = {},
+  opts: {
+    env?: Record<string, string | undefined>;
+    entry?: string[];
+    cwd?: string;
+    /** The apiserver is the test's own: a bridge or api may watch every namespace of it. */
+    ownApiserver?: boolean;
+  } = {},
 ): CliProcess {
+  // A bridge or api watching every namespace of the shared apiserver takes
+  // other files' Proxies: the bridge starts their workflows on its own task
+  // queue (which no worker of theirs serves: a flake seen one CI run in five),
+  // the api's prober writes their health.
+  if (
+    (args[0] === 'bridge' || args[0] === 'api') &&
+    args.includes('--kubeconfig') &&
+    !args.includes('--watch-namespaces') &&
+    opts.ownApiserver !== true
+  ) {
+    throw new Error(
+      `startCli(${args[0]}): pass --watch-namespaces (or ownApiserver: true with an apiserver of the test's own)`,
+    );
+  }
   const entry = opts.entry ?? cliEntry();
   const proc = spawn(process.execPath, [...entry, ...args], {
     cwd: opts.cwd ?? ROOT,

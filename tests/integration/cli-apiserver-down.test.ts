@@ -5,6 +5,7 @@
  * silently with code 13) and come up once the apiserver answers. The
  * outage is a closed TCP relay in front of the shared apiserver.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +18,10 @@ import { eventually } from '../helpers/temporal.js';
 
 describe('bridge and api started while the apiserver is unreachable', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-down-'));
+  // A namespace of their own: a bridge watching every namespace of the shared
+  // apiserver would start other files' Proxies' workflows on its task queue,
+  // which no worker serves, and an api's prober would write their health.
+  const watched = ['--watch-namespaces', `down-${randomBytes(4).toString('hex')}`];
   const children: CliProcess[] = [];
   let relay: TcpRelay | undefined;
 
@@ -52,6 +57,7 @@ describe('bridge and api started while the apiserver is unreachable', () => {
           inject('temporalAddress'),
           '--temporal-namespace',
           inject('temporalNamespace'),
+          ...watched,
           // The api runs no workflows: it does not offer --task-queue.
           ...(args[0] === 'api' ? [] : ['--task-queue', `down-${process.pid}`]),
         ],
@@ -115,6 +121,7 @@ describe('bridge and api started while the apiserver is unreachable', () => {
           inject('kubeconfigPath'),
           '--temporal-address',
           inject('temporalAddress'),
+          ...watched,
         ],
         { env: { LOG_LEVEL: 'warn', DISCOVERY_TOKEN: 't' } },
       );

@@ -372,6 +372,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
         : []),
     ];
     const child = startCli([...args, ...extra], {
+      ownApiserver: true,
       env: {
         // The ConfigMap's env, as envFrom gives it; the flags above win for Temporal.
         ...rendered.env,

@@ -868,7 +868,18 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
     try {
       const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
       const d = await handle.describe();
-      lines.push(`run: ${d.status.name}, history ${d.historyLength} events`);
+      lines.push(`run: ${d.status.name}, history ${d.historyLength} events, task queue ${d.taskQueue}`);
+      const wft = d.raw.pendingWorkflowTask;
+      if (wft) lines.push(`pending workflow task: ${JSON.stringify(wft)}`);
+      lines.push(`worker: ${JSON.stringify(cp.worker.getStatus())}, queue ${cp.taskQueue}`);
+      const described = await cp.client.workflowService.describeTaskQueue({
+        namespace: inject('temporalNamespace'),
+        taskQueue: { name: cp.taskQueue },
+        taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+      });
+      lines.push(
+        `workflow pollers: ${JSON.stringify((described.pollers ?? []).map((p) => ({ identity: p.identity, last: p.lastAccessTime })))}`,
+      );
       for (const a of d.raw.pendingActivities ?? []) {
         lines.push(
           `pending ${a.activityType?.name}: attempt ${a.attempt}, ${a.lastFailure?.message ?? 'no failure'}`,
@@ -897,8 +908,9 @@ describe('a Proxy with provider: kubernetes, end to end', () => {
 
     // Create: the pod exists, Pending; the Proxy waits for it.
     const first: V1Pod = await pod(name).catch(async (error: unknown) => {
-      // Seen once in CI (no pod within 30 s, no activity failure logged), not
-      // reproduced since: say where the Proxy's way to its pod stopped.
+      // Seen in CI: another file's bridge, watching every namespace, had
+      // started this Proxy's workflow on its own task queue (tests/helpers/cli.ts
+      // now refuses that). Say where the Proxy's way to its pod stopped.
       throw new Error(`${(error as Error).message}\n${await whereIs(ref)}`, { cause: error });
     });
     expect(first.metadata?.labels).toMatchObject({

@@ -84,7 +84,8 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
       DISCOVERY_TOKEN: TOKEN,
     });
     const run = (args: string[], env: Record<string, string>) => {
-      const child = startCli(args, { env });
+      // The apiserver is this file's own: the bridge may watch every namespace.
+      const child = startCli(args, { env, ownApiserver: true });
       children.push(child);
       return child;
     };
