@@ -21,6 +21,7 @@ COPY api api
 # cli/ only: `dev`'s servers (local-servers/) are not in the image, and `dev` says so.
 COPY cli cli
 COPY forwarding forwarding
+COPY tenants tenants
 COPY gateway gateway
 COPY k8s-bridge k8s-bridge
 COPY kube kube

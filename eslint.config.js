@@ -117,6 +117,7 @@ export default tseslint.config(
       'api/**/*.ts',
       'cli/**/*.ts',
       'forwarding/**/*.ts',
+      'tenants/**/*.ts',
       'gateway/**/*.ts',
       'k8s-bridge/**/*.ts',
       'kube/**/*.ts',

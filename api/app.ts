@@ -17,6 +17,9 @@ import type { ProxyCatalog } from './proxy-catalog.js';
 import { buildOpenApiDocument } from './schemas.js';
 import type { TraceHook } from '../tracing/http.js';
 import type { PoolDemand } from './pool-demand.js';
+import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.js';
+import { createGuessLimiter, DEFAULT_MAX_AUTH_FAILURES } from '../tenants/guess-limiter.js';
+import { createTenantRates } from '../tenants/rate.js';
 import { createLeaseRoutes } from './routes/leases.js';
 import { createMetaRoutes } from './routes/meta.js';
 import { authAndCleanPaths, failure, requestLog } from './routes/middleware.js';
@@ -50,6 +53,10 @@ export interface CreateApiOptions {
   serveMetrics?: boolean;
   /** Told of refused lease requests and `banned` reports, for ProxyPool autoscaling and rotation. */
   demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
+  /** Who may call (tenants/); by default the single `token`'s tenant, or the open one when it is ''. */
+  tenants?: TenantDirectory;
+  /** Wrong tokens per client address per minute before 429 (default 20; 0 off). */
+  authFailuresPerMinute?: number;
 }
 
 export function createApi(options: CreateApiOptions): Hono {
@@ -66,10 +73,16 @@ export function createApi(options: CreateApiOptions): Hono {
   const metrics = registerApiMetrics(registry, { catalog, leaseStore });
   if (options.processMetrics ?? true) registerProcessMetrics(registry);
   const serveMetrics = options.serveMetrics ?? true;
+  const tenants = options.tenants ?? createTenantDirectory({ token: options.token, logger });
+  const auth = {
+    tenants,
+    guesses: createGuessLimiter({ maxFailures: options.authFailuresPerMinute ?? DEFAULT_MAX_AUTH_FAILURES }),
+    rates: createTenantRates(),
+  };
   const openApi = JSON.stringify(
-    buildOpenApiDocument({ maxLeaseTtlSeconds: maxTtl, bearer: options.token !== '', metrics: serveMetrics }),
+    buildOpenApiDocument({ maxLeaseTtlSeconds: maxTtl, bearer: !tenants.open, metrics: serveMetrics }),
   );
-  if (options.token === '') {
+  if (tenants.open) {
     logger.warn(
       options.insecureNoAuth === true
         ? 'WARNING: --insecure-no-auth: the lease API is served WITHOUT AUTHENTICATION off the loopback; anyone who can reach it can lease proxies'
@@ -79,10 +92,11 @@ export function createApi(options: CreateApiOptions): Hono {
 
   const app = new Hono();
   app.use(requestLog(logger, options.traceHook));
-  app.use(authAndCleanPaths(options.token));
+  app.use(authAndCleanPaths(auth));
 
   app.route('/', createMetaRoutes({ registry, serveMetrics, openApi }));
   app.route('/v1/proxies', createProxyRoutes({ catalog, leaseStore }));
+  const sealLeaseIds = tenants.sealsLeaseIds;
   app.route(
     '/v1/leases',
     createLeaseRoutes({
@@ -91,6 +105,8 @@ export function createApi(options: CreateApiOptions): Hono {
       metrics,
       defaultTtlSeconds: defaultTtl,
       maxTtlSeconds: maxTtl,
+      sealLeaseIds,
+      rates: auth.rates,
       ...(options.demand ? { demand: options.demand } : {}),
     }),
   );

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { DEFAULT_MAX_AUTH_FAILURES } from '../tenants/guess-limiter.js';
 import { DEFAULT_LEASE_COOLDOWN_MS } from './lease-store.js';
 
 export const DEFAULT_LISTEN_ADDRESS = ':8090';
@@ -44,6 +45,10 @@ export const apiOptionsSchema = z
     prober: z.boolean().default(true),
     /** `--insecure-no-auth`: serve without a token off the loopback, knowingly. */
     insecureNoAuth: z.boolean().default(false),
+    /** `--tenants-file`: named clients with their own tokens, scopes and limits (tenants/). */
+    tenantsFile: z.string().optional(),
+    /** `--auth-failures-per-minute`: wrong tokens per client address per minute before 429 (0: off). */
+    authFailuresPerMinute: z.int().min(0).default(DEFAULT_MAX_AUTH_FAILURES),
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -74,6 +79,10 @@ export interface ApiFlags {
   prober?: boolean | undefined;
   /** `--insecure-no-auth`: allow listening off the loopback with no token. */
   insecureNoAuth?: boolean | undefined;
+  /** `--tenants-file`, a YAML file of tenants. */
+  tenantsFile?: string | undefined;
+  /** `--auth-failures-per-minute`, a whole number (default 20). */
+  authFailuresPerMinute?: string | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -133,6 +142,12 @@ export function readApiConfig(
         : positiveDuration(flags.poolDemandInterval, '--pool-demand-interval'),
     prober: flags.prober !== false,
     insecureNoAuth: flags.insecureNoAuth === true,
+    ...(flags.tenantsFile !== undefined ? { tenantsFile: flags.tenantsFile } : {}),
+    authFailuresPerMinute: wholeNumberFlag(
+      flags.authFailuresPerMinute,
+      '--auth-failures-per-minute',
+      DEFAULT_MAX_AUTH_FAILURES,
+    ),
   });
   if (!parsed.success) {
     throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
@@ -252,14 +267,28 @@ export function parseListenAddress(text: string, flag = 'address'): { host: stri
 export function requireAuthOffLoopback(
   what: string,
   listen: { host: string; port: number },
-  auth: { token: string; insecureNoAuth: boolean },
+  auth: { token: string; insecureNoAuth: boolean; tenantsFile?: string | undefined },
   flag: string,
 ): void {
-  if (auth.token !== '' || auth.insecureNoAuth || isLoopbackHost(listen.host)) return;
+  if (
+    auth.token !== '' ||
+    auth.tenantsFile !== undefined ||
+    auth.insecureNoAuth ||
+    isLoopbackHost(listen.host)
+  )
+    return;
   const where = listen.host === '' ? `:${listen.port} (every interface)` : `${listen.host}:${listen.port}`;
   throw new ApiConfigError(
-    `${what} would listen on ${where} with no token: set DISCOVERY_TOKEN or --discovery-token-file, listen on the loopback (${flag} 127.0.0.1:${listen.port}), or pass --insecure-no-auth to serve it open`,
+    `${what} would listen on ${where} with no token: set DISCOVERY_TOKEN, --discovery-token-file or --tenants-file, listen on the loopback (${flag} 127.0.0.1:${listen.port}), or pass --insecure-no-auth to serve it open`,
   );
+}
+
+/** A flag holding a whole number, or its default when absent. */
+export function wholeNumberFlag(text: string | undefined, flag: string, fallback: number): number {
+  if (text === undefined) return fallback;
+  if (!/^\d{1,9}$/.test(text.trim()))
+    throw new ApiConfigError(`${flag}: must be a whole number, got ${JSON.stringify(text)}`);
+  return Number(text.trim());
 }
 
 /** 127.0.0.0/8, ::1 and localhost: addresses only this machine reaches. */

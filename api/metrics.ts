@@ -10,10 +10,11 @@ import type { ProxyCatalog } from './proxy-catalog.js';
 import { LeaseStoreUnavailableError, storeKey, type LeaseStore } from './lease-store.js';
 import { partition } from './routes/selection.js';
 
-export type LeaseOutcome = 'granted' | 'no_match';
+export type LeaseOutcome = 'granted' | 'no_match' | 'forbidden';
 
 export interface ApiMetrics {
-  leaseRequest(outcome: LeaseOutcome): void;
+  /** `tenant`: also counted per tenant (names bounded by the tenants file). */
+  leaseRequest(outcome: LeaseOutcome, tenant?: string): void;
 }
 
 export function registerApiMetrics(
@@ -115,7 +116,18 @@ export function registerApiMetrics(
     },
   });
 
-  return { leaseRequest: (outcome) => requests.inc({ outcome }) };
+  const byTenant = new Counter({
+    name: 'egress_api_tenant_lease_requests_total',
+    help: 'Lease acquisition requests by tenant and outcome (granted, no_match, forbidden).',
+    labelNames: ['tenant', 'outcome'] as const,
+    registers: [registry],
+  });
+  return {
+    leaseRequest: (outcome, tenant) => {
+      requests.inc({ outcome });
+      if (tenant !== undefined) byTenant.inc({ tenant, outcome });
+    },
+  };
 }
 
 /** Member ids per `namespace/pool`. */

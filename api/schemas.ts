@@ -31,6 +31,8 @@ export const ERROR_CODES = [
   'method_not_allowed',
   'unavailable',
   'internal',
+  'forbidden',
+  'too_many_requests',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -184,7 +186,18 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonObject {
     ),
   };
   const common = errors(
-    ...(bearer ? [[401, 'Missing or wrong bearer token (`unauthorized`).'] as [number, string]] : []),
+    ...(bearer
+      ? [
+          [401, 'Missing or wrong bearer token (`unauthorized`); the connection is closed.'] as [
+            number,
+            string,
+          ],
+          [
+            429,
+            'Too many wrong tokens from this address in the last minute, or the tenant is over its requests per second (`too_many_requests`); see Retry-After.',
+          ] as [number, string],
+        ]
+      : []),
     [500, 'Unexpected failure (`internal`).'],
   );
   const storeDown = 'the lease store (Redis) is unreachable (`unavailable`)';
@@ -280,6 +293,7 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonObject {
           responses: {
             '201': json('Lease', 'Granted.'),
             '400': json('Error', 'Malformed body (`invalid_body`) or TTL out of range (`invalid_ttl`).'),
+            '403': json('Error', 'The tenant may not use the pool named (`forbidden`).'),
             '409': json('NoMatch', 'No healthy proxy with free capacity matched.'),
             ...common,
             ...unavailable,

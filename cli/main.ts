@@ -195,6 +195,18 @@ function leaseOptions(cmd: Command): Command {
     )
     .addOption(
       new Option(
+        '--tenants-file <path>',
+        'YAML file of tenants: each a name, the SHA-256 of its token, the pools or attributes it may use and its limits (reloaded when it changes; beside or instead of the single token)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--auth-failures-per-minute <n>',
+        'wrong tokens a client address may send per minute before it is answered 429 without a check (default 20; 0 turns it off)',
+      ),
+    )
+    .addOption(
+      new Option(
         '--insecure-no-auth',
         'serve the lease API and the gateway with no token on an address off the loopback (refused otherwise)',
       ),
@@ -244,6 +256,36 @@ function gatewayOptions(cmd: Command): Command {
       new Option(
         '--gateway-max-target-labels <n>',
         'distinct targets given their own metric label; the rest count as "other" (default 500)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-tunnel-idle-timeout <duration>',
+        'a tunnel or plain-HTTP exchange that carries no byte either way for this long is closed and its lease let go of (default 5m; 0 turns it off)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-tunnel-max-lifetime <duration>',
+        'a tunnel is closed after this long whatever it carries (default 0: no bound)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-response-timeout <duration>',
+        'bound on a whole plain-HTTP exchange, however the answer drips (default 10m)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-max-tunnels-per-client <n>',
+        'open tunnels and plain-HTTP requests per client address; over it: 429 at once (default 256; 0: no bound)',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--gateway-max-connections <n>',
+        'client connections the gateway holds at once; more are closed as they arrive (default 10000)',
       ),
     )
     .addOption(

@@ -32,7 +32,7 @@ import {
   proxyKey,
 } from '../prober/index.js';
 import { createDrainNotifier } from '../api/drain-notifier.js';
-import { createPoolDemand } from '../api/pool-demand.js';
+import { createPoolDemand, type PoolDemand } from '../api/pool-demand.js';
 import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
 import { watchScopes } from '../kube/namespaced-informer.js';
 import { poolWorkflowId } from '../workflows/pool/ids.js';
@@ -59,6 +59,7 @@ import { connectClient, connectNative, describeTemporal } from './temporal.js';
 import { ensureSchedules, scheduleIds, validateSchedulesConfig, type SchedulesConfig } from './schedules.js';
 import { createProxyWorker, installTemporalRuntime } from './worker.js';
 import { TRACING_OFF, type Tracing } from '../tracing/index.js';
+import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.js';
 
 export interface Running {
   name: string;
@@ -324,6 +325,8 @@ export async function startApi(
     metricsUrl: string;
     catalog: ProxyCatalog;
     leaseStore: LeaseStore;
+    tenants: TenantDirectory;
+    demand: PoolDemand;
   }
 > {
   const tracing = opts.tracing ?? TRACING_OFF;
@@ -377,11 +380,19 @@ export async function startApi(
         await temporal.client.workflow.getHandle(poolWorkflowId(pool)).signal(poolDemandSignal, report);
       },
     });
+    const tenants = createTenantDirectory({
+      token: apiOptions.token,
+      tenantsFile: apiOptions.tenantsFile,
+      logger,
+    });
+    scope.defer('tenants file watch', () => tenants.close());
     const app = createApi({
       serveMetrics: !config.metricsAddr && !opts.metricsServedElsewhere,
       demand,
       catalog,
       leaseStore,
+      tenants,
+      authFailuresPerMinute: apiOptions.authFailuresPerMinute,
       token: apiOptions.token,
       insecureNoAuth: apiOptions.insecureNoAuth,
       logger,
@@ -392,7 +403,7 @@ export async function startApi(
     });
     const server = await serveApi(app, { host: apiOptions.host, port: apiOptions.port });
     scope.defer('lease API server', () => server.close());
-    logger.info({ url: server.url }, 'lease API listening');
+    logger.info({ url: server.url, tenants: tenants.names() }, 'lease API listening');
 
     const connection = await connectClient(config.temporalAddress, config.temporalConnection);
     scope.defer('Temporal connection', () => connection.close());
@@ -445,6 +456,8 @@ export async function startApi(
       metricsUrl,
       catalog,
       leaseStore,
+      tenants,
+      demand,
       done: new Promise(() => undefined),
       describe: () =>
         `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}`,
@@ -498,7 +511,16 @@ export async function startGateway(
   kc: KubeConfig | undefined,
   logger: Logger,
   registry: Registry = new Registry(),
-  opts: { tracing?: Tracing; shared?: { catalog: ProxyCatalog; leaseStore: LeaseStore } } = {},
+  opts: {
+    tracing?: Tracing;
+    /** The lease API's in this process (`dev`): one pool, one set of tenants, one demand for both. */
+    shared?: {
+      catalog: ProxyCatalog;
+      leaseStore: LeaseStore;
+      tenants?: TenantDirectory;
+      demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
+    };
+  } = {},
 ): Promise<Running & { url: string; metricsUrl: string }> {
   const tracing = opts.tracing ?? TRACING_OFF;
   const scope = new Lifecycle(logger, { name: 'gateway' });
@@ -532,6 +554,8 @@ export async function startGateway(
       logger,
       registry,
       settings: options,
+      ...(opts.shared?.tenants ? { tenants: opts.shared.tenants } : {}),
+      ...(opts.shared?.demand ? { demand: opts.shared.demand } : {}),
       ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
     });
     let metricsServer: { url: string; close(): Promise<void> } | undefined;

@@ -9,6 +9,10 @@ import type { ConnectionKind } from './metrics.js';
 
 export interface AccessEntry {
   kind: ConnectionKind;
+  /** The crawler's address, as its connection shows it. */
+  client: string;
+  /** The tenant its token named, once known. */
+  tenant?: string | undefined;
   /** The CONNECT authority or the request URL's host. */
   target: string;
   /** The upstream proxy that carried it, if one did. */
@@ -26,10 +30,24 @@ export interface AccessEntry {
 export type AccessLog = (entry: AccessEntry) => void;
 
 export function createAccessLog(log: Logger): AccessLog {
-  return ({ kind, target, proxy, session, status, started, attempts, sentBytes, receivedBytes }) => {
+  return ({
+    kind,
+    client,
+    tenant,
+    target,
+    proxy,
+    session,
+    status,
+    started,
+    attempts,
+    sentBytes,
+    receivedBytes,
+  }) => {
     log.info(
       {
         kind,
+        client,
+        ...(tenant !== undefined ? { tenant } : {}),
         target,
         ...(proxy ? { proxy } : {}),
         ...(session !== undefined ? { session } : {}),
@@ -50,7 +68,7 @@ export function refusedEntry(
   target: string,
   status: number,
   started: number,
-  session: string | undefined,
+  who: { client: string; tenant: string | undefined; session: string | undefined },
 ): AccessEntry {
-  return { kind, target, status, started, session, attempts: 0, sentBytes: 0, receivedBytes: 0 };
+  return { kind, target, status, started, ...who, attempts: 0, sentBytes: 0, receivedBytes: 0 };
 }

@@ -3,8 +3,11 @@
  * credentials (the API token, then the username's options), the lease
  * target, and the set-up span the trace hook starts.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { GuessLimiter } from '../tenants/guess-limiter.js';
+import type { TenantDirectory } from '../tenants/directory.js';
+import type { TenantRates } from '../tenants/rate.js';
+import { poolAllowed, type Tenant } from '../tenants/tenants.js';
 import { parseTraceparent, type TraceHook, type TraceSpan } from '../tracing/http.js';
 import {
   decodeProxyAuthorization,
@@ -12,25 +15,64 @@ import {
   parseUsername,
   type ConnectionOptions,
 } from './credentials.js';
+import type { GatewayMetrics } from './metrics.js';
 import { Refusal } from './refusal.js';
 
 const PROXY_AUTHENTICATE = { 'Proxy-Authenticate': 'Basic realm="egress-proxies"' };
 
+/** What admission reads: who may connect, and what guessing and rates cost. */
+export interface AdmissionDeps {
+  tenants: TenantDirectory;
+  guesses: GuessLimiter;
+  rates: TenantRates;
+  metrics: GatewayMetrics;
+  settings: { maxLeaseTtlSeconds: number };
+}
+
+/** A connection let in: whose it is and what its username asked for. */
+export interface Admitted {
+  tenant: Tenant;
+  options: ConnectionOptions;
+}
+
 /**
- * Checks the password against `token` (none configured: no check) and parses
- * the username; throws Refusal (407 or 400).
+ * Finds the tenant by the password (its token) and parses the username;
+ * throws Refusal: 429 for an address that guessed wrong too often (before
+ * any check) or a tenant over its requests per second, 407 for missing or
+ * wrong credentials, 400 for a malformed username, 403 for a pool outside
+ * the tenant's scope.
  */
-export function admit(req: IncomingMessage, token: Buffer, maxLeaseTtlSeconds: number): ConnectionOptions {
+export function admit(deps: AdmissionDeps, req: IncomingMessage, client: string): Admitted {
+  if (!deps.tenants.open) {
+    const wait = deps.guesses.blocked(client);
+    if (wait) {
+      deps.metrics.limitTripped('auth_failures');
+      throw new Refusal(
+        429,
+        `too many wrong proxy passwords from this address; retry in ${wait.retryAfterSeconds} s`,
+        'throttled',
+        { 'Retry-After': String(wait.retryAfterSeconds) },
+      );
+    }
+  }
+  let tenant: Tenant;
+  let options: ConnectionOptions;
   try {
     const credentials = decodeProxyAuthorization(req.headers['proxy-authorization']);
-    if (token.length > 0) {
+    const found = deps.tenants.authenticate(credentials?.password);
+    if (!found) {
       if (!credentials)
-        throw new GatewayCredentialsError('proxy credentials required (password: the API token)', 407);
-      // Digests of both sides, so the comparison's time says nothing of the token's length either.
-      if (!timingSafeEqual(sha256(Buffer.from(credentials.password)), sha256(token)))
-        throw new GatewayCredentialsError('the proxy password is not the API token', 407);
+        throw new GatewayCredentialsError('proxy credentials required (password: your API token)', 407);
+      deps.guesses.failed(client);
+      throw new GatewayCredentialsError(
+        deps.tenants.fromFile
+          ? 'the proxy password is not a known API token'
+          : 'the proxy password is not the API token',
+        407,
+      );
     }
-    return parseUsername(credentials?.username ?? '', maxLeaseTtlSeconds);
+    tenant = found;
+    options = parseUsername(credentials?.username ?? '', deps.settings.maxLeaseTtlSeconds);
   } catch (error) {
     if (error instanceof GatewayCredentialsError) {
       throw new Refusal(
@@ -42,6 +84,21 @@ export function admit(req: IncomingMessage, token: Buffer, maxLeaseTtlSeconds: n
     }
     throw error;
   }
+  if (!poolAllowed(tenant, options.pool))
+    throw new Refusal(403, `tenant ${tenant.name} may not use pool ${options.pool}`, 'forbidden');
+  if (!deps.rates.take(tenant)) {
+    deps.metrics.limitTripped('requests_per_second');
+    throw new Refusal(429, `tenant ${tenant.name} is over its requests per second`, 'over_limit', {
+      'Retry-After': '1',
+    });
+  }
+  return { tenant, options };
+}
+
+/** The client's address as its connection shows it, an IPv4-mapped IPv6 address as the IPv4 one. */
+export function clientAddress(req: IncomingMessage): string {
+  const address = req.socket.remoteAddress ?? '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice('::ffff:'.length) : address;
 }
 
 /** The lease target of a host: lowercase, brackets and a trailing dot dropped. */
@@ -67,8 +124,4 @@ export function traceOf(
     traceparent: header,
     trace: parseTraceparent(header),
   });
-}
-
-function sha256(bytes: Buffer): Buffer {
-  return createHash('sha256').update(bytes).digest();
 }

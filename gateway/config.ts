@@ -38,6 +38,10 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export const DEFAULT_ATTEMPTS = 3;
 export const DEFAULT_RATE_LIMIT_STATUSES = [429, 403] as const;
 export const DEFAULT_MAX_TARGET_LABELS = 500;
+export const DEFAULT_TUNNEL_IDLE_TIMEOUT_MS = 5 * 60_000;
+export const DEFAULT_RESPONSE_TIMEOUT_MS = 10 * 60_000;
+export const DEFAULT_MAX_TUNNELS_PER_CLIENT = 256;
+export const DEFAULT_MAX_CONNECTIONS = 10_000;
 
 export const gatewayOptionsSchema = z.strictObject({
   /** Listen host; '' means every interface. */
@@ -47,6 +51,20 @@ export const gatewayOptionsSchema = z.strictObject({
   token: z.string(),
   /** `--insecure-no-auth`: serve without a token off the loopback, knowingly. */
   insecureNoAuth: z.boolean(),
+  /** `--tenants-file`: named clients with their own tokens, scopes and limits (tenants/). */
+  tenantsFile: z.string().optional(),
+  /** Wrong passwords per client address per minute before 429 (0: off). */
+  authFailuresPerMinute: z.int().min(0),
+  /** A tunnel or exchange carrying nothing for this long is closed (0: never). */
+  tunnelIdleTimeoutMs: z.int().min(0),
+  /** A tunnel is closed after this long whatever it carries (0: never). */
+  tunnelMaxLifetimeMs: z.int().min(0),
+  /** A whole plain-HTTP exchange, however its answer drips (0: no bound). */
+  responseTimeoutMs: z.int().min(0),
+  /** Open tunnels and requests per client address (0: no bound). */
+  maxTunnelsPerClient: z.int().min(0),
+  /** Client connections held at once (Node's server.maxConnections). */
+  maxConnections: z.int().positive(),
   leaseCooldownMs: z.int().positive(),
   maxLeaseTtlSeconds: z.int().positive(),
   /** A tunnel's or session's lease when the username names no ttl. */
@@ -83,6 +101,16 @@ export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'> {
   gatewayRateLimitStatuses?: string | undefined;
   /** `--gateway-max-target-labels` (default 500). */
   gatewayMaxTargetLabels?: string | undefined;
+  /** `--gateway-tunnel-idle-timeout`, a duration (default 5m; 0 off). */
+  gatewayTunnelIdleTimeout?: string | undefined;
+  /** `--gateway-tunnel-max-lifetime`, a duration (default 0: none). */
+  gatewayTunnelMaxLifetime?: string | undefined;
+  /** `--gateway-response-timeout`, a duration (default 10m). */
+  gatewayResponseTimeout?: string | undefined;
+  /** `--gateway-max-tunnels-per-client` (default 256; 0 none). */
+  gatewayMaxTunnelsPerClient?: string | undefined;
+  /** `--gateway-max-connections` (default 10000). */
+  gatewayMaxConnections?: string | undefined;
   /** `--egress-deny-cidrs`, comma-separated, added to the default denied ranges. */
   egressDenyCidrs?: string | undefined;
   /** `--egress-allow-cidrs`, comma-separated exceptions. */
@@ -148,12 +176,48 @@ export function readGatewayConfig(
             return Number(part.trim());
           });
   }
+  const duration = (text: string | undefined, flag: string, fallback: number): number => {
+    if (text === undefined) return fallback;
+    if (text.trim() === '0') return 0;
+    let ms: number;
+    try {
+      ms = parseDuration(text);
+    } catch (error) {
+      throw new GatewayConfigError(`${flag}: ${(error as Error).message}`);
+    }
+    if (!(ms >= 0) || !Number.isSafeInteger(Math.round(ms)))
+      throw new GatewayConfigError(`${flag}: must be a duration like 5m or 0`);
+    return Math.round(ms);
+  };
   const egress = readEgressFlags(flags, defaults);
   const parsed = gatewayOptionsSchema.safeParse({
     host: address.host,
     port: address.port,
     token: lease.token,
     insecureNoAuth: lease.insecureNoAuth,
+    ...(lease.tenantsFile !== undefined ? { tenantsFile: lease.tenantsFile } : {}),
+    authFailuresPerMinute: lease.authFailuresPerMinute,
+    tunnelIdleTimeoutMs: duration(
+      flags.gatewayTunnelIdleTimeout,
+      '--gateway-tunnel-idle-timeout',
+      DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
+    ),
+    tunnelMaxLifetimeMs: duration(flags.gatewayTunnelMaxLifetime, '--gateway-tunnel-max-lifetime', 0),
+    responseTimeoutMs: duration(
+      flags.gatewayResponseTimeout,
+      '--gateway-response-timeout',
+      DEFAULT_RESPONSE_TIMEOUT_MS,
+    ),
+    maxTunnelsPerClient: wholeNumber(
+      flags.gatewayMaxTunnelsPerClient,
+      '--gateway-max-tunnels-per-client',
+      DEFAULT_MAX_TUNNELS_PER_CLIENT,
+    ),
+    maxConnections: wholeNumber(
+      flags.gatewayMaxConnections,
+      '--gateway-max-connections',
+      DEFAULT_MAX_CONNECTIONS,
+    ),
     leaseCooldownMs: lease.leaseCooldownMs,
     maxLeaseTtlSeconds: lease.maxLeaseTtlSeconds,
     defaultLeaseTtlSeconds: lease.defaultLeaseTtlSeconds,
@@ -170,7 +234,13 @@ export function readGatewayConfig(
   });
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    const flag = { attempts: '--gateway-attempts' }[issue.path[0] as string] ?? issue.path.join('.');
+    const flag =
+      (
+        { attempts: '--gateway-attempts', maxConnections: '--gateway-max-connections' } as Record<
+          string,
+          string | undefined
+        >
+      )[issue.path[0] as string] ?? issue.path.join('.');
     throw new GatewayConfigError(`${flag}: ${issue.message}`);
   }
   return parsed.data;

@@ -7,11 +7,10 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TraceSpan } from '../tracing/http.js';
-import { admit, hostOf, traceOf } from './admission.js';
+import { admit, clientAddress, hostOf, traceOf, type Admitted } from './admission.js';
 import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
-import type { ConnectionOptions } from './credentials.js';
 import { checkDestination, type CheckedDestination } from './destination.js';
-import type { ConnectionLease } from './leases.js';
+import { identityHeaders, type ConnectionLease } from './leases.js';
 import { Refusal, refuseTunnel } from './refusal.js';
 import { openTunnel } from './upstream-tunnel.js';
 
@@ -26,29 +25,63 @@ export async function handleConnect(
 ): Promise<void> {
   const started = performance.now();
   const authority = req.url ?? '';
+  const address = clientAddress(req);
   const tunnel: { closed: boolean; upstream: Socket | undefined } = { closed: false, upstream: undefined };
   client.once('close', () => {
     tunnel.closed = true;
     tunnel.upstream?.destroy();
   });
   let target: string;
-  let options: ConnectionOptions | undefined;
+  let admitted: Admitted | undefined;
   let destination: CheckedDestination;
+  let freeSlot: () => void;
   try {
     const { hostname, port } = parseAuthority(authority);
     target = hostOf(hostname);
-    options = admit(req, ctx.token, ctx.settings.maxLeaseTtlSeconds);
+    admitted = admit(ctx, req, address);
     destination = await checkDestination(ctx.egress, ctx.resolver, hostname, port);
+    freeSlot = ctx.slots.take(admitted.tenant, address);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'connect', error, { target: authority, started, session: options?.session });
+    recordRefused(ctx, 'connect', error, { target: authority, started, client: address, admitted });
     refuseTunnel(client, error);
     return;
   }
-  const span = traceOf(ctx.traceHook, req, authority);
+  try {
+    await carryTunnel(
+      ctx,
+      { req, client, head, tunnel },
+      { authority, target, destination, admitted, address, started },
+    );
+  } finally {
+    freeSlot();
+  }
+}
+
+/** A CONNECT admitted and in its slot: an upstream picked and the tunnel relayed, or the refusal answered. */
+async function carryTunnel(
+  ctx: GatewayContext,
+  ends: {
+    req: IncomingMessage;
+    client: Socket;
+    head: Buffer;
+    tunnel: { closed: boolean; upstream: Socket | undefined };
+  },
+  c: {
+    authority: string;
+    target: string;
+    destination: CheckedDestination;
+    admitted: Admitted;
+    address: string;
+    started: number;
+  },
+): Promise<void> {
+  const { client, head, tunnel } = ends;
+  const { authority, target, admitted, address, started } = c;
+  const span = traceOf(ctx.traceHook, ends.req, authority);
   let picked;
   try {
-    picked = await pickUpstream(ctx, 'connect', target, options, {
+    picked = await pickUpstream(ctx, 'connect', target, admitted, {
       isAborted: () => tunnel.closed,
       onLost: () => {
         client.destroy();
@@ -56,7 +89,7 @@ export async function handleConnect(
       },
       attempt: async (proxy) => {
         // The address checked, never the name: the upstream proxy does not resolve it again.
-        const pinned = destination.authority;
+        const pinned = c.destination.authority;
         const { rest } = await openTunnel(proxy, pinned, ctx.settings.connectTimeoutMs, (socket) => {
           // Known from the first moment, so a crawler that leaves mid-setup ends the attempt at once.
           tunnel.upstream = socket;
@@ -67,7 +100,7 @@ export async function handleConnect(
     });
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'connect', error, { target: authority, started, session: options.session, span });
+    recordRefused(ctx, 'connect', error, { target: authority, started, client: address, admitted, span });
     refuseTunnel(client, error);
     return;
   }
@@ -84,7 +117,13 @@ export async function handleConnect(
     head,
     rest: picked.result,
   });
-  recordCarried(ctx, 'connect', picked, { target, logTarget: authority, started, status: 200 }, bytes);
+  recordCarried(
+    ctx,
+    'connect',
+    picked,
+    { target, logTarget: authority, started, status: 200, client: address, tenant: admitted.tenant.name },
+    bytes,
+  );
 }
 
 /**
@@ -124,7 +163,8 @@ async function relayTunnel(
     ctx.metrics.connection('connect', lease.proxy.id, target);
     ctx.carrying.opened();
     span?.end(200);
-    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    client.write(`HTTP/1.1 200 Connection Established\r\n${identityHeaderLines(lease)}\r\n`);
+    bound(ctx, client);
     const clientReadBefore = client.bytesRead;
     const clientWrittenBefore = client.bytesWritten;
     if (head.length > 0) up.write(head);
@@ -142,8 +182,39 @@ async function relayTunnel(
   } finally {
     up.destroy();
     client.destroy();
+    client.setTimeout(0);
     ctx.carrying.closed();
     await lease.done();
   }
   return { sent, received };
+}
+
+/** `X-Egress-Proxy` (and `X-Egress-Session`) lines for the CONNECT answer: which proxy carries the tunnel. */
+function identityHeaderLines(lease: ConnectionLease): string {
+  return Object.entries(identityHeaders(lease))
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
+}
+
+/**
+ * The tunnel's limits: closed after carrying nothing either way for the idle
+ * time (the client socket's timeout sees both directions, since everything
+ * from upstream is written to it) and after its maximum lifetime.
+ */
+function bound(ctx: GatewayContext, client: Socket): void {
+  const { tunnelIdleTimeoutMs: idle, tunnelMaxLifetimeMs: lifetime } = ctx.limits;
+  if (idle > 0) {
+    client.setTimeout(idle, () => {
+      ctx.metrics.limitTripped('tunnel_idle');
+      client.destroy();
+    });
+  }
+  if (lifetime > 0) {
+    const timer = setTimeout(() => {
+      ctx.metrics.limitTripped('tunnel_lifetime');
+      client.destroy();
+    }, lifetime);
+    timer.unref();
+    client.once('close', () => clearTimeout(timer));
+  }
 }

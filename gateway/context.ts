@@ -5,6 +5,12 @@
  * (metrics, span, access log).
  */
 import type { Logger } from 'pino';
+import type { GuessLimiter } from '../tenants/guess-limiter.js';
+import type { TenantDirectory } from '../tenants/directory.js';
+import type { TenantRates } from '../tenants/rate.js';
+import type { Tenant } from '../tenants/tenants.js';
+import type { ConnectionSlots } from './connection-slots.js';
+import type { PoolDemand } from '../api/pool-demand.js';
 import type { ProxyView } from '../api/proxy-catalog.js';
 import type { TraceHook, TraceSpan } from '../tracing/http.js';
 import { refusedEntry, type AccessLog } from './access-log.js';
@@ -31,12 +37,38 @@ export type GatewaySettings = Pick<
   | 'egressAllowCidrs'
   | 'egressAllowPorts'
   | 'egressResolver'
->;
+> &
+  // The limits and tenants: their defaults (gateway/config.ts) when absent.
+  Partial<
+    Pick<
+      GatewayOptions,
+      | 'tunnelIdleTimeoutMs'
+      | 'tunnelMaxLifetimeMs'
+      | 'responseTimeoutMs'
+      | 'maxTunnelsPerClient'
+      | 'maxConnections'
+      | 'authFailuresPerMinute'
+      | 'tenantsFile'
+    >
+  >;
+
+/** The limits with their defaults filled in. */
+export interface GatewayLimits {
+  tunnelIdleTimeoutMs: number;
+  tunnelMaxLifetimeMs: number;
+  responseTimeoutMs: number;
+}
 
 export interface GatewayContext {
   settings: GatewaySettings;
-  /** The API token as bytes (empty: no token required). */
-  token: Buffer;
+  limits: GatewayLimits;
+  /** Who may connect (the single token's tenant, a tenants file's, or anyone when open). */
+  tenants: TenantDirectory;
+  /** Wrong passwords per client address. */
+  guesses: GuessLimiter;
+  rates: TenantRates;
+  /** Open connections per tenant and per client address. */
+  slots: ConnectionSlots;
   rateLimitStatuses: ReadonlySet<number>;
   leases: GatewayLeases;
   metrics: GatewayMetrics;
@@ -48,6 +80,8 @@ export interface GatewayContext {
   resolver: DestinationResolver;
   /** Keep-alive connections to the upstream proxies, for plain HTTP. */
   agents: UpstreamAgents;
+  /** Told of refusals and bans for ProxyPool autoscaling and rotation, when the lease API's demand is at hand (`dev`). */
+  demand: Pick<PoolDemand, 'noteDenied' | 'noteBanned'> | undefined;
   /** Counts open tunnels and plain-HTTP requests in flight. */
   carrying: { opened(): void; closed(): void };
 }
@@ -57,7 +91,7 @@ export function pickUpstream<T>(
   ctx: GatewayContext,
   kind: ConnectionKind,
   target: string,
-  options: ConnectionOptions,
+  admitted: { tenant: Tenant; options: ConnectionOptions },
   hooks: {
     isAborted: () => boolean;
     /** The lease was lost mid-connection: end it. */
@@ -69,7 +103,11 @@ export function pickUpstream<T>(
     kind,
     target,
     maxAttempts: ctx.settings.attempts,
-    acquire: (excluded) => ctx.leases.acquire({ target, options, excluded }, hooks.onLost),
+    acquire: (excluded) =>
+      ctx.leases.acquire(
+        { target, options: admitted.options, tenant: admitted.tenant, excluded },
+        hooks.onLost,
+      ),
     isAborted: hooks.isAborted,
     attempt: hooks.attempt,
     metrics: ctx.metrics,
@@ -82,11 +120,25 @@ export function recordRefused(
   ctx: GatewayContext,
   kind: ConnectionKind,
   refusal: Refusal,
-  where: { target: string; started: number; session: string | undefined; span?: TraceSpan | undefined },
+  where: {
+    target: string;
+    started: number;
+    client: string;
+    admitted?: { tenant: Tenant; options: ConnectionOptions } | undefined;
+    span?: TraceSpan | undefined;
+  },
 ): void {
   ctx.metrics.outcome(kind, refusal.outcome);
+  if (refusal.outcome === 'no_match' && where.admitted)
+    ctx.demand?.noteDenied(where.admitted.options.selector, where.admitted.options.pool);
   where.span?.end(refusal.status);
-  ctx.accessLog(refusedEntry(kind, where.target, refusal.status, where.started, where.session));
+  ctx.accessLog(
+    refusedEntry(kind, where.target, refusal.status, where.started, {
+      client: where.client,
+      tenant: where.admitted?.tenant.name,
+      session: where.admitted?.options.session,
+    }),
+  );
 }
 
 /** A connection carried to its end: its bytes counted, one access line. */
@@ -94,13 +146,23 @@ export function recordCarried(
   ctx: GatewayContext,
   kind: ConnectionKind,
   carried: { lease: ConnectionLease; attempts: number },
-  where: { target: string; logTarget: string; started: number; status: number },
+  where: {
+    target: string;
+    logTarget: string;
+    started: number;
+    status: number;
+    client: string;
+    tenant: string;
+  },
   bytes: { sent: number; received: number },
 ): void {
   const { lease, attempts } = carried;
   ctx.metrics.bytes(lease.proxy.id, where.target, bytes.sent, bytes.received);
+  ctx.metrics.tenantConnection(where.tenant, kind);
   ctx.accessLog({
     kind,
+    client: where.client,
+    tenant: where.tenant,
     target: where.logTarget,
     proxy: lease.proxy.id,
     session: lease.session,

@@ -5,6 +5,7 @@
  */
 import type { ProxyCatalog, ProxyView } from '../api/proxy-catalog.js';
 import { partition } from '../api/routes/selection.js';
+import { inScope, unscoped, type Tenant } from '../tenants/tenants.js';
 import type { ConnectionOptions } from './credentials.js';
 
 /** The Proxy catalog has not loaded yet: the gateway answers 503 (as the lease API does). */
@@ -16,10 +17,10 @@ export class CatalogNotSyncedError extends Error {
 }
 
 export interface LeaseCandidates {
-  /** The candidates and the unhealthy count for a connection's selector and pool; throws CatalogNotSyncedError. */
-  of(options: ConnectionOptions): ReturnType<typeof partition>;
+  /** The candidates and the unhealthy count for a tenant's connection's selector and pool; throws CatalogNotSyncedError. */
+  of(options: ConnectionOptions, tenant: Tenant): ReturnType<typeof partition>;
   /** The proxy's current view while it is still a candidate for these options. */
-  still(proxy: ProxyView, options: ConnectionOptions): ProxyView | undefined;
+  still(proxy: ProxyView, options: ConnectionOptions, tenant: Tenant): ProxyView | undefined;
 }
 
 export function createLeaseCandidates(catalog: ProxyCatalog): LeaseCandidates {
@@ -28,17 +29,18 @@ export function createLeaseCandidates(catalog: ProxyCatalog): LeaseCandidates {
   // cache keyed by selector is dropped whenever the array does.
   let cachedFor: readonly ProxyView[] | undefined;
   const cache = new Map<string, ReturnType<typeof partition>>();
-  const of = ({ selector, pool }: ConnectionOptions) => {
+  const of = ({ selector, pool }: ConnectionOptions, tenant: Tenant) => {
     if (!catalog.synced()) throw new CatalogNotSyncedError();
     const views = catalog.list();
     if (views !== cachedFor) {
       cache.clear();
       cachedFor = views;
     }
-    const key = `${pool ?? ''}\u0000${selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
+    const key = `${scopeKey(tenant)}\u0000${pool ?? ''}\u0000${selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
     let found = cache.get(key);
     if (!found) {
-      found = partition(views, selector, pool);
+      // A tenant's scope narrows what it sees, before the selector (so its counts are its own).
+      found = partition(unscoped(tenant) ? views : views.filter((v) => inScope(tenant, v)), selector, pool);
       // Bounded: crawler-chosen selectors must not grow it without end.
       if (cache.size > 256) cache.clear();
       cache.set(key, found);
@@ -47,6 +49,14 @@ export function createLeaseCandidates(catalog: ProxyCatalog): LeaseCandidates {
   };
   return {
     of,
-    still: (proxy, options) => of(options).candidates.find((c) => c.id === proxy.id && c.uid === proxy.uid),
+    still: (proxy, options, tenant) =>
+      of(options, tenant).candidates.find((c) => c.id === proxy.id && c.uid === proxy.uid),
   };
+}
+
+/** What a tenant's scope is, as a cache key: '' for the whole fleet. */
+function scopeKey(tenant: Tenant): string {
+  if (unscoped(tenant)) return '';
+  const pools = tenant.pools ? [...tenant.pools].sort().join(',') : '*';
+  return `${pools}\u0001${tenant.selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
 }

@@ -16,13 +16,16 @@ import type { Logger } from 'pino';
 import type { AcquireStats, LeaseStore } from '../api/lease-store.js';
 import type { ProxyCatalog, ProxyView } from '../api/proxy-catalog.js';
 import { connectionLease } from './connection-lease.js';
+import type { Tenant } from '../tenants/tenants.js';
 import type { ConnectionOptions } from './credentials.js';
 import { createLeaseCandidates } from './lease-candidates.js';
-import { createSessionLeases } from './session-leases.js';
+import { createSessionLeases, type SessionLeases } from './session-leases.js';
 
 export { CatalogNotSyncedError } from './lease-candidates.js';
 
 export interface LeaseRequest {
+  /** Whose connection it is: its candidates are the tenant's scope, its session the tenant's own. */
+  tenant: Tenant;
   /** The lease's target: the CONNECT host or the request's host, lowercase, no port. */
   target: string;
   options: ConnectionOptions;
@@ -45,6 +48,18 @@ export interface ConnectionLease {
 export type LeaseOutcome =
   { granted: ConnectionLease } | { granted: null; stats: AcquireStats & { unhealthy: number } };
 
+/**
+ * The headers that tell a crawler which proxy carried its connection (and
+ * in which session): what it reports a ban against. Header values hold no
+ * address, only the Proxy's `namespace/name`.
+ */
+export function identityHeaders(lease: Pick<ConnectionLease, 'proxy' | 'session'>): Record<string, string> {
+  return {
+    'X-Egress-Proxy': lease.proxy.id,
+    ...(lease.session !== undefined ? { 'X-Egress-Session': lease.session } : {}),
+  };
+}
+
 /** A fresh lease on one of the request's candidates (not one it excludes), or why none. */
 export type TakeLease = (
   request: LeaseRequest,
@@ -65,6 +80,8 @@ export interface GatewayLeasesOptions {
 
 export interface GatewayLeases {
   acquire(request: LeaseRequest, onLost: () => void): Promise<LeaseOutcome>;
+  /** A ban or rate limit reported by session (session-leases.ts, `report`). */
+  reportSession: SessionLeases['report'];
   /** Sessions whose lease has not ended. */
   sessionCount(): number;
   /** Releases every session's lease and stops the timers (shutdown). */
@@ -77,7 +94,7 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
   const ttlOf = (options: ConnectionOptions) => (options.ttlSeconds ?? opts.defaultTtlSeconds) * 1000;
 
   const takeLease: TakeLease = async (request, ttlMs) => {
-    const { candidates: all, unhealthy } = candidates.of(request.options);
+    const { candidates: all, unhealthy } = candidates.of(request.options, request.tenant);
     const usable = request.excluded.size === 0 ? all : all.filter((c) => !request.excluded.has(c.id));
     const outcome = await store.acquire({ candidates: usable, target: request.target, ttlMs });
     if (!outcome.granted) return { proxy: null, stats: { ...outcome.stats, unhealthy } };
@@ -102,6 +119,7 @@ export function createGatewayLeases(opts: GatewayLeasesOptions): GatewayLeases {
         ),
       };
     },
+    reportSession: (...args) => sessions.report(...args),
     sessionCount: () => sessions.count(),
     close: () => sessions.close(),
   };

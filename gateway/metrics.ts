@@ -20,7 +20,24 @@ export type GatewayOutcome =
   | 'no_match'
   | 'unavailable'
   | 'upstream_failed'
-  | 'client_closed';
+  | 'client_closed'
+  /** 429: too many wrong passwords from the address, not checked. */
+  | 'throttled'
+  /** 403: the tenant may not use the pool it named. */
+  | 'forbidden'
+  /** 429: over a tunnel cap or the tenant's requests per second. */
+  | 'over_limit';
+
+/** A limit that closed or refused a connection, for `egress_gateway_limit_trips_total`. */
+export type GatewayLimit =
+  | 'auth_failures'
+  | 'tenant_tunnels'
+  | 'client_tunnels'
+  | 'requests_per_second'
+  | 'tunnel_idle'
+  | 'tunnel_lifetime'
+  | 'response_timeout'
+  | 'max_connections';
 
 /** Why an upstream attempt failed. */
 export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';
@@ -35,6 +52,9 @@ export interface GatewayMetrics {
   tunnelOpened(): void;
   tunnelClosed(): void;
   rateLimited(proxy: string, target: string): void;
+  limitTripped(limit: GatewayLimit): void;
+  /** A connection carried for a tenant (names bounded by the tenants file). */
+  tenantConnection(tenant: string, kind: ConnectionKind): void;
 }
 
 export function registerGatewayMetrics(
@@ -76,6 +96,8 @@ export function registerGatewayMetrics(
     tunnelOpened: () => m.active.inc(),
     tunnelClosed: () => m.active.dec(),
     rateLimited: (_proxy, target) => m.rateLimited.inc({ target: targetLabel(target) }),
+    limitTripped: (limit) => m.limits.inc({ limit }),
+    tenantConnection: (tenant, kind) => m.tenants.inc({ tenant, kind }),
   };
 }
 
@@ -146,6 +168,18 @@ function instruments(registry: Registry, sessions: () => number) {
     help: 'Open CONNECT tunnels and plain-HTTP requests in flight.',
     registers: reg,
   });
+  const limits = new Counter({
+    name: 'egress_gateway_limit_trips_total',
+    help: 'Connections refused or closed by a limit: auth_failures, tenant_tunnels, client_tunnels, requests_per_second, tunnel_idle, tunnel_lifetime, response_timeout, max_connections.',
+    labelNames: ['limit'] as const,
+    registers: reg,
+  });
+  const tenants = new Counter({
+    name: 'egress_gateway_tenant_connections_total',
+    help: 'Tunnels and plain-HTTP requests carried, by tenant and kind.',
+    labelNames: ['tenant', 'kind'] as const,
+    registers: reg,
+  });
   new Gauge({
     name: 'egress_gateway_sessions',
     help: 'Sticky sessions whose lease is held.',
@@ -166,5 +200,7 @@ function instruments(registry: Registry, sessions: () => number) {
     retries,
     leaseWait,
     active,
+    limits,
+    tenants,
   };
 }

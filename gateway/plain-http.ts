@@ -7,11 +7,11 @@ import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import { dialAddress, ipLiteralOf } from '../forwarding/egress-policy.js';
 import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
 import type { TraceSpan } from '../tracing/http.js';
-import { admit, hostOf, traceOf } from './admission.js';
+import { admit, clientAddress, hostOf, traceOf, type Admitted } from './admission.js';
 import { checkDestination } from './destination.js';
 import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
-import type { ConnectionOptions } from './credentials.js';
-import type { ConnectionLease } from './leases.js';
+import { handleGatewayApi } from './gateway-api.js';
+import { identityHeaders, type ConnectionLease } from './leases.js';
 import { Refusal, refuseRequest } from './refusal.js';
 import { reportAnswer } from './upstream-policy.js';
 import { forward } from './upstream-request.js';
@@ -27,35 +27,55 @@ export async function handleRequest(
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
-  const started = performance.now();
   const rawUrl = req.url ?? '';
+  // Addressed to the gateway itself (origin form): its own small API.
+  if (rawUrl.startsWith('/v1/gateway/')) return handleGatewayApi(ctx, req, res);
+  const started = performance.now();
+  const address = clientAddress(req);
   const exchange: Exchange = { aborted: false, upstream: undefined };
   res.once('close', () => {
     exchange.aborted = !res.writableFinished;
     // The crawler left: the upstream request ends now, and with it the lease.
     if (exchange.aborted) exchange.upstream?.destroy();
   });
-  let sent = 0;
   let url: URL | undefined;
-  let options: ConnectionOptions | undefined;
+  let admitted: Admitted | undefined;
+  let freeSlot: () => void;
   try {
     url = absoluteUrl(rawUrl);
-    options = admit(req, ctx.token, ctx.settings.maxLeaseTtlSeconds);
+    admitted = admit(ctx, req, address);
     // Checked here, before the lease; the request goes on by name (a proxy
     // rewrites Host from the URL, so an address there would break virtual
     // hosts): the proxies this product configures re-check what they resolve.
     await checkDestination(ctx.egress, ctx.resolver, url.hostname, Number(url.port || 80));
+    freeSlot = ctx.slots.take(admitted.tenant, address);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, session: options?.session });
+    recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, client: address, admitted });
     refuseRequest(res, error);
     return;
   }
+  try {
+    await carryRequest(ctx, { req, res, exchange }, { rawUrl, url, admitted, address, started });
+  } finally {
+    freeSlot();
+  }
+}
+
+/** A request admitted and in its slot: an upstream picked and the answer relayed, or the refusal answered. */
+async function carryRequest(
+  ctx: GatewayContext,
+  ends: { req: IncomingMessage; res: ServerResponse; exchange: Exchange },
+  c: { rawUrl: string; url: URL; admitted: Admitted; address: string; started: number },
+): Promise<void> {
+  const { req, res, exchange } = ends;
+  const { url, admitted, address, started } = c;
+  let sent = 0;
   const target = hostOf(url.hostname);
   const span = traceOf(ctx.traceHook, req, url.host);
   let picked;
   try {
-    picked = await pickUpstream(ctx, 'http', target, options, {
+    picked = await pickUpstream(ctx, 'http', target, admitted, {
       isAborted: () => exchange.aborted || res.destroyed,
       onLost: () => {
         exchange.upstream?.destroy();
@@ -64,7 +84,7 @@ export async function handleRequest(
       attempt: (proxy) =>
         forward(proxy, ctx.agents.for(proxy), {
           req,
-          rawUrl: canonicalAuthority(rawUrl, url),
+          rawUrl: canonicalAuthority(c.rawUrl, url),
           timeoutMs: ctx.settings.connectTimeoutMs,
           expose: (r) => {
             exchange.upstream = r;
@@ -74,7 +94,7 @@ export async function handleRequest(
     });
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
-    recordRefused(ctx, 'http', error, { target: url.host, started, session: options.session, span });
+    recordRefused(ctx, 'http', error, { target: url.host, started, client: address, admitted, span });
     refuseRequest(res, error);
     return;
   }
@@ -89,7 +109,13 @@ export async function handleRequest(
     exchange,
     response: picked.result,
   });
-  recordCarried(ctx, 'http', picked, { target, logTarget: url.host, started, status }, { sent, received });
+  recordCarried(
+    ctx,
+    'http',
+    picked,
+    { target, logTarget: url.host, started, status, client: address, tenant: admitted.tenant.name },
+    { sent, received },
+  );
 }
 
 /**
@@ -152,11 +178,12 @@ async function relayResponse(
     reported = reportAnswer(status, ctx.rateLimitStatuses, lease, target, ctx.metrics, ctx.log);
     response.on('data', (chunk: Buffer) => (received += chunk.length));
     response.on('error', () => res.destroy());
-    res.writeHead(
-      status,
-      response.statusMessage,
-      endToEndHeaders(response.headers, connectionListed(response.headers)),
-    );
+    res.writeHead(status, response.statusMessage, {
+      ...withoutIdentity(endToEndHeaders(response.headers, connectionListed(response.headers))),
+      ...identityHeaders(lease),
+    });
+    const unbind = bound(ctx, res, exchange);
+    res.once('close', unbind);
     response.pipe(res);
     await new Promise<void>((resolve) => {
       if (res.destroyed || res.writableFinished) resolve();
@@ -172,4 +199,39 @@ async function relayResponse(
     await lease.done();
   }
   return { status, received };
+}
+
+/** Upstream's own X-Egress-* headers are dropped: only the gateway's say which proxy carried the answer. */
+function withoutIdentity(headers: Record<string, string | string[]>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(headers)) {
+    const lower = k.toLowerCase();
+    if (lower !== 'x-egress-proxy' && lower !== 'x-egress-session') out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * The exchange's limits while its answer is relayed: idle (no byte either
+ * way on the crawler's connection for the idle time) and a total bound, so
+ * an answer that drips a byte now and then still ends. Returns what undoes
+ * them (the connection may carry the next keep-alive request).
+ */
+function bound(ctx: GatewayContext, res: ServerResponse, exchange: Exchange): () => void {
+  const { tunnelIdleTimeoutMs: idle, responseTimeoutMs: total } = ctx.limits;
+  const socket = res.socket;
+  const cut = (limit: 'tunnel_idle' | 'response_timeout') => {
+    ctx.metrics.limitTripped(limit);
+    exchange.upstream?.destroy();
+    res.destroy();
+  };
+  const onIdle = () => cut('tunnel_idle');
+  if (idle > 0 && socket) socket.setTimeout(idle, onIdle);
+  const timer = total > 0 ? setTimeout(() => cut('response_timeout'), total) : undefined;
+  timer?.unref();
+  return () => {
+    if (timer) clearTimeout(timer);
+    // Only our listener: the server sets the socket's keep-alive timeout itself once the answer is sent.
+    if (idle > 0 && socket) socket.off('timeout', onIdle);
+  };
 }

@@ -42,8 +42,8 @@ export function refuseRequest(res: ServerResponse, refusal: Refusal): void {
     ...refusal.headers,
     'Content-Type': 'text/plain; charset=utf-8',
     'Content-Length': Buffer.byteLength(body),
-    // A wrong password ends the connection: the next guess costs a new one.
-    ...(refusal.status === 407 ? { Connection: 'close' } : {}),
+    // A wrong password (or a throttled address) ends the connection: the next guess costs a new one.
+    ...(refusal.status === 407 || refusal.outcome === 'throttled' ? { Connection: 'close' } : {}),
   });
   res.end(body);
 }
@@ -54,6 +54,7 @@ function statusText(status: number): string {
       400: 'Bad Request',
       403: 'Forbidden',
       407: 'Proxy Authentication Required',
+      429: 'Too Many Requests',
       502: 'Bad Gateway',
       503: 'Service Unavailable',
     }[status] ?? 'Error'

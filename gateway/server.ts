@@ -24,7 +24,18 @@ import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../api/lease-store.js';
 import type { ProxyCatalog } from '../api/proxy-catalog.js';
 import type { TraceHook } from '../tracing/http.js';
+import type { PoolDemand } from '../api/pool-demand.js';
 import { createEgressPolicy } from '../forwarding/egress-policy.js';
+import { createTenantDirectory, type TenantDirectory } from '../tenants/directory.js';
+import { createGuessLimiter, DEFAULT_MAX_AUTH_FAILURES } from '../tenants/guess-limiter.js';
+import { createTenantRates } from '../tenants/rate.js';
+import {
+  DEFAULT_MAX_CONNECTIONS,
+  DEFAULT_MAX_TUNNELS_PER_CLIENT,
+  DEFAULT_RESPONSE_TIMEOUT_MS,
+  DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
+} from './config.js';
+import { createConnectionSlots } from './connection-slots.js';
 import { createAccessLog } from './access-log.js';
 import { answerClientError } from './client-errors.js';
 import { handleConnect } from './connect.js';
@@ -44,6 +55,10 @@ export interface CreateGatewayOptions {
   registry: Registry;
   settings: GatewaySettings;
   traceHook?: TraceHook;
+  /** Who may connect; by default built from settings.token and settings.tenantsFile (closed with the gateway). */
+  tenants?: TenantDirectory;
+  /** The lease API's pool demand, when it runs in this process (`dev`): refusals and session bans reach the pools. */
+  demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
 }
 
 export interface Gateway {
@@ -70,9 +85,22 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     sessions: () => leases.sessionCount(),
   });
   let active = 0;
+  const ownTenants = opts.tenants === undefined;
+  const tenants =
+    opts.tenants ??
+    createTenantDirectory({ token: settings.token, tenantsFile: settings.tenantsFile, logger: log });
   const ctx: GatewayContext = {
     settings,
-    token: Buffer.from(settings.token),
+    limits: {
+      tunnelIdleTimeoutMs: settings.tunnelIdleTimeoutMs ?? DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
+      tunnelMaxLifetimeMs: settings.tunnelMaxLifetimeMs ?? 0,
+      responseTimeoutMs: settings.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS,
+    },
+    tenants,
+    guesses: createGuessLimiter({ maxFailures: settings.authFailuresPerMinute ?? DEFAULT_MAX_AUTH_FAILURES }),
+    rates: createTenantRates(),
+    slots: createConnectionSlots(settings.maxTunnelsPerClient ?? DEFAULT_MAX_TUNNELS_PER_CLIENT, metrics),
+    demand: opts.demand,
     rateLimitStatuses: new Set(settings.rateLimitStatuses),
     leases,
     metrics,
@@ -98,6 +126,8 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     },
   };
   const server = listenerFor(ctx);
+  server.maxConnections = settings.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+  server.on('drop', () => metrics.limitTripped('max_connections'));
   const open = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
     open.add(socket);
@@ -125,6 +155,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
       server.closeAllConnections();
       await closing;
       ctx.agents.destroy();
+      if (ownTenants) tenants.close();
       await leases.close();
     },
   };

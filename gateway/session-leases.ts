@@ -12,7 +12,7 @@
  * is sticky per replica (the lease itself is in the shared store).
  */
 import type { Logger } from 'pino';
-import type { LeaseStore } from '../api/lease-store.js';
+import type { LeaseStore, ReportReceipt } from '../api/lease-store.js';
 import type { ProxyView } from '../api/proxy-catalog.js';
 import { KeyedMutex } from '../providers/concurrency.js';
 import { renewAtHalfTtl } from './connection-lease.js';
@@ -34,6 +34,19 @@ interface Session {
 
 export interface SessionLeases {
   acquire(request: LeaseRequest, sessionId: string, ttlMs: number, onLost: () => void): Promise<LeaseOutcome>;
+  /**
+   * A crawler reports its session's proxy `banned` or `rate_limited` for a
+   * target: the cooldown is recorded against the lease, and the session lets
+   * go of it, so its next connection takes a fresh lease, which avoids that
+   * proxy for the target. One receipt per session of the tenant with this id
+   * (one per pool and selector it used); none: no such live session.
+   */
+  report(
+    tenant: string,
+    sessionId: string,
+    result: 'banned' | 'rate_limited',
+    target: string,
+  ): Promise<Array<ReportReceipt & { proxyId: string }>>;
   /** Sessions whose lease has not ended. */
   count(): number;
   /** Releases every session's lease and stops the timers (shutdown). */
@@ -69,8 +82,25 @@ export function createSessionLeases(deps: SessionDeps): SessionLeases {
 
   return {
     acquire(request, sessionId, ttlMs, onLost) {
-      const key = `${sessionId}\n${request.options.pool ?? ''}\n${request.options.selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
+      // A tenant's sessions are its own: another tenant with the same id gets a session of its own.
+      const key = `${request.tenant.name}\n${sessionId}\n${request.options.pool ?? ''}\n${request.options.selector.map(([k, v]) => `${k}=${v}`).join('\n')}`;
       return sessionLocks.run(key, () => acquireLocked(table, key, sessionId, request, ttlMs, onLost));
+    },
+    async report(tenant, sessionId, result, target) {
+      const prefix = `${tenant}\n${sessionId}\n`;
+      const t = now();
+      const matched = [...sessions.values()].filter((s) => s.key.startsWith(prefix) && s.expiresAt > t);
+      const receipts: Array<ReportReceipt & { proxyId: string }> = [];
+      for (const session of matched) {
+        await sessionLocks.run(session.key, async () => {
+          if (!isCurrent(table, session)) return;
+          const receipt = await table.store.reportWithReceipt(session.leaseId, result, target);
+          receipts.push({ ...receipt, proxyId: session.proxy.id });
+          forget(table, session);
+          await table.store.release(session.leaseId);
+        });
+      }
+      return receipts;
     },
     count() {
       const t = now();
@@ -122,7 +152,7 @@ async function acquireLocked(
 
 /** Keeps the session on its proxy if it may still be used for this target; false: start over. */
 async function reuse(table: SessionTable, session: Session, request: LeaseRequest): Promise<boolean> {
-  const current = table.candidates.still(session.proxy, request.options);
+  const current = table.candidates.still(session.proxy, request.options, request.tenant);
   if (!current || request.excluded.has(session.proxy.id) || session.expiresAt <= table.now()) return false;
   session.proxy = current;
   if (request.target === session.target) return renew(table, session);

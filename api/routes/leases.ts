@@ -11,6 +11,9 @@ import type { ApiMetrics } from '../metrics.js';
 import type { PoolDemand } from '../pool-demand.js';
 import type { ProxyCatalog, ProxyView } from '../proxy-catalog.js';
 import type { leaseSchema, noMatchSchema } from '../schemas.js';
+import { openLeaseId, sealLeaseId } from '../../tenants/lease-ids.js';
+import type { TenantRates } from '../../tenants/rate.js';
+import { inScope, poolAllowed, unscoped } from '../../tenants/tenants.js';
 import { limitBody, readBody } from './middleware.js';
 import { fail, notSynced, rfc3339, send, toJson } from './responses.js';
 import { partition, type Partition } from './selection.js';
@@ -23,10 +26,15 @@ export interface LeaseRoutesOptions {
   maxTtlSeconds: number;
   /** Told of refused requests and `banned` cooldowns (pool autoscaling and rotation). */
   demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
+  /** Lease ids carry their tenant's seal (tenants/lease-ids.ts): a tenants file is in use. */
+  sealLeaseIds?: boolean;
+  /** Each tenant's requests per second. */
+  rates?: TenantRates;
 }
 
 export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
   const { catalog, leaseStore, metrics } = opts;
+  const seal = opts.sealLeaseIds ?? false;
   const bounded = limitBody();
 
   // Most acquires carry no selector, so their candidates depend only on the
@@ -59,14 +67,25 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
     if (!catalog.synced()) return notSynced(c);
 
     const pool = decoded.value.pool ?? undefined;
+    const tenant = c.get('tenant');
+    if (!poolAllowed(tenant, pool)) {
+      metrics.leaseRequest('forbidden', tenant.name);
+      return fail(c, 403, 'forbidden', `tenant ${tenant.name} may not use pool ${goQuote(pool ?? '')}`);
+    }
+    if (opts.rates && !opts.rates.take(tenant)) {
+      c.header('Retry-After', '1');
+      return fail(c, 429, 'too_many_requests', `tenant ${tenant.name} is over its requests per second`);
+    }
+    // A tenant's scope narrows what it sees, before the selector (so its counts are its own).
+    const views = unscoped(tenant) ? catalog.list() : catalog.list().filter((v) => inScope(tenant, v));
     const { candidates, unhealthy } =
-      selector.length > 0 || pool !== undefined
-        ? partition(catalog.list(), selector, pool)
-        : unselected(catalog.list());
+      selector.length > 0 || pool !== undefined || !unscoped(tenant)
+        ? partition(views, selector, pool)
+        : unselected(views);
 
     const outcome = await leaseStore.acquire({ candidates, target, ttlMs: ttlSeconds * 1000 });
     if (!outcome.granted) {
-      metrics.leaseRequest('no_match');
+      metrics.leaseRequest('no_match', tenant.name);
       opts.demand?.noteDenied(selector, pool);
       const { stats } = outcome;
       return send<typeof noMatchSchema>(c, 409, {
@@ -78,9 +97,9 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
         unhealthy,
       });
     }
-    metrics.leaseRequest('granted');
+    metrics.leaseRequest('granted', tenant.name);
     return send<typeof leaseSchema>(c, 201, {
-      leaseID: outcome.granted.id,
+      leaseID: sealLeaseId(seal, tenant, outcome.granted.id),
       proxy: toJson(outcome.candidate, outcome.activeLeases),
       expiresAt: rfc3339(outcome.granted.expiresAt),
       ttlSeconds,
@@ -88,7 +107,9 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
   });
 
   routes.delete('/:id', async (c) => {
-    await leaseStore.release(c.req.param('id'));
+    // Another tenant's id is not this caller's to release: as for any unknown id, nothing happens.
+    const id = openLeaseId(seal, c.get('tenant'), c.req.param('id'));
+    if (id !== undefined) await leaseStore.release(id);
     return c.body(null, 204);
   });
 
@@ -106,7 +127,9 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
         `result must be one of ok, rate_limited, banned; got ${goQuote(result)}`,
       );
     }
-    const receipt = await leaseStore.reportWithReceipt(c.req.param('id'), result, target);
+    const id = openLeaseId(seal, c.get('tenant'), c.req.param('id'));
+    if (id === undefined) return fail(c, 404, 'unknown_lease', 'no such lease');
+    const receipt = await leaseStore.reportWithReceipt(id, result, target);
     if (receipt.outcome === 'unknown_lease') return fail(c, 404, 'unknown_lease', 'no such lease');
     if (result === 'banned' && receipt.proxy !== undefined)
       opts.demand?.noteBanned(receipt.proxy, receipt.target ?? target);

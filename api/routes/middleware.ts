@@ -3,13 +3,17 @@
  * token check (with the seed's clean-path redirects behind it), the body
  * limit, and the answer to a thrown error.
  */
-import { hash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import { cleanPathLocation, requestTarget, rewrittenByWhatwg, temporaryRedirect } from '../clean-path.js';
 import { LeaseStoreUnavailableError } from '../lease-store.js';
 import { parseTraceparent, type TraceHook } from '../../tracing/http.js';
+import type { TenantDirectory } from '../../tenants/directory.js';
+import type { GuessLimiter } from '../../tenants/guess-limiter.js';
+import type { TenantRates } from '../../tenants/rate.js';
+import type { Tenant } from '../../tenants/tenants.js';
 import { fail } from './responses.js';
 
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -41,6 +45,8 @@ export function requestLog(logger: Logger, traceHook: TraceHook | undefined): Mi
         {
           method: c.req.method,
           path: c.req.path,
+          client: clientOf(c),
+          ...(c.get('tenant') ? { tenant: c.get('tenant').name } : {}),
           status,
           durationMs: Math.round((performance.now() - started) * 1000) / 1000,
           ...(trace ? { traceId: trace.traceId, parentSpanId: trace.parentId } : {}),
@@ -65,19 +71,53 @@ export function failure(logger: Logger, c: Context, err: unknown): Response {
   return fail(c, 500, 'internal', 'internal server error');
 }
 
+declare module 'hono' {
+  interface ContextVariableMap {
+    /** The tenant whose token the request carried (the open tenant with no auth). */
+    tenant: Tenant;
+  }
+}
+
+/** What the token check reads: who may call, and what guessing costs. */
+export interface ApiAuth {
+  tenants: TenantDirectory;
+  guesses: GuessLimiter;
+  rates: TenantRates;
+}
+
 /**
  * The token check and the seed's clean-path redirects, in the seed's order:
  * its router sat behind its token check, which looked at the path as sent,
- * so "//healthz" needs the token before it is redirected.
+ * so "//healthz" needs the token before it is redirected. The token names
+ * the tenant (tenants/); a wrong one is a 401 that closes the connection,
+ * and an address past its wrong tokens per minute gets 429 unchecked.
  */
-export function authAndCleanPaths(token: string): MiddlewareHandler {
-  const checkToken = token === '' ? undefined : tokenChecker(token);
+export function authAndCleanPaths(auth: ApiAuth): MiddlewareHandler {
   return async (c, next) => {
     const target = requestTarget(c);
     const location = cleanPathLocation(target);
     const exempt = location === undefined && AUTH_EXEMPT.has(c.req.path);
-    if (checkToken && !exempt && !checkToken(c.req.header('Authorization'))) {
-      return fail(c, 401, 'unauthorized', 'missing or invalid bearer token');
+    if (auth.tenants.open) {
+      c.set('tenant', auth.tenants.authenticate(undefined)!);
+    } else if (!exempt) {
+      const client = clientOf(c);
+      const wait = auth.guesses.blocked(client);
+      if (wait) {
+        c.header('Retry-After', String(wait.retryAfterSeconds));
+        c.header('Connection', 'close');
+        return fail(c, 429, 'too_many_requests', 'too many invalid tokens from this address; retry later');
+      }
+      const header = c.req.header('Authorization');
+      const tenant = header?.startsWith('Bearer ')
+        ? auth.tenants.authenticate(header.slice('Bearer '.length))
+        : undefined;
+      if (!tenant) {
+        if (header !== undefined) auth.guesses.failed(client);
+        // The next guess costs a new connection.
+        c.header('Connection', 'close');
+        return fail(c, 401, 'unauthorized', 'missing or invalid bearer token');
+      }
+      c.set('tenant', tenant);
     }
     if (location !== undefined) return temporaryRedirect(c, location);
     if (rewrittenByWhatwg(target)) {
@@ -85,6 +125,13 @@ export function authAndCleanPaths(token: string): MiddlewareHandler {
     }
     await next();
   };
+}
+
+/** The caller's address as its connection shows it (an IPv4-mapped address as IPv4); '' when unknown. */
+export function clientOf(c: Context): string {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  const address = incoming?.socket.remoteAddress ?? '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice('::ffff:'.length) : address;
 }
 
 /** The 64 KiB body limit with the message Go's http.MaxBytesReader gives the seed's decoder. */
@@ -95,17 +142,6 @@ export function limitBody(): MiddlewareHandler {
       onError: (c) => fail(c, 400, 'invalid_body', 'http: request body too large'),
     }),
   );
-}
-
-/** Compares SHA-256 digests, so neither the comparison nor an early length check leaks the token. */
-function tokenChecker(token: string): (header: string | undefined) => boolean {
-  // crypto.hash, one call without a Hash object: a third of createHash's cost per request.
-  const expected = hash('sha256', token, 'buffer');
-  return (header) => {
-    if (header === undefined || !header.startsWith('Bearer ')) return false;
-    const got = hash('sha256', header.slice('Bearer '.length), 'buffer');
-    return timingSafeEqual(got, expected);
-  };
 }
 
 /** The body as text, or the 400 to answer when it cannot be read. */

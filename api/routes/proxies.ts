@@ -5,6 +5,7 @@ import { storeKey, type LeaseStore } from '../lease-store.js';
 import type { ProxyCatalog } from '../proxy-catalog.js';
 import type { ProxyJson, proxyListSchema } from '../schemas.js';
 import { fail, notSynced, send, toJson } from './responses.js';
+import { inScope, unscoped } from '../../tenants/tenants.js';
 import { matches } from './selection.js';
 
 export function createProxyRoutes(opts: { catalog: ProxyCatalog; leaseStore: LeaseStore }): Hono {
@@ -29,7 +30,8 @@ export function createProxyRoutes(opts: { catalog: ProxyCatalog; leaseStore: Lea
     }
     if (!catalog.synced()) return notSynced(c);
 
-    const views = catalog.list();
+    const tenant = c.get('tenant');
+    const views = unscoped(tenant) ? catalog.list() : catalog.list().filter((v) => inScope(tenant, v));
     const counts = await leaseStore.activeCounts();
     const proxies: ProxyJson[] = [];
     for (const p of views) {

@@ -43,7 +43,7 @@ export function send<S extends z.ZodType>(c: Context, status: 200 | 201 | 409, b
 
 export function fail(
   c: Context,
-  status: 400 | 401 | 404 | 405 | 500 | 503,
+  status: 400 | 401 | 403 | 404 | 405 | 429 | 500 | 503,
   error: ErrorCode,
   message: string,
 ): Response {

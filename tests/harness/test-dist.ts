@@ -24,6 +24,7 @@ const SOURCE_DIRS = [
   'api',
   'cli',
   'forwarding',
+  'tenants',
   'gateway',
   'k8s-bridge',
   'kube',

@@ -56,16 +56,28 @@ export async function registerProxy(
   namespace: string,
   name: string,
   endpoint: { host: string; port: number },
-  opts: { attributes: Record<string, string>; maxLeases?: number; healthy?: boolean; latencyMillis?: number },
+  opts: {
+    attributes: Record<string, string>;
+    maxLeases?: number;
+    healthy?: boolean;
+    latencyMillis?: number;
+    labels?: Record<string, string>;
+  },
 ): Promise<void> {
-  await createProxy(objects, namespace, name, {
-    mode: 'External',
-    endpoint,
-    maxLeases: opts.maxLeases ?? 5,
-    attributes: opts.attributes,
-    // The api process's prober (gateway-redis) probes through the proxy to the loopback only.
-    healthCheck: { probeURL: 'http://127.0.0.1:9/' },
-  });
+  await createProxy(
+    objects,
+    namespace,
+    name,
+    {
+      mode: 'External',
+      endpoint,
+      maxLeases: opts.maxLeases ?? 5,
+      attributes: opts.attributes,
+      // The api process's prober (gateway-redis) probes through the proxy to the loopback only.
+      healthCheck: { probeURL: 'http://127.0.0.1:9/' },
+    },
+    opts.labels ? { labels: opts.labels } : {},
+  );
   const current = await getProxy(objects, namespace, name);
   await setProxyStatus(objects, current, proxyStatus(opts.healthy ?? true, opts.latencyMillis ?? 5));
 }
@@ -79,8 +91,9 @@ export interface LoopbackTarget {
 
 /**
  * `/ip` answers `{"ip": caller}`; `/status/N` answers status N with the
- * caller in `x-caller`; `/bytes/N` streams N bytes. The caller is the
- * egress address of the proxy that carried the request.
+ * caller in `x-caller`; `/bytes/N` streams N bytes; `/drip` sends its head
+ * and then a byte every 100 ms, never ending. The caller is the egress
+ * address of the proxy that carried the request.
  */
 export async function startLoopbackTarget(): Promise<LoopbackTarget> {
   const sockets = new Set<Socket>();
@@ -89,7 +102,11 @@ export async function startLoopbackTarget(): Promise<LoopbackTarget> {
     const path = (req.url ?? '/').split('?')[0]!;
     const status = /^\/status\/(\d{3})$/.exec(path);
     const bytes = /^\/bytes\/(\d+)$/.exec(path);
-    if (status) {
+    if (path === '/drip') {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      const timer = setInterval(() => res.write('.'), 100);
+      res.once('close', () => clearInterval(timer));
+    } else if (status) {
       res
         .writeHead(Number(status[1]), { 'x-caller': caller, 'content-type': 'text/plain' })
         .end(`${status[1]}\n`);

@@ -28,7 +28,42 @@ describe('readGatewayConfig', () => {
         [80, 80],
         [443, 443],
       ],
+      authFailuresPerMinute: 20,
+      tunnelIdleTimeoutMs: 5 * 60_000,
+      tunnelMaxLifetimeMs: 0,
+      responseTimeoutMs: 10 * 60_000,
+      maxTunnelsPerClient: 256,
+      maxConnections: 10_000,
     });
+  });
+
+  it('reads the limits, 0 turning a timeout off, and names a bad one', () => {
+    expect(
+      readGatewayConfig(
+        {},
+        {
+          gatewayTunnelIdleTimeout: '0',
+          gatewayTunnelMaxLifetime: '1h',
+          gatewayResponseTimeout: '90s',
+          gatewayMaxTunnelsPerClient: '0',
+          gatewayMaxConnections: '50',
+          tenantsFile: '/etc/egress/tenants.yaml',
+        },
+      ),
+    ).toMatchObject({
+      tunnelIdleTimeoutMs: 0,
+      tunnelMaxLifetimeMs: 3_600_000,
+      responseTimeoutMs: 90_000,
+      maxTunnelsPerClient: 0,
+      maxConnections: 50,
+      tenantsFile: '/etc/egress/tenants.yaml',
+    });
+    expect(() => readGatewayConfig({}, { gatewayTunnelIdleTimeout: 'soon' })).toThrow(
+      /^--gateway-tunnel-idle-timeout: /,
+    );
+    expect(() => readGatewayConfig({}, { gatewayMaxConnections: '0' })).toThrow(
+      /^--gateway-max-connections: /,
+    );
   });
 
   it('reads every flag', () => {

@@ -29,8 +29,16 @@ describe('readApiConfig', () => {
       poolDemandIntervalMs: 5_000,
       prober: true,
       insecureNoAuth: false,
+      authFailuresPerMinute: 20,
     });
     expect(readApiConfig({}, { poolDemandInterval: '500ms' }).poolDemandIntervalMs).toBe(500);
+    expect(readApiConfig({}, { tenantsFile: '/etc/t.yaml', authFailuresPerMinute: '0' })).toMatchObject({
+      tenantsFile: '/etc/t.yaml',
+      authFailuresPerMinute: 0,
+    });
+    expect(() => readApiConfig({}, { authFailuresPerMinute: 'many' })).toThrow(
+      '--auth-failures-per-minute: must be a whole number, got "many"',
+    );
     // commander's --no-prober sets prober: false; absent, it is on.
     expect(readApiConfig({}, { prober: false }).prober).toBe(false);
   });
@@ -182,7 +190,7 @@ describe('no listening off the loopback without auth', () => {
       expect(() =>
         requireAuthOffLoopback('the gateway', { host, port: 8080 }, open, '--gateway-addr'),
       ).toThrow(
-        /the gateway would listen on .*8080.* with no token: set DISCOVERY_TOKEN or --discovery-token-file, listen on the loopback \(--gateway-addr 127\.0\.0\.1:8080\), or pass --insecure-no-auth/,
+        /the gateway would listen on .*8080.* with no token: set DISCOVERY_TOKEN, --discovery-token-file or --tenants-file, listen on the loopback \(--gateway-addr 127\.0\.0\.1:8080\), or pass --insecure-no-auth/,
       );
     }
   });
