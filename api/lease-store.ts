@@ -120,7 +120,21 @@ export class LeaseStoreUnavailableError extends Error {
   override name = 'LeaseStoreUnavailableError';
 }
 
+/**
+ * What a gateway process saw that a ProxyPool's demand counts (a `banned`
+ * report by session, a refused connection), passed through a shared store
+ * to the api replicas, which send the pools their reports: a standalone
+ * gateway has no Temporal connection of its own.
+ */
+export type PoolEvent =
+  | { kind: 'banned'; proxy: string; target: string }
+  | { kind: 'denied'; selector: Array<[string, string]>; pool?: string };
+
 export interface LeaseStore {
+  /** Shared stores only: queue a pool event for whichever api replica takes it next (bounded; the oldest go first). */
+  postPoolEvent?(event: PoolEvent): Promise<void>;
+  /** Shared stores only: take up to `max` queued pool events, each given to one taker. */
+  takePoolEvents?(max: number): Promise<PoolEvent[]>;
   acquire<C extends Candidate>(req: AcquireRequest<C>): Promise<AcquireOutcome<C>>;
   /** Forgets the lease (a later report is `unknown_lease`); idempotent, unknown ids are a no-op. */
   release(id: string): Promise<void>;

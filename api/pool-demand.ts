@@ -32,7 +32,7 @@ export interface PoolDemandOptions {
   catalog: ProxyCatalog;
   /** The pools as the api's informer sees them. */
   pools: { list(): readonly ProxyPool[] };
-  leaseStore: Pick<LeaseStore, 'activeCounts'>;
+  leaseStore: Pick<LeaseStore, 'activeCounts' | 'takePoolEvents'>;
   /** Every replica sees every lease (Redis). */
   sharedStore: boolean;
   /** This replica's name in reports. */
@@ -81,6 +81,9 @@ interface PoolSent {
   recommendation?: number;
 }
 
+/** Gateway events taken from the shared store per tick. */
+const MAX_EVENTS_PER_TICK = 1_000;
+
 /** At most this many bans in one report (the rest wait for the next tick). */
 const MAX_BANS_PER_REPORT = 100;
 
@@ -125,6 +128,13 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
   };
 
   async function tick(): Promise<void> {
+    // What standalone gateways saw (bans by session, refusals), through the shared store.
+    if (opts.sharedStore && opts.leaseStore.takePoolEvents) {
+      for (const event of await opts.leaseStore.takePoolEvents(MAX_EVENTS_PER_TICK)) {
+        if (event.kind === 'banned') demand.noteBanned(event.proxy, event.target);
+        else demand.noteDenied(event.selector, event.pool);
+      }
+    }
     const pools = opts.pools.list().filter(wantsReports);
     const wanted = new Set(pools.map((p) => poolKey(p.metadata.namespace ?? 'default', p.metadata.name)));
     for (const key of [...lastSent.keys()]) if (!wanted.has(key)) lastSent.delete(key);
@@ -216,7 +226,7 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
 
   const periodic = createPeriodic(tick, tickMs, log, 'pool demand tick failed');
 
-  return {
+  const demand: PoolDemand = {
     start: () => periodic.start(),
     stop: () => periodic.stop(),
     noteDenied(selector, pool) {
@@ -246,4 +256,5 @@ export function createPoolDemand(opts: PoolDemandOptions): PoolDemand {
     sent: () => sent,
     passes: () => periodic.passes(),
   };
+  return demand;
 }

@@ -35,6 +35,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import {
   DEFAULT_LEASE_COOLDOWN_MS,
   LeaseStoreUnavailableError,
@@ -47,6 +48,7 @@ import {
   type Clock,
   type Lease,
   type LeaseStore,
+  type PoolEvent,
   type ReportOutcome,
   type ReportReceipt,
   type ReportResult,
@@ -495,6 +497,31 @@ export class RedisLeaseStore implements LeaseStore {
     return { outcome, proxy: reply[2], target: typeof reply[3] === 'string' ? reply[3] : '' };
   }
 
+  async postPoolEvent(event: PoolEvent): Promise<void> {
+    const key = `${this.prefix}pool-events`;
+    try {
+      await this.redis.multi().rpush(key, JSON.stringify(event)).ltrim(key, -MAX_POOL_EVENTS, -1).exec();
+    } catch (err) {
+      throw new LeaseStoreUnavailableError(`the lease store (Redis) is unavailable: ${(err as Error).message}`);
+    }
+  }
+
+  async takePoolEvents(max: number): Promise<PoolEvent[]> {
+    let items: string[] | null;
+    try {
+      items = await this.redis.lpop(`${this.prefix}pool-events`, max);
+    } catch (err) {
+      throw new LeaseStoreUnavailableError(`the lease store (Redis) is unavailable: ${(err as Error).message}`);
+    }
+    const events: PoolEvent[] = [];
+    for (const item of items ?? []) {
+      const event = parsePoolEvent(item);
+      if (event) events.push(event);
+      else this.logger.warn('dropped a malformed pool event from the lease store');
+    }
+    return events;
+  }
+
   async activeCounts(): Promise<ReadonlyMap<string, number>> {
     const reply = await this.run(() => this.redis.leaseCounts(...this.head()));
     const flat = reply[1] as string[];
@@ -575,5 +602,27 @@ export class RedisLeaseStore implements LeaseStore {
       );
     }
     this.epoch = epoch;
+  }
+}
+
+/** Pool events kept in Redis for the api replicas: the newest this many (a burst with no api to take them). */
+const MAX_POOL_EVENTS = 10_000;
+
+const poolEventSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('banned'), proxy: z.string(), target: z.string() }),
+  z.strictObject({
+    kind: z.literal('denied'),
+    selector: z.array(z.tuple([z.string(), z.string()])),
+    pool: z.string().optional(),
+  }),
+]);
+
+/** A queued event as written by postPoolEvent, or undefined for anything else. */
+function parsePoolEvent(text: string): PoolEvent | undefined {
+  try {
+    const parsed = poolEventSchema.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
   }
 }

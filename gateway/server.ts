@@ -100,7 +100,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     guesses: createGuessLimiter({ maxFailures: settings.authFailuresPerMinute ?? DEFAULT_MAX_AUTH_FAILURES }),
     rates: createTenantRates(),
     slots: createConnectionSlots(settings.maxTunnelsPerClient ?? DEFAULT_MAX_TUNNELS_PER_CLIENT, metrics),
-    demand: opts.demand,
+    demand: opts.demand ?? poolEventsThrough(opts.leaseStore, log),
     rateLimitStatuses: new Set(settings.rateLimitStatuses),
     leases,
     metrics,
@@ -191,4 +191,27 @@ function listenerFor(ctx: GatewayContext): Server {
     });
   });
   return server;
+}
+
+/**
+ * A standalone gateway on a shared store tells the pools through it (the
+ * api replicas take the events and send the reports); on a store of its
+ * own, nobody would take them.
+ */
+function poolEventsThrough(
+  store: LeaseStore,
+  log: Logger,
+): Pick<PoolDemand, 'noteDenied' | 'noteBanned'> | undefined {
+  const post = store.postPoolEvent?.bind(store);
+  if (!post) return undefined;
+  const send = (event: Parameters<typeof post>[0]) => {
+    post(event).catch((error: unknown) =>
+      log.warn({ err: (error as Error).message, kind: event.kind }, 'could not pass a pool event to the lease store'),
+    );
+  };
+  return {
+    noteBanned: (proxy, target) => send({ kind: 'banned', proxy, target }),
+    noteDenied: (selector, pool) =>
+      send({ kind: 'denied', selector: [...selector], ...(pool !== undefined ? { pool } : {}) }),
+  };
 }

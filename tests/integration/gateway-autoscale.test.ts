@@ -16,12 +16,12 @@ import { startGatewayCli } from './gateway-helpers.js';
 
 const TOKEN = 'gateway-autoscale-token';
 
-/** A CONNECT through the gateway; resolves with its status, the socket left open on 200. */
+/** A CONNECT through the gateway; resolves with its status and carrier (X-Egress-Proxy), the socket left open on 200. */
 function tunnel(
   gatewayUrl: string,
   user: string,
   authority: string,
-): Promise<{ status: number; socket: Socket }> {
+): Promise<{ status: number; socket: Socket; proxy: string }> {
   const { hostname, port } = new URL(gatewayUrl);
   return new Promise((resolve, reject) => {
     const socket = connect({ host: hostname, port: Number(port) });
@@ -38,7 +38,7 @@ function tunnel(
       socket.off('data', onData);
       const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0);
       if (status !== 200) socket.destroy();
-      resolve({ status, socket });
+      resolve({ status, socket, proxy: /^X-Egress-Proxy: (.*)$/im.exec(head)?.[1]?.trim() ?? '' });
     };
     socket.on('data', onData);
     socket.once('error', reject);
@@ -142,6 +142,84 @@ describe('a ProxyPool fed only through the gateway', () => {
           (await status())?.desiredReplicas === 1 && (await h.members(name)).length === 1 ? true : undefined,
         { timeoutMs: 120_000, intervalMs: 500 },
       );
+      await h.deletePoolAndWait(name, 90_000);
+    },
+  );
+
+  it(
+    'bans reported by session reach the pool through the shared store, and rotation replaces that member',
+    { timeout: 300_000 },
+    async () => {
+      const { cp, pools, target } = h;
+      const name = 'gwban';
+      await pools.create(cp.namespace, name, {
+        replicas: 2,
+        template: {
+          spec: {
+            mode: 'Managed',
+            provider: 'local',
+            maxLeases: 5,
+            healthCheck: { probeURL: target.url, intervalSeconds: 1, timeoutSeconds: 2 },
+          },
+        },
+        rotation: { afterBans: { reports: 2, distinctTargets: 2, windowSeconds: 600 } },
+      });
+      await eventually(
+        'pool gwban: 2 available',
+        async () =>
+          (await pools.get(cp.namespace, name))?.status?.availableReplicas === 2 ? true : undefined,
+        { timeoutMs: 60_000, intervalMs: 250 },
+      );
+      const authority = `127.0.0.1:${target.port}`;
+      const report = async (session: string, site: string) => {
+        const res = await fetch(`${gateway.url}/v1/gateway/sessions/${session}/report`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ reason: 'banned', target: site }),
+        });
+        expect(res.status).toBe(204);
+      };
+      const held: Socket[] = [];
+      let banned = '';
+      try {
+        const first = await tunnel(gateway.url, `session-b1_pool-${name}`, authority);
+        expect(first.status).toBe(200);
+        banned = first.proxy;
+        held.push(first.socket);
+        await report('b1', 'one.example');
+        // A second session on the same member: while the other member holds more, least-loaded picks this one.
+        for (let i = 2; ; i++) {
+          const next = await tunnel(gateway.url, `session-b${i}_pool-${name}`, authority);
+          expect(next.status).toBe(200);
+          held.push(next.socket);
+          if (next.proxy === banned) {
+            await report(`b${i}`, 'two.example');
+            break;
+          }
+          expect(i).toBeLessThan(5);
+        }
+      } finally {
+        for (const s of held) s.destroy();
+      }
+      const bannedUid = (await h.members(name)).find(
+        (m) => `${m.metadata.namespace}/${m.metadata.name}` === banned,
+      )?.metadata.uid;
+      expect(bannedUid).toBeTruthy();
+      const rotated = await eventually(
+        'the banned member replaced',
+        async () => {
+          const s = (await pools.get(cp.namespace, name))?.status;
+          const members = await h.members(name);
+          return s?.rotation?.rotatedTotal === 1 && !members.some((m) => m.metadata.uid === bannedUid)
+            ? s
+            : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 250 },
+      );
+      expect(rotated.rotation).toMatchObject({
+        lastRotated: banned.split('/')[1],
+        lastRotationReason: 'Banned',
+      });
       await h.deletePoolAndWait(name, 90_000);
     },
   );
