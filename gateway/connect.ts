@@ -41,6 +41,8 @@ export async function handleConnect(
     admitted = admit(ctx, req, address);
     destination = await checkDestination(ctx.egress, ctx.resolver, hostname, port);
     freeSlot = ctx.slots.take(admitted.tenant, address);
+    // Given back the moment the crawler's connection closes, before the lease is let go of.
+    client.once('close', freeSlot);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
     recordRefused(ctx, 'connect', error, { target: authority, started, client: address, admitted });

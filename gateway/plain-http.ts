@@ -49,6 +49,8 @@ export async function handleRequest(
     // hosts): the proxies this product configures re-check what they resolve.
     await checkDestination(ctx.egress, ctx.resolver, url.hostname, Number(url.port || 80));
     freeSlot = ctx.slots.take(admitted.tenant, address);
+    // Given back the moment the exchange ends, before the lease is let go of.
+    res.once('close', freeSlot);
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;
     recordRefused(ctx, 'http', error, { target: url?.host ?? '', started, client: address, admitted });

@@ -12,7 +12,6 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ProxyStatus } from '../../resources/proxy-schema.js';
 import { leaseApiUrl, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import {
@@ -24,6 +23,7 @@ import {
   setProxyStatus,
 } from '../helpers/kube.js';
 import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
+import { redisActiveSlots } from './gateway-helpers.js';
 import { eventually } from '../helpers/temporal.js';
 import { freePort as closedPort } from '../../local-servers/ports.js';
 
@@ -102,11 +102,7 @@ describe('two lease API processes on one Redis', () => {
     await replica.cli.stop(30_000, signal);
   }
 
-  /** Slots per proxy UID as Redis holds them. */
-  async function redisActive(): Promise<Map<string, number>> {
-    const flat = await inspect.hgetall(`${DEFAULT_REDIS_PREFIX}active`);
-    return new Map(Object.entries(flat).map(([uid, n]) => [uid, Number(n)]));
-  }
+  const redisActive = () => redisActiveSlots(inspect);
 
   beforeAll(async () => {
     redis = await startRedis();

@@ -7,43 +7,20 @@
  * provider, real forward proxies), the CLI `api` and `gateway` processes,
  * Debian's redis-server, the shared apiserver and Temporal dev server.
  */
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { startPoolHarness, type PoolHarness } from '../helpers/pools.js';
 import { eventually } from '../helpers/temporal.js';
-import { startGatewayCli } from './gateway-helpers.js';
+import { gatewayConnect, startGatewayCli } from './gateway-helpers.js';
 
 const TOKEN = 'gateway-autoscale-token';
 
-/** A CONNECT through the gateway; resolves with its status and carrier (X-Egress-Proxy), the socket left open on 200. */
-function tunnel(
-  gatewayUrl: string,
-  user: string,
-  authority: string,
-): Promise<{ status: number; socket: Socket; proxy: string }> {
-  const { hostname, port } = new URL(gatewayUrl);
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: hostname, port: Number(port) });
-    let head = '';
-    socket.setEncoding('latin1');
-    socket.once('connect', () =>
-      socket.write(
-        `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\nProxy-Authorization: Basic ${Buffer.from(`${user}:${TOKEN}`).toString('base64')}\r\n\r\n`,
-      ),
-    );
-    const onData = (chunk: string) => {
-      head += chunk;
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
-      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0);
-      if (status !== 200) socket.destroy();
-      resolve({ status, socket, proxy: /^X-Egress-Proxy: (.*)$/im.exec(head)?.[1]?.trim() ?? '' });
-    };
-    socket.on('data', onData);
-    socket.once('error', reject);
+const tunnel = (gatewayUrl: string, user: string, authority: string) =>
+  gatewayConnect(gatewayUrl, authority, { credentials: `${user}:${TOKEN}` }).then((t) => {
+    if (t.status !== 200) t.socket.destroy();
+    return t;
   });
-}
 
 describe('a ProxyPool fed only through the gateway', () => {
   let redis: RunningRedis;

@@ -8,7 +8,9 @@
 import { execFile } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import type { Redis } from 'ioredis';
+import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
@@ -217,4 +219,67 @@ export async function startGatewayCli(
 export function rssBytes(pid: number, readFile: (p: string) => string): number {
   const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFile(`/proc/${pid}/status`));
   return m ? Number(m[1]) * 1024 : NaN;
+}
+
+/** Slots per proxy UID as the Redis lease store holds them. */
+export async function redisActiveSlots(redis: Redis): Promise<Map<string, number>> {
+  const flat = await redis.hgetall(`${DEFAULT_REDIS_PREFIX}active`);
+  return new Map(Object.entries(flat).map(([uid, n]) => [uid, Number(n)]));
+}
+
+export interface GatewayTunnel {
+  /** The gateway's status for the CONNECT. */
+  status: number;
+  /** Its answer's head, status line and headers. */
+  head: string;
+  /** The proxy that carries it (X-Egress-Proxy), '' when refused. */
+  proxy: string;
+  socket: Socket;
+  /** Resolves when either side closes the connection. */
+  closed: Promise<void>;
+}
+
+/**
+ * A CONNECT through the gateway, left open: `credentials` is `user:password`
+ * (none: no Proxy-Authorization), `from` a local address to connect from (a
+ * client of its own).
+ */
+export function gatewayConnect(
+  gatewayUrl: string,
+  authority: string,
+  opts: { credentials?: string; from?: string } = {},
+): Promise<GatewayTunnel> {
+  const { hostname, port } = new URL(gatewayUrl);
+  return new Promise((resolve, reject) => {
+    const socket = connect({
+      host: hostname,
+      port: Number(port),
+      ...(opts.from ? { localAddress: opts.from } : {}),
+    });
+    const closed = new Promise<void>((r) => socket.once('close', () => r()));
+    let head = '';
+    socket.setEncoding('latin1');
+    socket.once('connect', () => {
+      const auth = opts.credentials
+        ? `Proxy-Authorization: Basic ${Buffer.from(opts.credentials).toString('base64')}\r\n`
+        : '';
+      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`);
+    });
+    const onData = (chunk: string) => {
+      head += chunk;
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      socket.off('data', onData);
+      const answer = head.slice(0, end);
+      resolve({
+        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? 0),
+        head: answer,
+        proxy: /^X-Egress-Proxy: (.*)$/im.exec(answer)?.[1]?.trim() ?? '',
+        socket,
+        closed,
+      });
+    };
+    socket.on('data', onData);
+    socket.once('error', reject);
+  });
 }

@@ -13,7 +13,7 @@
 import { createHash, randomInt } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -27,6 +27,8 @@ import { createNamespace, getProxy, kubeConfig, proxyClient } from '../helpers/k
 import { eventually } from '../helpers/temporal.js';
 import {
   curlThrough,
+  gatewayConnect,
+  redisActiveSlots,
   registerProxy,
   startForwardProxies,
   startGatewayCli,
@@ -36,55 +38,21 @@ import {
 
 const TOKEN_A = 'tenant-a-token-0123456789';
 const TOKEN_B = 'tenant-b-token-9876543210';
+/** The limits tests' own tenant and pool: their slot counts are theirs alone. */
+const TOKEN_C = 'tenant-c-token-5555555555';
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 
 /** A loopback address of this file's own, so clients are told apart by address. */
 const octet = randomInt(1, 250);
 const clientAddress = (n: number) => `127.91.${octet}.${n}`;
 
-interface Answer {
-  status: number;
-  head: string;
-  socket: Socket;
-  /** Resolves when the gateway (or anyone) closes the connection. */
-  closed: Promise<void>;
-}
-
-/** A CONNECT through the gateway from `from`, left open; its answer's head and the socket. */
-function connectThrough(
+/** A CONNECT through the gateway from `from` with `user:password`, left open. */
+const connectThrough = (
   gatewayUrl: string,
   from: string,
   credentials: string | undefined,
   authority: string,
-): Promise<Answer> {
-  const { hostname, port } = new URL(gatewayUrl);
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: hostname, port: Number(port), localAddress: from });
-    const closed = new Promise<void>((r) => socket.once('close', () => r()));
-    let head = '';
-    socket.setEncoding('latin1');
-    socket.once('connect', () => {
-      const auth = credentials
-        ? `Proxy-Authorization: Basic ${Buffer.from(credentials).toString('base64')}\r\n`
-        : '';
-      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${auth}\r\n`);
-    });
-    const onData = (chunk: string) => {
-      head += chunk;
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      socket.off('data', onData);
-      resolve({
-        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0),
-        head: head.slice(0, end),
-        socket,
-        closed,
-      });
-    };
-    socket.on('data', onData);
-    socket.once('error', reject);
-  });
-}
+) => gatewayConnect(gatewayUrl, authority, { from, ...(credentials !== undefined ? { credentials } : {}) });
 
 /** Sends an HTTP GET down an open tunnel and reads the answer's body (the target's `/ip`). */
 function getThroughTunnel(socket: Socket, path: string): Promise<string> {
@@ -138,6 +106,13 @@ function apiCall(
   });
 }
 
+/** The `/metrics` URL a gateway process logged when it started listening. */
+function metricsUrlOf(cli: CliProcess): string {
+  const base = /"metrics":"(http:\/\/127\.0\.0\.1:\d+)[^"]*"[^\n]*gateway listening/.exec(cli.output())?.[1];
+  if (!base) throw new Error(`no metrics address in the gateway's log:\n${cli.output()}`);
+  return `${base}/metrics`;
+}
+
 /** One metric's value from a Prometheus text page, 0 when absent. */
 async function metric(metricsUrl: string, line: string): Promise<number> {
   const text = await (await fetch(metricsUrl)).text();
@@ -153,7 +128,7 @@ describe('tenants: two teams on one gateway and one lease API', () => {
   let redis: RunningRedis;
   let inspect: Redis;
   let target: LoopbackTarget;
-  let gateway: { cli: CliProcess; url: string };
+  let gateway: { cli: CliProcess; url: string; metrics: string };
   let apiCli: CliProcess;
   let apiUrl = '';
   const forwardProxies: ForwardProxy[] = [];
@@ -180,11 +155,7 @@ describe('tenants: two teams on one gateway and one lease API', () => {
     }
   }
 
-  /** Slots per proxy UID as Redis holds them. */
-  async function active(): Promise<Map<string, number>> {
-    const flat = await inspect.hgetall(`${DEFAULT_REDIS_PREFIX}active`);
-    return new Map(Object.entries(flat).map(([uid, n]) => [uid, Number(n)]));
-  }
+  const active = () => redisActiveSlots(inspect);
 
   beforeAll(async () => {
     redis = await startRedis();
@@ -194,6 +165,7 @@ describe('tenants: two teams on one gateway and one lease API', () => {
     namespace = await createNamespace(kc, 'tenants');
     await pool('pool-a', 2);
     await pool('pool-b', 2);
+    await pool('pool-c', 1);
     const tenantsFile = join(dir, 'tenants.yaml');
     writeFileSync(
       tenantsFile,
@@ -207,11 +179,21 @@ describe('tenants: two teams on one gateway and one lease API', () => {
         '    pools: [pool-b]',
         '    limits:',
         '      tunnels: 3',
+        '  - name: team-c',
+        `    tokenSha256: ${sha256(TOKEN_C)}`,
+        '    pools: [pool-c]',
         '',
       ].join('\n'),
     );
     const common = ['--tenants-file', tenantsFile, '--lease-store', redis.url];
-    gateway = await startGatewayCli(namespace, [...common, '--gateway-max-tunnels-per-client', '2']);
+    const main = await startGatewayCli(namespace, [
+      ...common,
+      '--gateway-max-tunnels-per-client',
+      '2',
+      '--metrics-addr',
+      '127.0.0.1:0',
+    ]);
+    gateway = { ...main, metrics: metricsUrlOf(main.cli) };
     apiCli = startCli([
       'api',
       '--discovery-addr',
@@ -302,21 +284,22 @@ describe('tenants: two teams on one gateway and one lease API', () => {
     expect(plain.body).toContain('tenant team-a may not use pool pool-b');
   });
 
-  it("B cannot see, release or report A's leases, nor join A's session", async () => {
+  it("a tenant cannot see, release or report another's leases, nor join its session", async () => {
     const listed = await apiCall(`${apiUrl}/v1/proxies`, { method: 'GET', token: TOKEN_B });
     const ids = (JSON.parse(listed.body) as { proxies: Array<{ id: string }> }).proxies.map((p) => p.id);
     expect(ids.sort()).toEqual([`${namespace}/pool-b-0`, `${namespace}/pool-b-1`]);
 
+    // The owner is team-c, whose one proxy nothing else here uses: its slot count is this lease's alone.
     const lease = await apiCall(`${apiUrl}/v1/leases`, {
       method: 'POST',
-      token: TOKEN_A,
+      token: TOKEN_C,
       body: { ttlSeconds: 60 },
     });
     const granted = JSON.parse(lease.body) as { leaseID: string; proxy: { id: string } };
+    expect(granted.proxy.id).toBe(`${namespace}/pool-c-0`);
     const uid = uidOf.get(granted.proxy.id)!;
-    const held = (await active()).get(uid) ?? 0;
-    expect(held).toBeGreaterThan(0);
-    // B's release is the no-op of an unknown id; the slot stays A's.
+    expect((await active()).get(uid)).toBe(1);
+    // B's release is the no-op of an unknown id; the slot stays C's.
     const release = await apiCall(`${apiUrl}/v1/leases/${granted.leaseID}`, {
       method: 'DELETE',
       token: TOKEN_B,
@@ -326,7 +309,7 @@ describe('tenants: two teams on one gateway and one lease API', () => {
     expect(
       (await apiCall(`${apiUrl}/v1/leases/${unsealed}`, { method: 'DELETE', token: TOKEN_B })).status,
     ).toBe(204);
-    expect((await active()).get(uid)).toBe(held);
+    expect((await active()).get(uid)).toBe(1);
     const report = await apiCall(`${apiUrl}/v1/leases/${granted.leaseID}/report`, {
       method: 'POST',
       token: TOKEN_B,
@@ -337,15 +320,15 @@ describe('tenants: two teams on one gateway and one lease API', () => {
       (
         await apiCall(`${apiUrl}/v1/leases/${granted.leaseID}/report`, {
           method: 'POST',
-          token: TOKEN_A,
+          token: TOKEN_C,
           body: { result: 'ok' },
         })
       ).status,
     ).toBe(204);
     expect(
-      (await apiCall(`${apiUrl}/v1/leases/${granted.leaseID}`, { method: 'DELETE', token: TOKEN_A })).status,
+      (await apiCall(`${apiUrl}/v1/leases/${granted.leaseID}`, { method: 'DELETE', token: TOKEN_C })).status,
     ).toBe(204);
-    expect((await active()).get(uid) ?? 0).toBe(held - 1);
+    expect((await active()).get(uid) ?? 0).toBe(0);
 
     // The same session id is a different session per tenant.
     const a = await connectThrough(gateway.url, clientAddress(1), `session-shared1:${TOKEN_A}`, authority());
@@ -409,6 +392,12 @@ describe('tenants: two teams on one gateway and one lease API', () => {
   });
 
   it("a client over its tunnel cap gets 429 at once while another client gets 200; a tenant's cap counts all its clients", async () => {
+    // The tunnels of the tests above have all ended (their slots given back) before the caps are counted.
+    await eventually(
+      'no tunnel open on the gateway',
+      async () => ((await metric(gateway.metrics, 'egress_gateway_active_tunnels')) === 0 ? true : undefined),
+      { timeoutMs: 10_000 },
+    );
     const held: Socket[] = [];
     try {
       for (let i = 0; i < 2; i++) {
@@ -509,10 +498,7 @@ describe('tenants: two teams on one gateway and one lease API', () => {
         '--metrics-addr',
         '127.0.0.1:0',
       ]);
-      const metricsUrl = /"metrics":"(http:\/\/127\.0\.0\.1:\d+)[^"]*"[^\n]*gateway listening/.exec(
-        started.cli.output(),
-      )?.[1];
-      short = { ...started, metrics: `${metricsUrl!}/metrics` };
+      short = { ...started, metrics: metricsUrlOf(started.cli) };
       await eventually(
         'the short-limits gateway to carry a request',
         async () =>
@@ -526,20 +512,20 @@ describe('tenants: two teams on one gateway and one lease API', () => {
     });
 
     it('an idle tunnel is closed after the idle time and its lease slot is free again', async () => {
-      // Sessions of the tests above still hold slots for their TTL: counted against this snapshot.
-      const before = await active();
-      const tunnel = await connectThrough(short.url, clientAddress(80), `:${TOKEN_A}`, authority());
+      const tunnel = await connectThrough(short.url, clientAddress(80), `:${TOKEN_C}`, authority());
       expect(tunnel.status).toBe(200);
-      const uid = uidOf.get(header(tunnel.head, 'X-Egress-Proxy')!)!;
-      const others = before.get(uid) ?? 0;
+      const uid = uidOf.get(`${namespace}/pool-c-0`)!;
+      expect(tunnel.proxy).toBe(`${namespace}/pool-c-0`);
       // It carries a request first: only idleness closes it.
       expect(JSON.parse(await getThroughTunnel(tunnel.socket, '/ip'))).toHaveProperty('ip');
-      expect((await active()).get(uid)).toBe(others + 1);
+      expect((await active()).get(uid)).toBe(1);
       await tunnel.closed;
       await eventually(
         'the slot to be free',
-        async () => ((await active()).get(uid) ?? 0) === others || undefined,
-        { timeoutMs: 10_000 },
+        async () => ((await active()).get(uid) ?? 0) === 0 || undefined,
+        {
+          timeoutMs: 10_000,
+        },
       );
       expect(await metric(short.metrics, 'egress_gateway_limit_trips_total{limit="tunnel_idle"}')).toBe(1);
     });

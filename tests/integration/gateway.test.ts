@@ -12,7 +12,6 @@
 import { connect, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_REDIS_PREFIX } from '../../api/redis-lease-store.js';
 import type { ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { createNamespace, proxyClient, getProxy, kubeConfig } from '../helpers/kube.js';
@@ -20,6 +19,7 @@ import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { eventually } from '../helpers/temporal.js';
 import {
   curlThrough,
+  redisActiveSlots,
   registerProxy,
   startForwardProxies,
   startGatewayCli,
@@ -100,11 +100,7 @@ describe('egress-proxies gateway', () => {
     return started;
   }
 
-  /** Slots per proxy UID as Redis holds them. */
-  async function active(): Promise<Map<string, number>> {
-    const flat = await inspect.hgetall(`${DEFAULT_REDIS_PREFIX}active`);
-    return new Map(Object.entries(flat).map(([uid, n]) => [uid, Number(n)]));
-  }
+  const active = () => redisActiveSlots(inspect);
 
   beforeAll(async () => {
     redis = await startRedis();
