@@ -502,7 +502,9 @@ export class RedisLeaseStore implements LeaseStore {
     try {
       await this.redis.multi().rpush(key, JSON.stringify(event)).ltrim(key, -MAX_POOL_EVENTS, -1).exec();
     } catch (err) {
-      throw new LeaseStoreUnavailableError(`the lease store (Redis) is unavailable: ${(err as Error).message}`);
+      throw new LeaseStoreUnavailableError(
+        `the lease store (Redis) is unavailable: ${(err as Error).message}`,
+      );
     }
   }
 
@@ -511,7 +513,9 @@ export class RedisLeaseStore implements LeaseStore {
     try {
       items = await this.redis.lpop(`${this.prefix}pool-events`, max);
     } catch (err) {
-      throw new LeaseStoreUnavailableError(`the lease store (Redis) is unavailable: ${(err as Error).message}`);
+      throw new LeaseStoreUnavailableError(
+        `the lease store (Redis) is unavailable: ${(err as Error).message}`,
+      );
     }
     const events: PoolEvent[] = [];
     for (const item of items ?? []) {

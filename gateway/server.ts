@@ -206,7 +206,10 @@ function poolEventsThrough(
   if (!post) return undefined;
   const send = (event: Parameters<typeof post>[0]) => {
     post(event).catch((error: unknown) =>
-      log.warn({ err: (error as Error).message, kind: event.kind }, 'could not pass a pool event to the lease store'),
+      log.warn(
+        { err: (error as Error).message, kind: event.kind },
+        'could not pass a pool event to the lease store',
+      ),
     );
   };
   return {
