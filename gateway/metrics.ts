@@ -28,16 +28,18 @@ export type GatewayOutcome =
   /** 429: over a tunnel cap or the tenant's requests per second. */
   | 'over_limit';
 
-/** A limit that closed or refused a connection, for `egress_gateway_limit_trips_total`. */
-export type GatewayLimit =
-  | 'auth_failures'
-  | 'tenant_tunnels'
-  | 'client_tunnels'
-  | 'requests_per_second'
-  | 'tunnel_idle'
-  | 'tunnel_lifetime'
-  | 'response_timeout'
-  | 'max_connections';
+/** The limits that close or refuse a connection, for `egress_gateway_limit_trips_total`. */
+export const GATEWAY_LIMITS = [
+  'auth_failures',
+  'tenant_tunnels',
+  'client_tunnels',
+  'requests_per_second',
+  'tunnel_idle',
+  'tunnel_lifetime',
+  'response_timeout',
+  'max_connections',
+] as const;
+export type GatewayLimit = (typeof GATEWAY_LIMITS)[number];
 
 /** Why an upstream attempt failed. */
 export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';
@@ -63,6 +65,8 @@ export function registerGatewayMetrics(
 ): GatewayMetrics {
   const m = instruments(registry, options.sessions);
   for (const kind of ['connect', 'http'] as const) m.requests.inc({ kind, outcome: 'ok' }, 0);
+  // Every limit's series exists from the start, so rate() and alerts work before the first trip.
+  for (const limit of GATEWAY_LIMITS) m.limits.inc({ limit }, 0);
 
   const labelled = new Set<string>();
   const targetLabel = (target: string): string => {

@@ -2,11 +2,12 @@
  * The tenants a server knows right now: the single token's `default`, those
  * of the tenants file, or the open tenant when neither is set. The file is
  * read at start (a bad file stops the start, naming what is wrong) and again
- * whenever it changes (stat polling, which follows the symlink swap of a
- * mounted Secret); a changed file that does not parse is logged and the
- * tenants loaded before stay in force.
+ * whenever it changes (a stat every `pollMs`, which follows the symlink swap
+ * of a mounted Secret, compared with the stat taken before the last read,
+ * so a change made right after the start is not missed); a changed file
+ * that does not parse is logged and the tenants loaded before stay in force.
  */
-import { readFileSync, unwatchFile, watchFile, type Stats } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { parse, YAMLParseError } from 'yaml';
 import {
@@ -54,17 +55,16 @@ export function createTenantDirectory(opts: TenantDirectoryOptions): TenantDirec
   const single = token === '' ? [] : [defaultTenant(token)];
   const open = token === '' && tenantsFile === undefined;
   const openTenant = defaultTenant('');
+  // The file's identity when it was read, taken before reading it: a change
+  // after that moment shows as a different identity at the next check.
+  let loaded = tenantsFile === undefined ? '' : identity(tenantsFile);
   let tenants: Tenant[] =
     tenantsFile === undefined ? single : [...single, ...loadTenantsFile(tenantsFile, token)];
 
-  let watching = false;
-  const onChange = (current: Stats, previous: Stats) => {
-    if (
-      current.mtimeMs === previous.mtimeMs &&
-      current.size === previous.size &&
-      current.ino === previous.ino
-    )
-      return;
+  const check = () => {
+    const now = identity(tenantsFile!);
+    if (now === loaded) return;
+    loaded = now;
     try {
       tenants = [...single, ...loadTenantsFile(tenantsFile!, token)];
       logger.info({ tenants: tenants.map((t) => t.name) }, 'tenants file reloaded');
@@ -75,10 +75,9 @@ export function createTenantDirectory(opts: TenantDirectoryOptions): TenantDirec
       );
     }
   };
-  if (tenantsFile !== undefined) {
-    watchFile(tenantsFile, { interval: opts.pollMs ?? DEFAULT_TENANTS_POLL_MS, persistent: false }, onChange);
-    watching = true;
-  }
+  const timer =
+    tenantsFile === undefined ? undefined : setInterval(check, opts.pollMs ?? DEFAULT_TENANTS_POLL_MS);
+  timer?.unref();
 
   return {
     open,
@@ -91,8 +90,7 @@ export function createTenantDirectory(opts: TenantDirectoryOptions): TenantDirec
     },
     names: () => (open ? [DEFAULT_TENANT] : tenants.map((t) => t.name)),
     close() {
-      if (watching) unwatchFile(tenantsFile!, onChange);
-      watching = false;
+      if (timer) clearInterval(timer);
     },
   };
 }
@@ -128,4 +126,14 @@ export function loadTenantsFile(path: string, token: string): Tenant[] {
       `tenants file ${path}: the tenant "${DEFAULT_TENANT}" is the single token's (DISCOVERY_TOKEN or --discovery-token-file); name it otherwise`,
     );
   return tenants;
+}
+
+/** What tells one version of the file from another: inode, size and modification time ('' when it cannot be read). */
+function identity(path: string): string {
+  try {
+    const st = statSync(path);
+    return `${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch {
+    return '';
+  }
 }
