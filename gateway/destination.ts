@@ -1,99 +1,37 @@
 /**
- * Where a crawler's connection may go: the gateway resolves the target's
- * name itself, checks every address it got and the port against the egress
- * policy (forwarding/egress-policy.ts), and hands on the address it checked,
- * so nobody resolves the name a second time (DNS rebinding) and odd
- * spellings of an address are judged as the address they are. All of it
- * happens before a lease is taken: a refused connection costs no slot.
+ * The gateway's check of a crawler's destination (forwarding/destination.ts),
+ * before any lease is taken, so a refused connection costs no slot: refused
+ * is 403 `forbidden_target` naming the rule, a name that does not resolve 502
+ * `unresolved`.
  */
-import { promises as dns } from 'node:dns';
-import { isIP } from 'node:net';
+import type { EgressPolicy } from '../forwarding/egress-policy.js';
 import {
-  checkDestination as checkPolicy,
-  dialAddress,
-  ipLiteralOf,
-  isLocalhostName,
-  type EgressPolicy,
-} from '../forwarding/egress-policy.js';
+  DestinationRefusedError,
+  resolveAndCheck,
+  type CheckedDestination,
+  type DestinationResolver,
+} from '../forwarding/destination.js';
 import { Refusal } from './refusal.js';
 
-/** A destination the policy allowed: the address to connect to, checked. */
-export interface CheckedDestination {
-  /** An IP literal (IPv6 without brackets). */
-  address: string;
-  port: number;
-  /** `address:port`, IPv6 in brackets: what an upstream CONNECT carries. */
-  authority: string;
-}
+export {
+  createDestinationResolver,
+  type CheckedDestination,
+  type DestinationResolver,
+} from '../forwarding/destination.js';
 
-export interface DestinationResolver {
-  /** Every address `name` resolves to; rejects with the resolver's error code when it cannot. */
-  resolve(name: string): Promise<string[]>;
-}
-
-/**
- * The system's resolver (getaddrinfo: /etc/hosts, then DNS), or the DNS
- * server at `server` (`host:port`) alone when one is given.
- */
-export function createDestinationResolver(server: string | undefined): DestinationResolver {
-  if (server === undefined) {
-    return {
-      async resolve(name) {
-        const found = await dns.lookup(name, { all: true, verbatim: true });
-        return found.map((a) => a.address);
-      },
-    };
-  }
-  const resolver = new dns.Resolver({ timeout: 2_000, tries: 2 });
-  resolver.setServers([server]);
-  return {
-    async resolve(name) {
-      const answers = await Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
-      const addresses = answers.flatMap((a) => (a.status === 'fulfilled' ? a.value : []));
-      if (addresses.length > 0) return addresses;
-      const failed = answers.find((a) => a.status === 'rejected');
-      throw failed?.reason ?? new Error(`no address for ${name}`);
-    },
-  };
-}
-
-/**
- * The checked destination of `hostname` (a URL hostname, already normalised
- * by the WHATWG parser) and `port`; throws Refusal 403 `forbidden_target`
- * naming the rule (never the address a name resolved to), or 502 when the
- * name does not resolve.
- */
+/** The checked destination of `hostname` and `port`, or a Refusal (403 or 502). */
 export async function checkDestination(
   policy: EgressPolicy,
   resolver: DestinationResolver,
   hostname: string,
   port: number,
 ): Promise<CheckedDestination> {
-  const literal = ipLiteralOf(hostname);
-  let addresses: string[];
-  if (literal !== undefined) addresses = [literal];
-  else if (isLocalhostName(hostname)) addresses = ['127.0.0.1'];
-  else {
-    try {
-      addresses = await resolver.resolve(hostname.replace(/\.$/, ''));
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code ?? 'no answer';
-      throw new Refusal(502, `cannot resolve ${hostname} (${code})`, 'unresolved');
-    }
-    addresses = addresses.filter((a) => isIP(a) !== 0);
-    if (addresses.length === 0)
-      throw new Refusal(502, `cannot resolve ${hostname} (no address)`, 'unresolved');
+  try {
+    return await resolveAndCheck(policy, resolver, hostname, port);
+  } catch (error) {
+    if (!(error instanceof DestinationRefusedError)) throw error;
+    throw error.kind === 'forbidden'
+      ? new Refusal(403, error.message, 'forbidden_target')
+      : new Refusal(502, error.message, 'unresolved');
   }
-  // A name is refused when any of its addresses is: which one a client would
-  // get is the resolver's choice, and a mixed answer is a rebinding attempt's mark.
-  for (const address of addresses) {
-    const verdict = checkPolicy(policy, address, port);
-    if (!verdict.allowed) throw forbidden(verdict.rule);
-  }
-  const address = dialAddress(addresses[0]!);
-  return { address, port, authority: address.includes(':') ? `[${address}]:${port}` : `${address}:${port}` };
-}
-
-function forbidden(rule: string): Refusal {
-  return new Refusal(403, `refused by the egress policy: ${rule}`, 'forbidden_target');
 }

@@ -4,6 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { egressConfigSchema } from '../shared/egress-config.js';
 
 export const FAILURE_MODES = ['none', 'quota', 'permanent', 'transient'] as const;
 export type FailureMode = (typeof FAILURE_MODES)[number];
@@ -92,8 +93,10 @@ export const localConfigSchema = z.strictObject({
   startDelaySeconds: z.number().min(0).max(86_400).default(0),
   /** Every create throws this class: exercises error paths with no special code path. */
   failureMode: z.enum(FAILURE_MODES).default('none'),
-  /** Let instances dial targets outside 127.0.0.0/8. Off by default: nothing leaves the machine. */
+  /** Let instances dial targets outside 127.0.0.0/8, as `egress` allows. Off by default: nothing leaves the machine. */
   allowNonLoopbackEgress: z.boolean().default(false),
+  /** With allowNonLoopbackEgress, where instances may go off the loopback (providers/shared/egress-config.ts). */
+  egress: egressConfigSchema.prefault({}),
   /** Upper bound of each operation's own I/O (the caller's signal can only shorten it). */
   operationTimeoutSeconds: z.number().positive().max(600).default(10),
 });

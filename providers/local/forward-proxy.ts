@@ -8,7 +8,10 @@
  * It never adds Via/X-Forwarded-For (like the Squid config's `via off`,
  * `forwarded_for off`) and only dials loopback targets unless
  * `allowNonLoopback` is set: everything in this workplace must stay on
- * 127.0.0.0/8.
+ * 127.0.0.0/8. With `allowNonLoopback`, a target off the loopback is
+ * resolved here and judged by the egress policy (private, link-local and
+ * reserved ranges refused, ports 80 and 443, unless the policy says
+ * otherwise), and the address judged is the one dialled.
  *
  * Outgoing connections to loopback targets leave FROM the proxy's own listen
  * address (`localAddress`), so a target sees 127.77.x.y rather than
@@ -24,6 +27,17 @@ import {
 } from 'node:http';
 import { connect, isIP, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import {
+  createDestinationResolver,
+  DestinationRefusedError,
+  resolveAndCheck,
+  type DestinationResolver,
+} from '../../forwarding/destination.js';
+import {
+  createEgressPolicy,
+  DEFAULT_EGRESS_POLICY,
+  type EgressPolicy,
+} from '../../forwarding/egress-policy.js';
 import { endToEndHeaders } from '../../forwarding/headers.js';
 
 export type ForwardProxyBehaviour =
@@ -38,8 +52,12 @@ export interface ForwardProxyOptions {
   host: string;
   port: number;
   behaviour?: ForwardProxyBehaviour;
-  /** Dial targets outside 127.0.0.0/8 and ::1. Off by default. */
+  /** Dial targets outside 127.0.0.0/8 and ::1, as the egress policy allows. Off by default. */
   allowNonLoopback?: boolean;
+  /** What `allowNonLoopback` may reach (default: the egress policy's defaults). */
+  egress?: EgressPolicy;
+  /** How target names are resolved for the policy (default: the system's resolver). */
+  resolver?: DestinationResolver;
   /** Upper bound for dialling a target. */
   connectTimeoutMs?: number;
 }
@@ -49,6 +67,15 @@ export interface ForwardProxy {
   readonly port: number;
   behaviour: ForwardProxyBehaviour;
   close(): Promise<void>;
+}
+
+/** A CONNECT host as the WHATWG URL parser normalises it; as written when it cannot. */
+function urlHostname(host: string): string {
+  try {
+    return new URL(`http://${host}`).hostname;
+  } catch {
+    return host;
+  }
 }
 
 export function isLoopbackHost(host: string): boolean {
@@ -86,11 +113,38 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
   const sockets = new Set<Socket>();
   const state = { behaviour: options.behaviour ?? 'forward' };
 
-  const targetAllowed = (host: string) => options.allowNonLoopback === true || isLoopbackHost(host);
+  const policy = options.egress ?? createEgressPolicy(DEFAULT_EGRESS_POLICY);
+  const resolver = options.resolver ?? createDestinationResolver(undefined);
+  /**
+   * Where to dial for a target: the loopback as named (the local provider's
+   * own world), anything else only with allowNonLoopback and as the egress
+   * policy allows, at the address it judged. A refusal is the status to
+   * answer and why.
+   */
+  const route = async (
+    host: string,
+    port: number,
+  ): Promise<{ dial: string } | { status: 403 | 502; reason: string }> => {
+    if (isLoopbackHost(host)) return { dial: host.replace(/^\[|\]$/g, '') };
+    if (options.allowNonLoopback !== true) return { status: 403, reason: 'target not allowed' };
+    try {
+      return { dial: (await resolveAndCheck(policy, resolver, host, port)).address };
+    } catch (error) {
+      if (!(error instanceof DestinationRefusedError)) throw error;
+      return { status: error.kind === 'forbidden' ? 403 : 502, reason: error.message };
+    }
+  };
   // Set once listening: the address actually bound (what `host` resolved to).
   let listenAddress = options.host;
 
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    forwardRequest(req, res).catch(() => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end('upstream error\n');
+      else res.destroy();
+    });
+  });
+
+  const forwardRequest = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (state.behaviour === 'hang') return;
     if (state.behaviour === 'refuse-egress') {
       res.writeHead(502, { 'content-type': 'text/plain' }).end('no egress\n');
@@ -104,15 +158,16 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       res.writeHead(400, { 'content-type': 'text/plain' }).end('absolute-form http:// URL required\n');
       return;
     }
-    if (!targetAllowed(target.hostname)) {
-      res.writeHead(403, { 'content-type': 'text/plain' }).end('target not allowed\n');
+    const routed = await route(target.hostname, Number(target.port || 80));
+    if ('status' in routed) {
+      res.writeHead(routed.status, { 'content-type': 'text/plain' }).end(`${routed.reason}\n`);
       return;
     }
     const headers = endToEndHeaders(req.headers);
     const upstream = httpRequest(
       {
         ...egressSource(listenAddress, target.hostname),
-        host: target.hostname.replace(/^\[|\]$/g, ''),
+        host: routed.dial,
         port: target.port || 80,
         method: req.method,
         path: target.pathname + target.search,
@@ -130,10 +185,14 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       else res.destroy();
     });
     req.pipe(upstream);
-  });
+  };
 
   server.on('connect', (req: IncomingMessage, clientSocket: Socket, head: Buffer) => {
     clientSocket.on('error', () => clientSocket.destroy());
+    tunnel(req, clientSocket, head).catch(() => clientSocket.destroy());
+  });
+
+  const tunnel = async (req: IncomingMessage, clientSocket: Socket, head: Buffer): Promise<void> => {
     if (state.behaviour === 'hang') return;
     if (state.behaviour === 'refuse-egress') {
       clientSocket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
@@ -146,11 +205,21 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     }
     const host = match[1]!.replace(/^\[|\]$/g, '');
     const port = Number(match[2]);
-    if (!targetAllowed(host)) {
-      clientSocket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n');
+    // Judged as a URL's host would be (so `0x7f.1` is 127.0.0.1), as the gateway does.
+    const routed = await route(urlHostname(match[1]!), port);
+    if ('status' in routed) {
+      const body = `${routed.reason}\n`;
+      clientSocket.end(
+        `HTTP/1.1 ${routed.status} ${routed.status === 403 ? 'Forbidden' : 'Bad Gateway'}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
       return;
     }
-    const upstream = connect({ ...egressSource(listenAddress, host), host, port, timeout: connectTimeoutMs });
+    const upstream = connect({
+      ...egressSource(listenAddress, host),
+      host: routed.dial,
+      port,
+      timeout: connectTimeoutMs,
+    });
     let established = false;
     upstream.once('connect', () => {
       established = true;
@@ -169,7 +238,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       }
     });
     clientSocket.once('close', () => upstream.destroy());
-  });
+  };
 
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);

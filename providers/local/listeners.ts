@@ -8,6 +8,7 @@ import type { Operations } from '../shared/operation.js';
 import { cloudInitContentHash, specHash } from '../spec-hash.js';
 import type { CreateRequest } from '../types.js';
 import { candidateAddresses, type LocalConfig, type LoopbackRange } from './config.js';
+import { createEgressPolicy, type EgressPolicy } from '../../forwarding/egress-policy.js';
 import { startForwardProxy, type ForwardProxy } from './forward-proxy.js';
 import { writeRecord, type LocalInstanceRecord } from './store.js';
 
@@ -45,13 +46,17 @@ export class Listeners {
   private readonly addressOwner = new Map<string, string>();
   /** One allocation at a time. */
   private readonly allocating = new KeyedMutex();
+  /** Where instances may go off the loopback (with allowNonLoopbackEgress), one policy for all. */
+  private readonly egress: EgressPolicy;
 
   constructor(
     private readonly ops: Operations,
     private readonly config: LocalConfig,
     private readonly stateDir: string,
     private readonly range: LoopbackRange,
-  ) {}
+  ) {
+    this.egress = createEgressPolicy(config.egress);
+  }
 
   get size(): number {
     return this.open.size;
@@ -186,6 +191,7 @@ export class Listeners {
       port,
       behaviour: 'forward',
       allowNonLoopback: this.config.allowNonLoopbackEgress,
+      egress: this.egress,
     });
   }
 }

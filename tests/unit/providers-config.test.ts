@@ -137,6 +137,15 @@ describe('parseProvidersConfig: every bad input names its field', () => {
 
 describe('parseProvidersConfig: valid input', () => {
   it('fills the local defaults, with or without a block', () => {
+    // The egress block's defaults (providers/shared/egress-config.ts): nothing more refused or allowed, ports 80 and 443.
+    const DEFAULT_EGRESS = {
+      denyCidrs: [],
+      allowCidrs: [],
+      allowPorts: [
+        [80, 80],
+        [443, 443],
+      ],
+    };
     const cfg = parseProvidersConfig(
       'providers:\n  - name: a\n    type: local\n  - name: b\n    type: local\n    local:\n      startDelaySeconds: 5\n      failureMode: quota\n',
       'x',
@@ -150,6 +159,7 @@ describe('parseProvidersConfig: valid input', () => {
           startDelaySeconds: 0,
           failureMode: 'none',
           allowNonLoopbackEgress: false,
+          egress: DEFAULT_EGRESS,
           operationTimeoutSeconds: 10,
         },
       },
@@ -161,6 +171,7 @@ describe('parseProvidersConfig: valid input', () => {
           startDelaySeconds: 5,
           failureMode: 'quota',
           allowNonLoopbackEgress: false,
+          egress: DEFAULT_EGRESS,
           operationTimeoutSeconds: 10,
         },
       },
