@@ -12,6 +12,8 @@ import {
   readApiConfig,
   type ApiFlags,
 } from '../api/config.js';
+import { GatewayConfigError } from './config-error.js';
+import { readLimitFlags, type GatewayLimitFlags } from './limits-config.js';
 import {
   createEgressPolicy,
   DEFAULT_EGRESS_POLICY,
@@ -38,10 +40,6 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 export const DEFAULT_ATTEMPTS = 3;
 export const DEFAULT_RATE_LIMIT_STATUSES = [429, 403] as const;
 export const DEFAULT_MAX_TARGET_LABELS = 500;
-export const DEFAULT_TUNNEL_IDLE_TIMEOUT_MS = 5 * 60_000;
-export const DEFAULT_RESPONSE_TIMEOUT_MS = 10 * 60_000;
-export const DEFAULT_MAX_TUNNELS_PER_CLIENT = 256;
-export const DEFAULT_MAX_CONNECTIONS = 10_000;
 
 export const gatewayOptionsSchema = z.strictObject({
   /** Listen host; '' means every interface. */
@@ -90,7 +88,7 @@ export const gatewayOptionsSchema = z.strictObject({
 export type GatewayOptions = z.infer<typeof gatewayOptionsSchema>;
 
 /** The gateway's flags as commander parsed them (strings), plus the lease flags it shares with `api`. */
-export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'> {
+export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'>, GatewayLimitFlags {
   /** `--gateway-addr`, `host:port` or `:port` (default `:8080`). */
   gatewayAddr?: string | undefined;
   /** `--gateway-connect-timeout`, a duration (default 5s). */
@@ -101,16 +99,6 @@ export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'> {
   gatewayRateLimitStatuses?: string | undefined;
   /** `--gateway-max-target-labels` (default 500). */
   gatewayMaxTargetLabels?: string | undefined;
-  /** `--gateway-tunnel-idle-timeout`, a duration (default 5m; 0 off). */
-  gatewayTunnelIdleTimeout?: string | undefined;
-  /** `--gateway-tunnel-max-lifetime`, a duration (default 0: none). */
-  gatewayTunnelMaxLifetime?: string | undefined;
-  /** `--gateway-response-timeout`, a duration (default 10m). */
-  gatewayResponseTimeout?: string | undefined;
-  /** `--gateway-max-tunnels-per-client` (default 256; 0 none). */
-  gatewayMaxTunnelsPerClient?: string | undefined;
-  /** `--gateway-max-connections` (default 10000). */
-  gatewayMaxConnections?: string | undefined;
   /** `--egress-deny-cidrs`, comma-separated, added to the default denied ranges. */
   egressDenyCidrs?: string | undefined;
   /** `--egress-allow-cidrs`, comma-separated exceptions. */
@@ -121,9 +109,7 @@ export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'> {
   egressResolver?: string | undefined;
 }
 
-export class GatewayConfigError extends Error {
-  override name = 'GatewayConfigError';
-}
+export { GatewayConfigError };
 
 export function readGatewayConfig(
   env: Readonly<Record<string, string | undefined>>,
@@ -176,19 +162,6 @@ export function readGatewayConfig(
             return Number(part.trim());
           });
   }
-  const duration = (text: string | undefined, flag: string, fallback: number): number => {
-    if (text === undefined) return fallback;
-    if (text.trim() === '0') return 0;
-    let ms: number;
-    try {
-      ms = parseDuration(text);
-    } catch (error) {
-      throw new GatewayConfigError(`${flag}: ${(error as Error).message}`);
-    }
-    if (!(ms >= 0) || !Number.isSafeInteger(Math.round(ms)))
-      throw new GatewayConfigError(`${flag}: must be a duration like 5m or 0`);
-    return Math.round(ms);
-  };
   const egress = readEgressFlags(flags, defaults);
   const parsed = gatewayOptionsSchema.safeParse({
     host: address.host,
@@ -197,27 +170,7 @@ export function readGatewayConfig(
     insecureNoAuth: lease.insecureNoAuth,
     ...(lease.tenantsFile !== undefined ? { tenantsFile: lease.tenantsFile } : {}),
     authFailuresPerMinute: lease.authFailuresPerMinute,
-    tunnelIdleTimeoutMs: duration(
-      flags.gatewayTunnelIdleTimeout,
-      '--gateway-tunnel-idle-timeout',
-      DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
-    ),
-    tunnelMaxLifetimeMs: duration(flags.gatewayTunnelMaxLifetime, '--gateway-tunnel-max-lifetime', 0),
-    responseTimeoutMs: duration(
-      flags.gatewayResponseTimeout,
-      '--gateway-response-timeout',
-      DEFAULT_RESPONSE_TIMEOUT_MS,
-    ),
-    maxTunnelsPerClient: wholeNumber(
-      flags.gatewayMaxTunnelsPerClient,
-      '--gateway-max-tunnels-per-client',
-      DEFAULT_MAX_TUNNELS_PER_CLIENT,
-    ),
-    maxConnections: wholeNumber(
-      flags.gatewayMaxConnections,
-      '--gateway-max-connections',
-      DEFAULT_MAX_CONNECTIONS,
-    ),
+    ...readLimitFlags(flags, wholeNumber),
     leaseCooldownMs: lease.leaseCooldownMs,
     maxLeaseTtlSeconds: lease.maxLeaseTtlSeconds,
     defaultLeaseTtlSeconds: lease.defaultLeaseTtlSeconds,

@@ -34,7 +34,7 @@ import {
   DEFAULT_MAX_TUNNELS_PER_CLIENT,
   DEFAULT_RESPONSE_TIMEOUT_MS,
   DEFAULT_TUNNEL_IDLE_TIMEOUT_MS,
-} from './config.js';
+} from './limits-config.js';
 import { createConnectionSlots } from './connection-slots.js';
 import { createAccessLog } from './access-log.js';
 import { answerClientError } from './client-errors.js';
