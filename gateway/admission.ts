@@ -4,7 +4,7 @@
  * target, and the set-up span the trace hook starts.
  */
 import type { IncomingMessage } from 'node:http';
-import type { GuessLimiter } from '../tenants/guess-limiter.js';
+import { clientKey, type GuessLimiter } from '../tenants/guess-limiter.js';
 import type { TenantDirectory } from '../tenants/directory.js';
 import type { TenantRates } from '../tenants/rate.js';
 import { poolAllowed, type Tenant } from '../tenants/tenants.js';
@@ -97,8 +97,7 @@ export function admit(deps: AdmissionDeps, req: IncomingMessage, client: string)
 
 /** The client's address as its connection shows it, an IPv4-mapped IPv6 address as the IPv4 one. */
 export function clientAddress(req: IncomingMessage): string {
-  const address = req.socket.remoteAddress ?? '';
-  return address.startsWith('::ffff:') && address.includes('.') ? address.slice('::ffff:'.length) : address;
+  return clientKey(req.socket.remoteAddress);
 }
 
 /** The lease target of a host: lowercase, brackets and a trailing dot dropped. */

@@ -8,6 +8,12 @@
 export const DEFAULT_MAX_AUTH_FAILURES = 20;
 export const AUTH_FAILURE_WINDOW_MS = 60_000;
 
+/** The address a limit counts a client under: as its connection shows it, an IPv4-mapped IPv6 address as the IPv4 one. */
+export function clientKey(remoteAddress: string | undefined): string {
+  const address = remoteAddress ?? '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice('::ffff:'.length) : address;
+}
+
 export interface GuessLimiter {
   /** Whether this address must wait; `retryAfterSeconds` says how long. */
   blocked(address: string): { retryAfterSeconds: number } | undefined;

@@ -11,7 +11,7 @@ import { cleanPathLocation, requestTarget, rewrittenByWhatwg, temporaryRedirect 
 import { LeaseStoreUnavailableError } from '../lease-store.js';
 import { parseTraceparent, type TraceHook } from '../../tracing/http.js';
 import type { TenantDirectory } from '../../tenants/directory.js';
-import type { GuessLimiter } from '../../tenants/guess-limiter.js';
+import { clientKey, type GuessLimiter } from '../../tenants/guess-limiter.js';
 import type { TenantRates } from '../../tenants/rate.js';
 import type { Tenant } from '../../tenants/tenants.js';
 import { fail } from './responses.js';
@@ -129,9 +129,7 @@ export function authAndCleanPaths(auth: ApiAuth): MiddlewareHandler {
 
 /** The caller's address as its connection shows it (an IPv4-mapped address as IPv4); '' when unknown. */
 export function clientOf(c: Context): string {
-  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
-  const address = incoming?.socket.remoteAddress ?? '';
-  return address.startsWith('::ffff:') && address.includes('.') ? address.slice('::ffff:'.length) : address;
+  return clientKey((c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.remoteAddress);
 }
 
 /** The 64 KiB body limit with the message Go's http.MaxBytesReader gives the seed's decoder. */
