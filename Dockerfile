@@ -20,6 +20,7 @@ COPY activities activities
 COPY api api
 # cli/ only: `dev`'s servers (local-servers/) are not in the image, and `dev` says so.
 COPY cli cli
+COPY credentials credentials
 COPY forwarding forwarding
 COPY tenants tenants
 COPY gateway gateway

@@ -8,6 +8,8 @@ import { ANNOTATION_SKIP_CLEANUP, FINALIZER, type ProxyStatus } from '../resourc
 import type { EventRecorder } from '../kube/events.js';
 import { apiErrorLine, httpCode } from '../kube/errors.js';
 import { readCloudInitSecret } from '../kube/cloud-init.js';
+import { credentialsFromSecret, readSecretView } from '../kube/proxy-credentials.js';
+import { generatedCredentialsRef, type ProxyCredentials } from '../credentials/proxy-credentials.js';
 import { createProxyClient, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
 import { FailureType } from '../workflows/proxy/failure-types.js';
 import type { CloudInitRef } from '../workflows/proxy/types.js';
@@ -45,6 +47,24 @@ export async function resolveCloudInit(
   });
   if ('problem' in read) throw nonRetryable(FailureType.CloudInitError, read.problem);
   return read.text;
+}
+
+/**
+ * A Managed proxy's generated credentials, read inside the activity so they
+ * never enter history. Missing or unusable: retried (the bridge makes the
+ * Secret before it starts the run, and makes it again if it goes), with a
+ * message naming the Secret, never a value.
+ */
+export async function resolveCredentials(
+  kc: KubeConfig,
+  ref: ProxyRef,
+  secret: string | undefined,
+): Promise<ProxyCredentials | undefined> {
+  if (secret === undefined) return undefined;
+  const where = { ...generatedCredentialsRef(ref.name), secret };
+  const read = credentialsFromSecret(ref.namespace, where, await readSecretView(kc, ref.namespace, secret));
+  if ('problem' in read) throw new Error(`the proxy's credentials: ${read.problem}`);
+  return read.credentials;
 }
 
 export function createKubeActivities(deps: {

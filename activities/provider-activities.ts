@@ -17,7 +17,8 @@ import { FailureType } from '../workflows/proxy/failure-types.js';
 import { runsWithAddress } from '../workflows/proxy/transitions.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyClient } from '../kube/proxies.js';
-import { resolveCloudInit } from './kube-activities.js';
+import { resolveCloudInit, resolveCredentials } from './kube-activities.js';
+import { credentialsDigest } from '../credentials/proxy-credentials.js';
 import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { GetInstanceResult, ProviderActivities } from './types.js';
 import type { EventRecorder } from '../kube/events.js';
@@ -136,10 +137,12 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
       heartbeating(async () => {
         const provider = lookup(input.provider);
         const cloudInit = await resolveCloudInit(deps.kubeConfig, proxies, input.ref, input.cloudInit);
+        const credentials = await resolveCredentials(deps.kubeConfig, input.ref, input.credentialsSecret);
         const hash = specHash({
           placement: input.placement,
           port: input.port,
           cloudInitSha256: cloudInitContentHash(cloudInit),
+          credentialsSha256: credentials ? credentialsDigest(credentials) : '',
         });
         const name = instanceNameFromUid(input.ref.uid);
         try {
@@ -152,6 +155,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
                 proxyName: input.ref.name,
                 placement: input.placement,
                 cloudInit,
+                ...(credentials ? { credentials } : {}),
                 port: input.port,
                 installation: deps.installation,
               },
@@ -164,6 +168,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
               id,
               proxy: `${input.ref.namespace}/${input.ref.name}`,
               cloudInitBytes: cloudInit?.length ?? 0,
+              credentialsSecret: input.credentialsSecret,
             },
             'instance created',
           );

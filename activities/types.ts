@@ -19,6 +19,8 @@ export interface CreateInstanceInput {
   placement: Placement;
   port: number;
   cloudInit?: CloudInitRef;
+  /** The Secret with the proxy's generated credentials, read inside the activity (never in history). */
+  credentialsSecret?: string;
 }
 
 export interface CreateInstanceResult {

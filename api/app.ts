@@ -8,6 +8,7 @@
  * as Go's mux did.
  */
 import { Hono } from 'hono';
+import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { DEFAULT_LEASE_TTL_SECONDS, DEFAULT_MAX_LEASE_TTL_SECONDS } from './config.js';
@@ -35,6 +36,11 @@ export interface CreateApiOptions {
   /** Bearer token; '' serves unauthenticated (logged loudly). */
   token: string;
   /** Served with no token off the loopback on purpose (`--insecure-no-auth`): said in the warning. */
+  /**
+   * The proxies' credentials: a lease of a proxy that has them carries
+   * `proxyURL` with them. Not with an open API off the loopback.
+   */
+  credentials?: CredentialsLookup;
   insecureNoAuth?: boolean;
   logger: Logger;
   /** Where the API's metrics go and what `/metrics` serves; other components may register on it too. */
@@ -107,6 +113,10 @@ export function createApi(options: CreateApiOptions): Hono {
       maxTtlSeconds: maxTtl,
       sealLeaseIds,
       rates: auth.rates,
+      // Off the loopback with no token, anyone could read the proxies' credentials: none are handed out.
+      ...(options.credentials && !(tenants.open && options.insecureNoAuth === true)
+        ? { credentials: options.credentials }
+        : {}),
       ...(options.demand ? { demand: options.demand } : {}),
     }),
   );

@@ -3,6 +3,7 @@
  * whoever owns the source (an informer in the api process, a fixed list in
  * tests). The API never writes Proxies.
  */
+import { credentialsRefOf, type CredentialsRef } from '../credentials/proxy-credentials.js';
 import { DEFAULT_MAX_LEASES, DEFAULT_PORT, LABEL_POOL, type Proxy } from '../resources/proxy-schema.js';
 
 export interface ProxyView {
@@ -26,6 +27,8 @@ export interface ProxyView {
   draining: boolean;
   /** The ProxyPool that made it (its pool label), '' for a standalone Proxy. */
   pool: string;
+  /** Where its credentials are (a Secret reference, never the values); absent: it has none. */
+  credentialsRef?: CredentialsRef;
 }
 
 export interface ProxyCatalog {
@@ -66,7 +69,18 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
     deleting: Boolean(metadata.deletionTimestamp),
     draining,
     pool: metadata.labels?.[LABEL_POOL] ?? '',
+    ...credentialsOf(proxy),
   };
+}
+
+function credentialsOf(proxy: Proxy): { credentialsRef?: CredentialsRef } {
+  const ref = credentialsRefOf(proxy);
+  return ref ? { credentialsRef: ref } : {};
+}
+
+/** The namespace of a view's id (`namespace/name`). */
+export function namespaceOf(view: Pick<ProxyView, 'id'>): string {
+  return view.id.slice(0, view.id.indexOf('/'));
 }
 
 /** Byte-wise order on ids, the same order selection uses for its final tie-break. */

@@ -77,6 +77,12 @@ export const leaseSchema = z.object({
   proxy: proxySchema,
   expiresAt: z.iso.datetime().describe('RFC 3339, UTC.'),
   ttlSeconds: z.int().positive(),
+  proxyURL: z
+    .string()
+    .optional()
+    .describe(
+      '`http://user:password@host:port`: the proxy with its credentials, for a direct client. Only for a proxy that asks for credentials (its Secret is readable), and never from an API served without a token off the loopback. Omitted otherwise.',
+    ),
 });
 
 export const noMatchSchema = z

@@ -41,6 +41,8 @@ import { leasesDrainedSignal } from '../workflows/proxy/messages.js';
 import { signalProxy } from '../workflows/proxy/client.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
+import { cachedCredentials, createCredentialsSecretInformer } from '../kube/proxy-credentials.js';
+import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
 import {
   buildProviders,
   loadProvidersConfig,
@@ -327,6 +329,7 @@ export async function startApi(
     leaseStore: LeaseStore;
     tenants: TenantDirectory;
     demand: PoolDemand;
+    credentials: CredentialsLookup;
   }
 > {
   const tracing = opts.tracing ?? TRACING_OFF;
@@ -341,6 +344,15 @@ export async function startApi(
     scope.defer('Proxy informer', () => proxies.stop());
     const catalog = createInformerProxyCatalog(proxies);
     scope.defer('catalog', () => catalog.close());
+    // The proxies' credentials, for the prober, leases' proxyURL and (in `dev`) the gateway.
+    const credentialSecrets = createCredentialsSecretInformer({
+      kubeConfig: kc,
+      logger,
+      scopes: watchScopes(config.watchNamespaces),
+    });
+    await credentialSecrets.start();
+    scope.defer('credentials Secret informer', () => credentialSecrets.stop());
+    const credentials = cachedCredentials(credentialSecrets);
     const { leaseStore, stop: stopLeaseStore } = await openLeaseStore(
       apiOptions.leaseStore,
       apiOptions.leaseCooldownMs,
@@ -395,6 +407,7 @@ export async function startApi(
       authFailuresPerMinute: apiOptions.authFailuresPerMinute,
       token: apiOptions.token,
       insecureNoAuth: apiOptions.insecureNoAuth,
+      credentials,
       logger,
       registry,
       maxLeaseTtlSeconds: apiOptions.maxLeaseTtlSeconds,
@@ -438,6 +451,7 @@ export async function startApi(
       scope.defer('health signaller', () => healthSignaller.stop());
       const healthProber = createProber({
         targets,
+        credentials,
         signal: healthSignaller.signal,
         logger,
         registry,
@@ -458,6 +472,7 @@ export async function startApi(
       leaseStore,
       tenants,
       demand,
+      credentials,
       done: new Promise(() => undefined),
       describe: () =>
         `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}`,
@@ -519,6 +534,7 @@ export async function startGateway(
       leaseStore: LeaseStore;
       tenants?: TenantDirectory;
       demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
+      credentials?: CredentialsLookup;
     };
   } = {},
 ): Promise<Running & { url: string; metricsUrl: string }> {
@@ -527,8 +543,9 @@ export async function startGateway(
   return scope.start(async () => {
     let catalog: ProxyCatalog;
     let leaseStore: LeaseStore;
+    let credentials: CredentialsLookup | undefined;
     if (opts.shared) {
-      ({ catalog, leaseStore } = opts.shared);
+      ({ catalog, leaseStore, credentials } = opts.shared);
     } else {
       if (!kc) throw new Error('the gateway needs a kubeconfig or an in-cluster config to read Proxies');
       const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
@@ -537,6 +554,14 @@ export async function startGateway(
       const informerCatalog = createInformerProxyCatalog(proxies);
       scope.defer('catalog', () => informerCatalog.close());
       catalog = informerCatalog;
+      const credentialSecrets = createCredentialsSecretInformer({
+        kubeConfig: kc,
+        logger,
+        scopes: watchScopes(config.watchNamespaces),
+      });
+      await credentialSecrets.start();
+      scope.defer('credentials Secret informer', () => credentialSecrets.stop());
+      credentials = cachedCredentials(credentialSecrets);
       const opened = await openLeaseStore(options.leaseStore, options.leaseCooldownMs, logger);
       scope.defer('lease store', opened.stop);
       leaseStore = opened.leaseStore;
@@ -554,6 +579,7 @@ export async function startGateway(
       logger,
       registry,
       settings: options,
+      ...(credentials ? { credentials } : {}),
       ...(opts.shared?.tenants ? { tenants: opts.shared.tenants } : {}),
       ...(opts.shared?.demand ? { demand: opts.shared.demand } : {}),
       ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),

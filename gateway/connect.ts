@@ -8,7 +8,13 @@ import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TraceSpan } from '../tracing/http.js';
 import { admit, clientAddress, hostOf, traceOf, type Admitted } from './admission.js';
-import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
+import {
+  pickUpstream,
+  recordCarried,
+  recordRefused,
+  upstreamAuthorization,
+  type GatewayContext,
+} from './context.js';
 import { checkDestination, type CheckedDestination } from './destination.js';
 import { identityHeaders, type ConnectionLease } from './leases.js';
 import { Refusal, refuseTunnel } from './refusal.js';
@@ -92,11 +98,17 @@ async function carryTunnel(
       attempt: async (proxy) => {
         // The address checked, never the name: the upstream proxy does not resolve it again.
         const pinned = c.destination.authority;
-        const { rest } = await openTunnel(proxy, pinned, ctx.settings.connectTimeoutMs, (socket) => {
-          // Known from the first moment, so a crawler that leaves mid-setup ends the attempt at once.
-          tunnel.upstream = socket;
-          if (tunnel.closed) socket.destroy();
-        });
+        const { rest } = await openTunnel(
+          proxy,
+          pinned,
+          ctx.settings.connectTimeoutMs,
+          (socket) => {
+            // Known from the first moment, so a crawler that leaves mid-setup ends the attempt at once.
+            tunnel.upstream = socket;
+            if (tunnel.closed) socket.destroy();
+          },
+          upstreamAuthorization(ctx, proxy),
+        );
         return rest;
       },
     });

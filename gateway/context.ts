@@ -11,7 +11,8 @@ import type { TenantRates } from '../tenants/rate.js';
 import type { Tenant } from '../tenants/tenants.js';
 import type { ConnectionSlots } from './connection-slots.js';
 import type { PoolDemand } from '../api/pool-demand.js';
-import type { ProxyView } from '../api/proxy-catalog.js';
+import { namespaceOf, type ProxyView } from '../api/proxy-catalog.js';
+import { proxyAuthorization, type CredentialsLookup } from '../credentials/proxy-credentials.js';
 import type { TraceHook, TraceSpan } from '../tracing/http.js';
 import { refusedEntry, type AccessLog } from './access-log.js';
 import type { GatewayOptions } from './config.js';
@@ -84,6 +85,18 @@ export interface GatewayContext {
   demand: Pick<PoolDemand, 'noteDenied' | 'noteBanned'> | undefined;
   /** Counts open tunnels and plain-HTTP requests in flight. */
   carrying: { opened(): void; closed(): void };
+  /** The upstream proxies' credentials (a cache of labelled Secrets); none: none are sent. */
+  credentials: CredentialsLookup | undefined;
+}
+
+/**
+ * The `Proxy-Authorization` for a proxy: its own credentials, when it has
+ * readable ones. Unreadable ones send none (the prober has already called
+ * it unhealthy; a 407 moves the connection to another proxy).
+ */
+export function upstreamAuthorization(ctx: GatewayContext, proxy: ProxyView): string | undefined {
+  const read = proxy.credentialsRef && ctx.credentials?.(namespaceOf(proxy), proxy.credentialsRef);
+  return read && 'credentials' in read ? proxyAuthorization(read.credentials) : undefined;
 }
 
 /** One connection's run of the upstream policy (upstream-policy.ts) with this gateway's leases. */

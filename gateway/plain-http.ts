@@ -9,7 +9,13 @@ import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
 import type { TraceSpan } from '../tracing/http.js';
 import { admit, clientAddress, hostOf, traceOf, type Admitted } from './admission.js';
 import { checkDestination } from './destination.js';
-import { pickUpstream, recordCarried, recordRefused, type GatewayContext } from './context.js';
+import {
+  pickUpstream,
+  recordCarried,
+  recordRefused,
+  upstreamAuthorization,
+  type GatewayContext,
+} from './context.js';
 import { handleGatewayApi } from './gateway-api.js';
 import { identityHeaders, type ConnectionLease } from './leases.js';
 import { Refusal, refuseRequest } from './refusal.js';
@@ -92,6 +98,7 @@ async function carryRequest(
             exchange.upstream = r;
           },
           countBody: (n) => (sent += n),
+          authorization: upstreamAuthorization(ctx, proxy),
         }),
     });
   } catch (error) {

@@ -45,6 +45,7 @@ import { createGatewayLeases } from './leases.js';
 import { registerGatewayMetrics } from './metrics.js';
 import { handleRequest } from './plain-http.js';
 import { createUpstreamAgents } from './upstream-request.js';
+import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
 
 export type { GatewaySettings } from './context.js';
 
@@ -59,6 +60,8 @@ export interface CreateGatewayOptions {
   tenants?: TenantDirectory;
   /** The lease API's pool demand, when it runs in this process (`dev`): refusals and session bans reach the pools. */
   demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
+  /** The upstream proxies' credentials; none: the gateway sends none. */
+  credentials?: CredentialsLookup;
 }
 
 export interface Gateway {
@@ -114,6 +117,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     }),
     resolver: createDestinationResolver(settings.egressResolver),
     agents: createUpstreamAgents(),
+    credentials: opts.credentials,
     carrying: {
       opened() {
         metrics.tunnelOpened();

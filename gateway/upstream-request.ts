@@ -46,6 +46,8 @@ export interface ForwardedRequest {
   expose: (upstream: ClientRequest) => void;
   /** Counts the crawler's body as it flows. */
   countBody: (bytes: number) => void;
+  /** The upstream proxy's own credentials (`Basic ...`); the crawler's never pass (hop-by-hop). */
+  authorization?: string;
 }
 
 /**
@@ -61,7 +63,10 @@ export function forward(proxy: ProxyView, agent: Agent, r: ForwardedRequest): Pr
       port: proxy.port,
       method: r.req.method,
       path: r.rawUrl,
-      headers: endToEndHeaders(r.req.headers, connectionListed(r.req.headers)),
+      headers: {
+        ...endToEndHeaders(r.req.headers, connectionListed(r.req.headers)),
+        ...(r.authorization ? { 'proxy-authorization': r.authorization } : {}),
+      },
       agent,
     });
     r.expose(upstream);

@@ -20,6 +20,8 @@ export function openTunnel(
   authority: string,
   timeoutMs: number,
   onSocket: (socket: Socket) => void,
+  /** The upstream proxy's own credentials (`Basic ...`), never the crawler's. */
+  authorization?: string,
 ): Promise<{ socket: Socket; rest: Buffer }> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: proxy.host, port: proxy.port });
@@ -36,7 +38,8 @@ export function openTunnel(
       timeoutMs,
     );
     socket.once('connect', () => {
-      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
+      const credentials = authorization ? `Proxy-Authorization: ${authorization}\r\n` : '';
+      socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${credentials}\r\n`);
     });
     socket.on('error', (error: NodeJS.ErrnoException) => fail(dialFailure(error)));
     socket.once('close', () => fail(new UpstreamAttemptError('reset', 'closed before answering CONNECT')));

@@ -11,6 +11,7 @@
  */
 import { Registry } from 'prom-client';
 import { createProxyClient, proxyKey, refOf } from '../kube/proxies.js';
+import { createGeneratedSecret } from '../kube/proxy-credentials.js';
 import { createBridgeInformers, type BridgeInformers } from './informers.js';
 import { createKindQueue } from './kind-queue.js';
 import { bridgeMetrics } from './metrics.js';
@@ -46,7 +47,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     log,
     poolLog,
   });
-  const { proxies, pools, secrets } = informers;
+  const { proxies, pools, secrets, credentialSecrets } = informers;
   const queue = createKindQueue(settings.backoff);
   const proxyClient = createProxyClient(opts.kubeConfig);
   const proxyReconciler = createProxyReconciler({
@@ -55,6 +56,8 @@ export function createBridge(opts: BridgeOptions): Bridge {
     proxyClient,
     proxies,
     secrets,
+    credentialSecrets,
+    createCredentialsSecret: (ref) => createGeneratedSecret(opts.kubeConfig, ref),
     queue,
     metrics,
     log,
@@ -86,6 +89,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
     async start() {
       queue.resume();
       await secrets.start();
+      await credentialSecrets.start();
       await proxies.start();
       // A member's events reach its pool from here on: the Proxies are listed, the pools next.
       offMembers ??= proxies.onChange((proxy) => poolReconciler.enqueueOwnerOf(proxy));
@@ -101,6 +105,7 @@ export function createBridge(opts: BridgeOptions): Bridge {
       await pools.stop();
       await proxies.stop();
       await secrets.stop();
+      await credentialSecrets.stop();
       await queue.shutDown();
     },
     idle: () => queue.idle(),
@@ -110,13 +115,14 @@ export function createBridge(opts: BridgeOptions): Bridge {
 
 /** Each watch event to the reconciler of its kind; a watch outage's end to a resync and a pass. */
 function routeEvents(
-  { proxies, pools, secrets }: BridgeInformers,
+  { proxies, pools, secrets, credentialSecrets }: BridgeInformers,
   proxyReconciler: ProxyReconciler,
   poolReconciler: PoolReconciler,
   sweep: RunSweep,
 ): void {
   proxies.onChange((proxy) => proxyReconciler.enqueue(proxyKey(refOf(proxy))));
   secrets.onChange((secret) => proxyReconciler.enqueueUsersOf(secret));
+  credentialSecrets.onChange((secret) => proxyReconciler.enqueueOwnerOf(secret));
   proxies.onReconnect(() => {
     // The informer replays what changed during an outage; a full pass on top
     // is the safety net for what it cannot see (a run an operator terminated

@@ -1,7 +1,7 @@
 /**
  * Proxy object (+ the Secret it references) → the DesiredSpec signal. Pure;
  * hashing happens here so the workflow only ever sees a reference and a
- * content hash, never cloud-init text.
+ * content hash, never cloud-init text or credentials.
  */
 import { ANNOTATION_SKIP_CLEANUP, type Proxy } from '../resources/proxy-schema.js';
 import { cloudInitFromSecret, type SecretView } from '../kube/cloud-init.js';
@@ -18,7 +18,18 @@ import type { CloudInitRef, DesiredSpec } from '../workflows/proxy/types.js';
 
 export type SecretLookup = (namespace: string, name: string) => SecretView | undefined;
 
-export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): DesiredSpec {
+/** A Managed Proxy's generated credentials, as the bridge found or made them. */
+export interface ManagedCredentials {
+  secret: string;
+  /** `credentialsDigest` of what the Secret holds. */
+  sha256: string;
+}
+
+export function desiredSpecOf(
+  proxy: Proxy,
+  lookupSecret: SecretLookup,
+  credentials?: ManagedCredentials,
+): DesiredSpec {
   const spec = proxy.spec;
   const ref = refOf(proxy);
   let cloudInit: CloudInitRef | undefined;
@@ -42,7 +53,12 @@ export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): Desired
     else cloudInitProblem = read.problem;
   }
   const placement = { ...(spec.placement ?? {}) };
-  const input = { placement, port: spec.port, cloudInitSha256: cloudInitContentHash(cloudInitText) };
+  const input = {
+    placement,
+    port: spec.port,
+    cloudInitSha256: cloudInitContentHash(cloudInitText),
+    credentialsSha256: credentials?.sha256 ?? '',
+  };
   const legacySpecHashes = Object.keys(SPEC_HASH_VERSIONS)
     .map(Number)
     .filter((v) => v !== CURRENT_SPEC_HASH_VERSION)
@@ -60,6 +76,7 @@ export function desiredSpecOf(proxy: Proxy, lookupSecret: SecretLookup): Desired
   if (spec.provider !== undefined) desired.provider = spec.provider;
   if (spec.endpoint) desired.endpoint = { host: spec.endpoint.host, port: spec.endpoint.port };
   if (cloudInit) desired.cloudInit = cloudInit;
+  if (credentials) desired.credentialsSecret = credentials.secret;
   if (cloudInitProblem) desired.cloudInitProblem = cloudInitProblem;
   // Absent unless set, so a Proxy without it signals exactly what it did before.
   if (spec.drainTimeoutSeconds) desired.drainTimeoutSeconds = spec.drainTimeoutSeconds;

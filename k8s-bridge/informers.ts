@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import type { Proxy, ProxyPool } from '../resources/proxy-schema.js';
 import { createCloudInitSecretInformer } from '../kube/cloud-init.js';
 import type { ResilientInformer } from '../kube/informer.js';
+import { createCredentialsSecretInformer } from '../kube/proxy-credentials.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
 import type { BridgeMetrics } from './metrics.js';
@@ -17,6 +18,8 @@ export interface BridgeInformers {
   proxies: ResilientInformer<Proxy>;
   pools: ResilientInformer<ProxyPool>;
   secrets: ResilientInformer<V1Secret>;
+  /** Secrets labelled as proxy credentials: the generated ones the bridge makes. */
+  credentialSecrets: ResilientInformer<V1Secret>;
 }
 
 export function createBridgeInformers(deps: {
@@ -42,6 +45,12 @@ export function createBridgeInformers(deps: {
     scopes,
     onRestart: restarted('secrets'),
   });
+  const credentialSecrets = createCredentialsSecretInformer({
+    kubeConfig,
+    logger: log,
+    scopes,
+    onRestart: restarted('credential-secrets'),
+  });
   proxies.onChange((_proxy, event) => metrics.watchEvents.inc({ resource: 'proxies', event }));
   secrets.onChange((_secret, event) => metrics.watchEvents.inc({ resource: 'secrets', event }));
   return {
@@ -53,5 +62,6 @@ export function createBridgeInformers(deps: {
       onRestart: restarted('proxypools'),
     }),
     secrets,
+    credentialSecrets,
   };
 }

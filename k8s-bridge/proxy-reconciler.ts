@@ -18,7 +18,9 @@ import type { Logger } from 'pino';
 import { FINALIZER, type Proxy, type ProxyPhase } from '../resources/proxy-schema.js';
 import type { ResilientInformer } from '../kube/informer.js';
 import { proxyKey, refOf, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
-import { secretViewOf } from '../kube/cloud-init.js';
+import { secretViewOf, type SecretView } from '../kube/cloud-init.js';
+import { credentialsFromSecret } from '../kube/proxy-credentials.js';
+import { credentialsDigest, generatedCredentialsRef } from '../credentials/proxy-credentials.js';
 import { recordedStatusOf } from '../kube/recorded-status.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
@@ -32,7 +34,7 @@ import {
 import type { DesiredSpec, ProxyWorkflowInput } from '../workflows/proxy/types.js';
 import { PROXY_WORKFLOW_TYPE, signalProxy, type ProxyWorkflow } from '../workflows/proxy/client.js';
 import { withSpan, type SpanHandle } from '../tracing/seam.js';
-import { desiredSpecOf, type SecretLookup } from './desired.js';
+import { desiredSpecOf, type ManagedCredentials, type SecretLookup } from './desired.js';
 import type { KindQueue } from './kind-queue.js';
 import type { BridgeMetrics } from './metrics.js';
 import { createSentLog, type SentLog } from './sent-log.js';
@@ -56,6 +58,10 @@ export interface ProxyReconcilerDeps {
   proxies: ResilientInformer<Proxy>;
   /** The labelled cloud-init Secrets: their content is hashed into the desired spec. */
   secrets: ResilientInformer<V1Secret>;
+  /** The labelled credentials Secrets: a Managed Proxy's is made when missing, and its digest hashed. */
+  credentialSecrets: ResilientInformer<V1Secret>;
+  /** Creates a Managed Proxy's generated Secret (an existing one is read back). */
+  createCredentialsSecret: (ref: ProxyRef) => Promise<SecretView | undefined>;
   queue: KindQueue;
   metrics: BridgeMetrics;
   log: Logger;
@@ -66,6 +72,8 @@ export interface ProxyReconciler {
   enqueue(key: string): void;
   /** Queues the cached Proxies whose cloud-init is in this Secret. */
   enqueueUsersOf(secret: V1Secret): void;
+  /** Queues the Managed Proxy whose generated credentials this Secret holds. */
+  enqueueOwnerOf(secret: V1Secret): void;
   /**
    * Queues every cached Proxy with what was sent forgotten, so each is
    * signalled again (the workflow dedupes by generation and hash).
@@ -140,6 +148,12 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
           enqueue(proxyKey({ namespace, name: p.metadata.name }));
       }
     },
+    enqueueOwnerOf(secret) {
+      const namespace = secret.metadata?.namespace ?? 'default';
+      for (const owner of secret.metadata?.ownerReferences ?? []) {
+        if (owner.kind === 'Proxy') enqueue(proxyKey({ namespace, name: owner.name }));
+      }
+    },
     resync() {
       ctx.sent.forgetAll();
       for (const p of proxies.list()) enqueue(proxyKey(refOf(p)));
@@ -159,7 +173,7 @@ async function reconcile(ctx: Context, k: string, span: SpanHandle): Promise<voi
   // The version the status below was read at: this bridge's own finalizer
   // patch moves it on.
   const recordedVersion = (await ensureFinalizer(ctx, proxy)) ?? proxy.metadata.resourceVersion;
-  const desired = desiredSpecOf(proxy, ctx.lookupSecret);
+  const desired = desiredSpecOf(proxy, ctx.lookupSecret, await managedCredentials(ctx, proxy));
   const fingerprint = JSON.stringify([ref.uid, desired]);
   if (ctx.sent.unchanged(k, fingerprint)) {
     ctx.metrics.unchanged.inc();
@@ -194,6 +208,29 @@ async function signalGone(ctx: Context, k: string, span: SpanHandle): Promise<vo
   } catch (error) {
     if (!(error instanceof WorkflowNotFoundError)) throw error;
   }
+}
+
+/**
+ * A Managed Proxy's generated credentials: the Secret in the cache, or one
+ * made now (before any instance exists, so the instance is made with them).
+ * A Proxy being deleted gets none made. A Secret of that name that is not
+ * usable (a user's, unlabelled, or without the keys) stops the reconcile
+ * with an error naming it, retried with backoff: its instance is not made
+ * open to everyone instead.
+ */
+async function managedCredentials(ctx: Context, proxy: Proxy): Promise<ManagedCredentials | undefined> {
+  if (proxy.spec.mode !== 'Managed') return undefined;
+  const ref = refOf(proxy);
+  const where = generatedCredentialsRef(ref.name);
+  const cached = ctx.credentialSecrets.get(where.secret, ref.namespace);
+  let view = cached && secretViewOf(cached);
+  if (!view) {
+    if (proxy.metadata.deletionTimestamp) return undefined;
+    view = await ctx.createCredentialsSecret(ref);
+  }
+  const read = credentialsFromSecret(ref.namespace, where, view);
+  if ('problem' in read) throw new Error(`the proxy's credentials: ${read.problem}`);
+  return { secret: where.secret, sha256: credentialsDigest(read.credentials) };
 }
 
 /** Adds the finalizer to a Managed Proxy without it: its resourceVersion after the patch, undefined when none was made. */

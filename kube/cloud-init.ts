@@ -66,20 +66,34 @@ export async function readCloudInitSecret(
   return cloudInitFromSecret(where, secret && secretViewOf(secret));
 }
 
-/**
- * The list+watch of the Secrets labelled for cloud-init (the bridge's cache:
- * it hashes their content into each Proxy's spec hash), one per scope
- * (`watchScopes`: undefined is every namespace), read as one cache.
- */
-export function createCloudInitSecretInformer(options: {
+/** A list+watch's options for Secrets labelled `<label>=true`. */
+export interface LabelledSecretInformerOptions {
   kubeConfig: KubeConfig;
   logger: Logger;
+  /** One watch per scope; undefined is every namespace. */
   scopes: ReadonlyArray<string | undefined>;
   /** Called each time a watch is scheduled to restart after an error. */
   onRestart?: () => void;
-}): ResilientInformer<V1Secret> {
+}
+
+/**
+ * The list+watch of the Secrets labelled for cloud-init (the bridge's cache:
+ * it hashes their content into each Proxy's spec hash), one per scope, read
+ * as one cache.
+ */
+export function createCloudInitSecretInformer(
+  options: LabelledSecretInformerOptions,
+): ResilientInformer<V1Secret> {
+  return createLabelledSecretInformer(LABEL_CLOUD_INIT, options);
+}
+
+/** The list+watch of the Secrets carrying `<label>=true`, one per scope, read as one cache. */
+export function createLabelledSecretInformer(
+  label: string,
+  options: LabelledSecretInformerOptions,
+): ResilientInformer<V1Secret> {
   const core = options.kubeConfig.makeApiClient(CoreV1Api);
-  const labelSelector = `${LABEL_CLOUD_INIT}=true`;
+  const labelSelector = `${label}=true`;
   return unionInformers(
     options.scopes.map((namespace) =>
       createResilientInformer<V1Secret>({

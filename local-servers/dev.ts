@@ -225,7 +225,13 @@ export const runDev: RunDev = async (plan, logger, env) => {
         };
     const gateway = await startGateway(gatewayOptions, gatewayConfig, undefined, logger, metrics, {
       tracing,
-      shared: { catalog: api.catalog, leaseStore: api.leaseStore, tenants: api.tenants, demand: api.demand },
+      shared: {
+        catalog: api.catalog,
+        leaseStore: api.leaseStore,
+        tenants: api.tenants,
+        demand: api.demand,
+        credentials: api.credentials,
+      },
     });
     started(gateway);
     // A stand-in for an IP-echo site (api.ipify.org): fetched through a

@@ -36,8 +36,12 @@ export const PROBE_FAILURE_REASONS = [
   'ConnectFailed',
   /** No TCP connection to the proxy within the timeout. */
   'ConnectTimeout',
-  /** The proxy answered CONNECT with a non-2xx status (403, 407, 502, ...). */
+  /** The proxy answered CONNECT with a non-2xx status other than 407 (403, 502, ...). */
   'ProxyRefused',
+  /** The proxy answered 407: it asks for credentials, or refused the ones sent. */
+  'AuthFailed',
+  /** The Proxy's credentials cannot be read (its Secret or a key is missing); nothing was sent. */
+  'CredentialsUnavailable',
   /** TLS to the probe target through the tunnel failed (handshake, certificate, reset). */
   'TLSFailed',
   /** The probe URL answered a status that is not in expectedStatusCodes. */
@@ -79,6 +83,8 @@ export interface ProbeRequest {
   tls?: ProbeTls;
   userAgent?: string;
   signal?: AbortSignal;
+  /** Sent to the proxy as `Proxy-Authorization` (on CONNECT, or on the plain request). */
+  proxyAuthorization?: string;
 }
 
 export const DEFAULT_USER_AGENT = 'egress-proxies-health/1';
@@ -269,6 +275,8 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
 
     const onResponse = (head: Head): void => {
       if ('garbage' in head) return fail('ProtocolError', `not an HTTP response: ${head.garbage}`);
+      // Over plain HTTP only the proxy answers 407 (an origin asks with 401).
+      if (!https && head.status === 407) return fail('AuthFailed', authRefused(req, `GET ${url.origin}`));
       if (req.expectedStatusCodes.includes(head.status)) return finish({ ok: true, status: head.status });
       finish({
         ok: false,
@@ -278,8 +286,9 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
       });
     };
 
+    const credentials = req.proxyAuthorization ? `Proxy-Authorization: ${req.proxyAuthorization}\r\n` : '';
     const requestHead = (target: string): string =>
-      `GET ${target} HTTP/1.1\r\nHost: ${url.host}\r\nUser-Agent: ${ua}\r\nConnection: close\r\n\r\n`;
+      `GET ${target} HTTP/1.1\r\nHost: ${url.host}\r\nUser-Agent: ${ua}\r\n${https ? '' : credentials}Connection: close\r\n\r\n`;
 
     let conn: Socket;
     try {
@@ -307,6 +316,7 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
       readHead(conn, false, (head) => {
         if ('garbage' in head)
           return fail('ProtocolError', `the proxy's CONNECT answer is not HTTP: ${head.garbage}`);
+        if (head.status === 407) return fail('AuthFailed', authRefused(req, `CONNECT ${authority}`));
         if (head.status < 200 || head.status > 299) {
           return finish({
             ok: false,
@@ -340,7 +350,14 @@ export function probeThroughProxy(req: ProbeRequest): Promise<ProbeResult> {
           tunnel!.write(requestHead(`${url.pathname}${url.search}`));
         });
       });
-      conn.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`);
+      conn.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${credentials}\r\n`);
     });
   });
+}
+
+/** Why a 407 came back, as the probe knows it: no credentials were sent, or these were refused. */
+function authRefused(req: ProbeRequest, what: string): string {
+  return req.proxyAuthorization
+    ? `the proxy refused the Proxy's credentials (407 to ${what})`
+    : `the proxy asks for credentials and the Proxy has none (407 to ${what})`;
 }

@@ -53,6 +53,7 @@ import {
 import { Scheduler, nextDue, seededFirstDelay, type ScheduledRun } from './schedule.js';
 import { sameHealthCheck, sameInstance, type ProbeTarget, type ProbeTargetSource } from './targets.js';
 import { initialThresholdState, recordProbe, type ThresholdState } from './thresholds.js';
+import { proxyAuthorization, type CredentialsLookup } from '../credentials/proxy-credentials.js';
 
 export type HealthSignal = (ref: ProxyRef, report: HealthReport) => void;
 
@@ -88,6 +89,8 @@ export interface ProberOptions {
   onProbe?: (event: ProbeEvent) => void;
   /** Runs one probe (default probeThroughProxy): unit tests replace the network. */
   probe?: (request: ProbeRequest) => Promise<ProbeResult>;
+  /** Where targets' credentials are read (a cache of labelled Secrets); none: probes send none. */
+  credentials?: CredentialsLookup;
 }
 
 export interface ProberStats {
@@ -273,7 +276,13 @@ export function createProber(options: ProberOptions): Prober {
           message: `probeURL ${JSON.stringify(hc.probeURL)} is not an http(s) URL`,
         };
       }
+      const ref = state.target.credentialsRef;
+      const read = ref && options.credentials?.(state.target.ref.namespace, ref);
+      if (read && 'problem' in read) {
+        return { ok: false, durationMs: 0, reason: 'CredentialsUnavailable', message: read.problem };
+      }
       return await probe({
+        ...(read ? { proxyAuthorization: proxyAuthorization(read.credentials) } : {}),
         proxyHost: state.target.host,
         proxyPort: state.target.port,
         url: state.url,

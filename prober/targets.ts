@@ -6,6 +6,7 @@
  */
 import { DEFAULT_HEALTH_CHECK, DEFAULT_PORT, type Proxy } from '../resources/proxy-schema.js';
 import { proxyKey } from '../resources/proxy-ref.js';
+import { credentialsRefOf, type CredentialsRef } from '../credentials/proxy-credentials.js';
 import type { HealthVerdict, ProxyRef } from '../workflows/proxy/types.js';
 
 export interface HealthCheckSettings {
@@ -29,6 +30,8 @@ export interface ProbeTarget {
   condition: HealthVerdict;
   /** status.latencyMillis, when the status has one. */
   latencyMillis?: number;
+  /** Where the proxy's credentials are (a Secret reference, never the values). */
+  credentialsRef?: CredentialsRef;
 }
 
 export interface ProbeTargetSource {
@@ -102,6 +105,8 @@ export function targetFromProxy(proxy: Proxy): ProbeTarget | undefined {
     condition: conditionVerdict(proxy),
   };
   if (typeof proxy.status?.latencyMillis === 'number') target.latencyMillis = proxy.status.latencyMillis;
+  const credentialsRef = credentialsRefOf(proxy);
+  if (credentialsRef) target.credentialsRef = credentialsRef;
   return target;
 }
 
@@ -127,7 +132,8 @@ function sameTarget(a: ProbeTarget, b: ProbeTarget): boolean {
     sameInstance(a, b) &&
     sameHealthCheck(a.healthCheck, b.healthCheck) &&
     a.condition === b.condition &&
-    a.latencyMillis === b.latencyMillis
+    a.latencyMillis === b.latencyMillis &&
+    JSON.stringify(a.credentialsRef) === JSON.stringify(b.credentialsRef)
   );
 }
 

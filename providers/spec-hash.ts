@@ -2,7 +2,7 @@
  * The versioned spec hash (DESIGN.md §3, contract §2.1 "Catalogue changes").
  *
  * It covers what makes an instance what it is: `placement`, `port` and the
- * resolved cloud-init, and nothing else (not the provider config, not
+ * resolved cloud-init (and, from version 2, the proxy's credentials), and nothing else (not the provider config, not
  * health-check settings). A change replaces the instance. The cloud-init enters
  * only as the SHA-256 of its resolved text (`cloudInitContentHash`), computed
  * inside the activity that resolved it, so neither the text nor anything
@@ -37,6 +37,12 @@ export interface SpecHashInput {
   port: number;
   /** `cloudInitContentHash(resolvedText)`; '' when the Proxy has no cloud-init. */
   cloudInitSha256: string;
+  /**
+   * `credentialsDigest(...)` of a Managed proxy's generated credentials
+   * (version 2 on); '' or absent when it has none. New credentials replace
+   * the instance, through the drain-first path when one is configured.
+   */
+  credentialsSha256?: string;
 }
 
 /** SHA-256 hex of the resolved cloud-init text; '' when there is none. */
@@ -86,9 +92,23 @@ export const SPEC_HASH_VERSIONS: Readonly<Record<number, SpecHashFunction>> = {
         port: input.port,
       }),
     ),
+  2: (input) =>
+    sha256Hex(
+      canonicalJson({
+        cloudInitSha256: input.cloudInitSha256,
+        credentialsSha256: input.credentialsSha256 ?? '',
+        placement: {
+          region: input.placement?.region,
+          zone: input.placement?.zone,
+          machineType: input.placement?.machineType,
+          image: input.placement?.image,
+        },
+        port: input.port,
+      }),
+    ),
 };
 
-export const CURRENT_SPEC_HASH_VERSION = 1;
+export const CURRENT_SPEC_HASH_VERSION = 2;
 
 /** The spec hash of `input` in `version` (default: current). */
 export function specHash(

@@ -4,6 +4,8 @@
  * (with `import type`) the workflow sandbox.
  */
 
+import type { ProxyCredentials } from '../credentials/proxy-credentials.js';
+
 export const INSTANCE_STATES = ['Provisioning', 'Running', 'Stopped', 'Terminated'] as const;
 export type InstanceState = (typeof INSTANCE_STATES)[number];
 
@@ -37,6 +39,12 @@ export interface CreateRequest {
   placement: Placement;
   /** Already resolved from inline text or a Secret. Never logged, never in an error. */
   cloudInit?: string;
+  /**
+   * The credentials the proxy must require (Proxy-Authorization: Basic),
+   * read from the Proxy's Secret; absent: it requires none. Never logged,
+   * never in an error, never in a label or anything a backend lists.
+   */
+  credentials?: ProxyCredentials;
   port: number;
   /** The installation identity mark's value. */
   installation: string;

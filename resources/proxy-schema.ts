@@ -19,6 +19,8 @@ export const PROXY_POOL_PLURAL = 'proxypools';
 export const FINALIZER = 'crawl.example.com/finalizer';
 export const ANNOTATION_SKIP_CLEANUP = 'crawl.example.com/skip-cleanup';
 export const LABEL_CLOUD_INIT = 'crawl.example.com/cloud-init';
+/** On a Secret that holds a proxy's credentials (generated ones and those an External Proxy references). */
+export const LABEL_PROXY_CREDENTIALS = 'crawl.example.com/proxy-credentials';
 /** On every Proxy a ProxyPool made: the pool's name (the scale subresource's selector). */
 export const LABEL_POOL = 'crawl.example.com/pool';
 /** On every Proxy a ProxyPool made: the hash of the template it was made from. */
@@ -110,6 +112,32 @@ export const proxySpecSchema = {
       properties: {
         host: { type: 'string', minLength: 1 },
         port: { type: 'integer', minimum: 1, maximum: 65535, default: DEFAULT_PORT },
+        credentialsSecretRef: {
+          type: 'object',
+          description:
+            "The proxy's username and password: a Secret in the Proxy's namespace, labelled crawl.example.com/proxy-credentials=true. The prober and the gateway send them; a lease's proxyURL carries them to a tenant allowed the proxy.",
+          required: ['name'],
+          properties: {
+            name: { type: 'string', minLength: 1, maxLength: 253 },
+            usernameKey: { type: 'string', minLength: 1, maxLength: 253, default: 'username' },
+            passwordKey: { type: 'string', minLength: 1, maxLength: 253, default: 'password' },
+          },
+          additionalProperties: false,
+          'x-kubernetes-validations': [
+            {
+              rule: "self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
+              message: 'name must be a Secret name (a DNS subdomain)',
+            },
+            {
+              rule: "self.usernameKey.matches('^[-._a-zA-Z0-9]+$') && self.passwordKey.matches('^[-._a-zA-Z0-9]+$')",
+              message: 'usernameKey and passwordKey must be Secret keys (letters, digits, -, _ and .)',
+            },
+            {
+              rule: 'self.usernameKey != self.passwordKey',
+              message: 'usernameKey and passwordKey must differ',
+            },
+          ],
+        },
       },
       additionalProperties: false,
     },

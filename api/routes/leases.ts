@@ -9,7 +9,8 @@ import { decodeLeaseRequest, decodeReportRequest, goQuote } from '../go-compat.j
 import { REPORT_RESULTS, type LeaseStore, type ReportResult } from '../lease-store.js';
 import type { ApiMetrics } from '../metrics.js';
 import type { PoolDemand } from '../pool-demand.js';
-import type { ProxyCatalog, ProxyView } from '../proxy-catalog.js';
+import { namespaceOf, type ProxyCatalog, type ProxyView } from '../proxy-catalog.js';
+import { proxyUrl, type CredentialsLookup } from '../../credentials/proxy-credentials.js';
 import type { leaseSchema, noMatchSchema } from '../schemas.js';
 import { openLeaseId, sealLeaseId } from '../../tenants/lease-ids.js';
 import type { TenantRates } from '../../tenants/rate.js';
@@ -30,6 +31,8 @@ export interface LeaseRoutesOptions {
   sealLeaseIds?: boolean;
   /** Each tenant's requests per second. */
   rates?: TenantRates;
+  /** Where proxies' credentials are read: a lease of a proxy with credentials carries `proxyURL`. */
+  credentials?: CredentialsLookup;
 }
 
 export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
@@ -103,6 +106,7 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
       proxy: toJson(outcome.candidate, outcome.activeLeases),
       expiresAt: rfc3339(outcome.granted.expiresAt),
       ttlSeconds,
+      ...proxyUrlOf(opts.credentials, outcome.candidate),
     });
   });
 
@@ -137,6 +141,17 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
   });
 
   return routes;
+}
+
+/**
+ * `proxyURL` with the proxy's credentials, for the tenant the lease went to
+ * (its scope already allowed this proxy). Absent for a proxy without
+ * credentials, so a lease of one is as the seed's.
+ */
+function proxyUrlOf(lookup: CredentialsLookup | undefined, proxy: ProxyView): { proxyURL?: string } {
+  const read = proxy.credentialsRef && lookup?.(namespaceOf(proxy), proxy.credentialsRef);
+  if (!read || !('credentials' in read) || proxy.host === '') return {};
+  return { proxyURL: proxyUrl(proxy.host, proxy.port, read.credentials) };
 }
 
 function isReportResult(result: string): result is ReportResult {

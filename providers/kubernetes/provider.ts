@@ -43,6 +43,7 @@ import { Apiserver, listPods, podListRequest, type Client } from './apiserver.js
 import { checkReason, classify, httpStatus } from './classify.js';
 import { DNS1123_LABEL, type KubernetesConfig } from './config.js';
 import { NetworkPolicies } from './network-policy.js';
+import { AuthSecrets } from './auth-secret.js';
 import { buildPod, podNamespace } from './pod.js';
 import { formatProviderId, instanceFromPod, parseProviderId, podFailure } from './state.js';
 
@@ -106,6 +107,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
   private readonly ops: Operations;
   private readonly apiserver: Apiserver;
   private readonly networkPolicies: NetworkPolicies;
+  private readonly authSecrets: AuthSecrets;
 
   constructor(
     readonly name: string,
@@ -119,6 +121,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
     this.ops = providerOperations({ name, type: KUBERNETES_PROVIDER_TYPE, logger, classify });
     this.apiserver = new Apiserver({ type: KUBERNETES_PROVIDER_TYPE, name }, config, this.ops, injected);
     this.networkPolicies = new NetworkPolicies(this.apiserver, config);
+    this.authSecrets = new AuthSecrets(this.apiserver, config);
   }
 
   private parseId(operation: 'get' | 'delete', id: string): { namespace: string; name: string } {
@@ -139,6 +142,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
           api.createNamespacedPod({ namespace, body: buildPod(req, this.config) }, o),
         );
         await this.networkPolicies.ensure(req, created, signal);
+        await this.authSecrets.ensure(req, created, signal);
         this.ops.log.info(
           {
             instance: req.name,
@@ -217,6 +221,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
       );
     }
     await this.networkPolicies.ensure(req, existing, signal);
+    await this.authSecrets.ensure(req, existing, signal);
     this.ops.log.debug({ instance: req.name }, 'create: adopted the existing pod');
     return id;
   }
@@ -250,6 +255,7 @@ class KubernetesProviderImpl implements KubernetesProvider {
         this.ops.log.debug({ instance: name, namespace }, 'delete: already gone');
       }
       await this.networkPolicies.remove(namespace, name, signal, 'delete');
+      await this.authSecrets.remove(namespace, name, signal, 'delete');
     });
   }
 

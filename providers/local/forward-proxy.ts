@@ -5,6 +5,9 @@
  * tests use it (and its `refuse-egress` behaviour) as a proxy that accepts
  * TCP but cannot egress.
  *
+ * With `credentialsSha256` it asks for credentials as Squid's
+ * basic_ncsa_auth does (407 and `Proxy-Authenticate: Basic`).
+ *
  * It never adds Via/X-Forwarded-For (like the Squid config's `via off`,
  * `forwarded_for off`) and only dials loopback targets unless
  * `allowNonLoopback` is set: everything in this workplace must stay on
@@ -39,6 +42,7 @@ import {
   type EgressPolicy,
 } from '../../forwarding/egress-policy.js';
 import { endToEndHeaders } from '../../forwarding/headers.js';
+import { authorizationMatches, PROXY_REALM } from '../../credentials/proxy-credentials.js';
 
 export type ForwardProxyBehaviour =
   /** forwards traffic */
@@ -60,6 +64,12 @@ export interface ForwardProxyOptions {
   resolver?: DestinationResolver;
   /** Upper bound for dialling a target. */
   connectTimeoutMs?: number;
+  /**
+   * `credentialsDigest` of the only credentials accepted: any request
+   * without them (in Proxy-Authorization: Basic) is answered 407. Unset:
+   * no credentials asked for (tests' plain proxies).
+   */
+  credentialsSha256?: string;
 }
 
 export interface ForwardProxy {
@@ -134,6 +144,11 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       return { status: error.kind === 'forbidden' ? 403 : 502, reason: error.message };
     }
   };
+  const required = options.credentialsSha256;
+  /** True when the request may go on; false when it lacks the credentials (and was answered 407). */
+  const authorised = (req: IncomingMessage): boolean =>
+    required === undefined || authorizationMatches(req.headers['proxy-authorization'], required);
+  const PROXY_AUTHENTICATE = `Basic realm="${PROXY_REALM}"`;
   // Set once listening: the address actually bound (what `host` resolved to).
   let listenAddress = options.host;
 
@@ -148,6 +163,12 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     if (state.behaviour === 'hang') return;
     if (state.behaviour === 'refuse-egress') {
       res.writeHead(502, { 'content-type': 'text/plain' }).end('no egress\n');
+      return;
+    }
+    if (!authorised(req)) {
+      res
+        .writeHead(407, { 'content-type': 'text/plain', 'proxy-authenticate': PROXY_AUTHENTICATE })
+        .end('proxy credentials required\n');
       return;
     }
     let target: URL;
@@ -196,6 +217,12 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     if (state.behaviour === 'hang') return;
     if (state.behaviour === 'refuse-egress') {
       clientSocket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    if (!authorised(req)) {
+      clientSocket.end(
+        `HTTP/1.1 407 Proxy Authentication Required\r\nproxy-authenticate: ${PROXY_AUTHENTICATE}\r\ncontent-length: 0\r\n\r\n`,
+      );
       return;
     }
     const match = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(req.url ?? '');

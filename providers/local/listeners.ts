@@ -7,6 +7,7 @@ import { KeyedMutex } from '../concurrency.js';
 import type { Operations } from '../shared/operation.js';
 import { cloudInitContentHash, specHash } from '../spec-hash.js';
 import type { CreateRequest } from '../types.js';
+import { credentialsDigest } from '../../credentials/proxy-credentials.js';
 import { candidateAddresses, type LocalConfig, type LoopbackRange } from './config.js';
 import { createEgressPolicy, type EgressPolicy } from '../../forwarding/egress-policy.js';
 import { startForwardProxy, type ForwardProxy } from './forward-proxy.js';
@@ -116,7 +117,7 @@ export class Listeners {
   async reopen(record: LocalInstanceRecord): Promise<boolean> {
     if (this.open.has(record.name)) return true;
     try {
-      const proxy = await this.listen(record.address, record.port);
+      const proxy = await this.listen(record.address, record.port, record.credentialsSha256);
       this.open.set(record.name, { proxy, address: record.address, port: record.port });
       return true;
     } catch (err) {
@@ -147,6 +148,7 @@ export class Listeners {
         placement: req.placement,
         port: req.port,
         cloudInitSha256: cloudInitContentHash(req.cloudInit),
+        credentialsSha256: req.credentials ? credentialsDigest(req.credentials) : '',
       })}`;
       for (const address of candidateAddresses(this.range, slotKey)) {
         if (this.addressOwner.has(address)) continue;
@@ -161,7 +163,11 @@ export class Listeners {
         if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');
         attempts++;
         try {
-          const proxy = await this.listen(address, req.port);
+          const proxy = await this.listen(
+            address,
+            req.port,
+            req.credentials && credentialsDigest(req.credentials),
+          );
           this.addressOwner.set(address, req.name);
           return { proxy, address };
         } catch (err) {
@@ -185,10 +191,11 @@ export class Listeners {
     });
   }
 
-  private listen(address: string, port: number): Promise<ForwardProxy> {
+  private listen(address: string, port: number, credentialsSha256?: string): Promise<ForwardProxy> {
     return startForwardProxy({
       host: address,
       port,
+      ...(credentialsSha256 ? { credentialsSha256 } : {}),
       behaviour: 'forward',
       allowNonLoopback: this.config.allowNonLoopbackEgress,
       egress: this.egress,

@@ -43,6 +43,7 @@ import { checkLocal } from './check.js';
 import { parseLoopbackCidr, type LocalConfig, type LoopbackRange } from './config.js';
 import { formatLocalProviderId, NAME_RE, parseLocalProviderId, toInstance } from './instance.js';
 import { Listeners } from './listeners.js';
+import { credentialsDigest } from '../../credentials/proxy-credentials.js';
 import {
   acquireOwnerLock,
   ensureStateDir,
@@ -239,6 +240,7 @@ class LocalProviderImpl implements LocalProvider {
       port: req.port,
       state: 'running',
       cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+      ...(req.credentials ? { credentialsSha256: credentialsDigest(req.credentials) } : {}),
     };
     try {
       if (s.aborted) throw this.ops.fail('Transient', 'create', req.name, 'aborted');

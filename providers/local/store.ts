@@ -30,6 +30,15 @@ export const localRecordSchema = z.looseObject({
   stoppedReason: z.string().optional(),
   /** The only trace of cloud-init: its size. The text itself is never stored. */
   cloudInitBytes: z.number().int().optional(),
+  /**
+   * `credentialsDigest` of the credentials the proxy requires (so a
+   * re-opened listener asks for the same); the credentials themselves are
+   * never stored. Absent: it requires none.
+   */
+  credentialsSha256: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
 export type LocalInstanceRecord = z.output<typeof localRecordSchema>;
 

@@ -2,7 +2,12 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import {
+  generatedSecretName,
+  proxyAuthorization,
+  type ProxyCredentials,
+} from '../../credentials/proxy-credentials.js';
 import { inject } from 'vitest';
 import type { Condition, Proxy } from '../../resources/proxy-schema.js';
 import { reuseConnections } from '../../kube/connections.js';
@@ -108,4 +113,21 @@ export function waitForProxyGone(
     async () => ((await api.get(namespace, name)) === undefined ? true : undefined),
     opts,
   );
+}
+
+/**
+ * A Managed Proxy's generated credentials as a `Proxy-Authorization` value,
+ * read from its Secret (which the bridge makes before the instance), and
+ * the Secret itself for its marks.
+ */
+export async function generatedCredentials(
+  kc: KubeConfig,
+  namespace: string,
+  proxyName: string,
+): Promise<{ authorization: string; credentials: ProxyCredentials; secret: V1Secret }> {
+  const name = generatedSecretName(proxyName);
+  const secret = await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ namespace, name });
+  const decode = (key: string) => Buffer.from(secret.data?.[key] ?? '', 'base64').toString('utf8');
+  const credentials = { username: decode('username'), password: decode('password') };
+  return { authorization: proxyAuthorization(credentials), credentials, secret };
 }

@@ -25,6 +25,8 @@ export function getThroughConnect(
   targetPort: number,
   timeoutMs = 5_000,
   targetHost = '127.0.0.1',
+  /** Sent as the CONNECT's Proxy-Authorization. */
+  proxyAuthorization?: string,
 ): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: proxyHost, port: proxyPort });
@@ -34,7 +36,9 @@ export function getThroughConnect(
     socket.setEncoding('utf8');
     socket.once('connect', () =>
       socket.write(
-        `CONNECT ${targetHost}:${targetPort} HTTP/1.1\r\nHost: ${targetHost}:${targetPort}\r\n\r\n`,
+        `CONNECT ${targetHost}:${targetPort} HTTP/1.1\r\nHost: ${targetHost}:${targetPort}\r\n` +
+          (proxyAuthorization ? `Proxy-Authorization: ${proxyAuthorization}\r\n` : '') +
+          '\r\n',
       ),
     );
     socket.on('data', (chunk: string) => {
@@ -71,6 +75,8 @@ export function getThroughProxy(
   proxyHost: string,
   proxyPort: number,
   targetPort: number,
+  /** Sent as Proxy-Authorization. */
+  proxyAuthorization?: string,
 ): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
@@ -78,7 +84,10 @@ export function getThroughProxy(
         host: proxyHost,
         port: proxyPort,
         path: `http://127.0.0.1:${targetPort}/`,
-        headers: { host: `127.0.0.1:${targetPort}` },
+        headers: {
+          host: `127.0.0.1:${targetPort}`,
+          ...(proxyAuthorization ? { 'proxy-authorization': proxyAuthorization } : {}),
+        },
         timeout: 5_000,
       },
       (res) => {

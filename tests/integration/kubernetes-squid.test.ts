@@ -16,13 +16,24 @@
  * (cached after the first run); when it cannot be, the test fails with the
  * script's message rather than skipping.
  */
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CLIENT_CIDRS } from '../../providers/kubernetes/config.js';
 import type { EgressPolicySpec } from '../../forwarding/egress-policy.js';
-import { squidConf, TERMINATION_GRACE_SECONDS } from '../../providers/kubernetes/pod.js';
+import {
+  BASIC_AUTH_HELPER,
+  HTPASSWD_PATH,
+  squidConf,
+  TERMINATION_GRACE_SECONDS,
+} from '../../providers/kubernetes/pod.js';
+import {
+  generateCredentials,
+  htpasswdLine,
+  proxyAuthorization,
+} from '../../credentials/proxy-credentials.js';
 import { getThroughConnect, getThroughProxy, startTarget } from '../helpers/net.js';
 import { boundSockets } from '../helpers/sockets.js';
 import { freePort } from '../../local-servers/ports.js';
@@ -89,6 +100,21 @@ function newRunDir(): SquidRunDir {
   return runDir;
 }
 
+/**
+ * The pod's auth paths moved into the run: Squid runs its helper as
+ * `proxy`, which cannot reach the cache under root's home, so the unpacked
+ * basic_ncsa_auth is copied beside the htpasswd (the pod's mounted file).
+ */
+function withRunAuth(generated: string, runDir: SquidRunDir, htpasswdText = ''): string {
+  const helper = join(runDir.dir, 'basic_ncsa_auth');
+  const htpasswd = join(runDir.dir, 'htpasswd');
+  if (!existsSync(helper)) copyFileSync(`${squid.root}${BASIC_AUTH_HELPER}`, helper);
+  writeFileSync(htpasswd, htpasswdText, { mode: 0o644 });
+  const pod = `${BASIC_AUTH_HELPER} ${HTPASSWD_PATH}`;
+  expect(generated).toContain(`auth_param basic program ${pod}`);
+  return generated.replace(pod, `${helper} ${htpasswd}`);
+}
+
 /** The generated config, with `http_port <port>` bound to 127.0.0.1, then the local-run directives. */
 function runnableConf(generated: string, port: number, runDir: SquidRunDir): string {
   const lines = generated.split('\n');
@@ -101,9 +127,12 @@ function runnableConf(generated: string, port: number, runDir: SquidRunDir): str
 async function runSquid(
   generated: string,
   port: number,
+  /** With an auth config: the htpasswd it checks against. */
+  htpasswdText?: string,
 ): Promise<{ proxy: RunningSquid; runDir: SquidRunDir }> {
   const runDir = newRunDir();
-  writeConf(runDir, runnableConf(generated, port, runDir));
+  const conf = htpasswdText === undefined ? generated : withRunAuth(generated, runDir, htpasswdText);
+  writeConf(runDir, runnableConf(conf, port, runDir));
   const proxy = await startSquid(squid, runDir, port);
   running.push(proxy);
   // Everything Squid bound is on the loopback: the proxy port and its DNS client socket.
@@ -172,21 +201,25 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
       [DEFAULT_CLIENT_CIDRS, EVERY_RULE],
       [WITH_LOOPBACK, LOOPBACK_TARGETS],
     ] as const) {
-      const generated = squidConf(3128, cidrs, egress);
-      const runDir = newRunDir();
-      writeConf(runDir, `${generated}\n${runDir.localDirectives}`);
-      const { code, output } = await parseConf(squid, runDir.confPath);
-      expect(code, output).toBe(0);
-      // Squid read each generated directive as written (comments aside).
-      for (const line of generated.split('\n').filter((l) => !l.startsWith('#'))) {
-        expect(output, output).toContain(`Processing: ${line}`);
+      for (const auth of [false, true]) {
+        const runDir = newRunDir();
+        // With auth, the helper and the htpasswd are the run's (parse starts the helper).
+        const asGenerated = squidConf(3128, cidrs, egress, auth);
+        const generated = auth ? withRunAuth(asGenerated, runDir) : asGenerated;
+        writeConf(runDir, `${generated}\n${runDir.localDirectives}`);
+        const { code, output } = await parseConf(squid, runDir.confPath);
+        expect(code, output).toBe(0);
+        // Squid read each generated directive as written (comments aside).
+        for (const line of generated.split('\n').filter((l) => !l.startsWith('#'))) {
+          expect(output, output).toContain(`Processing: ${line}`);
+        }
+        const problems = output
+          .split('\n')
+          .filter((l) => !/\| Processing: /.test(l)) // the echoed directives (error_directory, ...)
+          .filter((l) => PROBLEM.test(l) && !EXPECTED_WARNINGS.some((w) => w.test(l)));
+        expect(problems, output).toEqual([]);
+        for (const w of EXPECTED_WARNINGS) expect(output).toMatch(w);
       }
-      const problems = output
-        .split('\n')
-        .filter((l) => !/\| Processing: /.test(l)) // the echoed directives (error_directory, ...)
-        .filter((l) => PROBLEM.test(l) && !EXPECTED_WARNINGS.some((w) => w.test(l)));
-      expect(problems, output).toEqual([]);
-      for (const w of EXPECTED_WARNINGS) expect(output).toMatch(w);
     }
   });
 
@@ -307,5 +340,61 @@ describe("the kubernetes provider's squid.conf under Debian's Squid", () => {
     await stopSquid(third.proxy, third.runDir);
     // Only the two requests that were allowed reached the target.
     expect(echo.seen).toHaveLength(2);
+  });
+
+  it('with credentials: 407 without them or with wrong ones, the target reached with them; a client outside clientCidrs and a denied destination still 403', async () => {
+    const credentials = generateCredentials();
+    const good = proxyAuthorization(credentials);
+    const wrong = proxyAuthorization({ ...credentials, password: `${credentials.password}x` });
+    const port = await freePort();
+    const runDir = newRunDir();
+    const htpasswdText = `${htpasswdLine(credentials)}\n`;
+    const generated = withRunAuth(
+      squidConf(port, WITH_LOOPBACK, LOOPBACK_TARGETS, true),
+      runDir,
+      htpasswdText,
+    );
+    writeConf(runDir, runnableConf(generated, port, runDir));
+    const proxy = await startSquid(squid, runDir, port);
+    running.push(proxy);
+    const target = await startTarget('through an authenticating Squid');
+    closers.push(() => target.close());
+
+    await expect(getThroughConnect('127.0.0.1', port, target.port)).rejects.toThrow(
+      /^CONNECT refused: HTTP\/1\.1 407 Proxy Authentication Required$/,
+    );
+    await expect(
+      getThroughConnect('127.0.0.1', port, target.port, 5_000, '127.0.0.1', wrong),
+    ).rejects.toThrow(/407/);
+    expect(await getThroughConnect('127.0.0.1', port, target.port, 5_000, '127.0.0.1', good)).toBe(
+      'through an authenticating Squid',
+    );
+    expect(await getThroughProxy('127.0.0.1', port, target.port)).toMatchObject({ status: 407 });
+    expect(await getThroughProxy('127.0.0.1', port, target.port, wrong)).toMatchObject({ status: 407 });
+    expect(await getThroughProxy('127.0.0.1', port, target.port, good)).toEqual({
+      status: 200,
+      body: 'through an authenticating Squid',
+    });
+    await stopSquid(proxy, runDir);
+
+    // The client rule and the egress policy come first: 403 with or without the credentials.
+    const outside = await freePort();
+    const second = await runSquid(
+      squidConf(outside, DEFAULT_CLIENT_CIDRS, LOOPBACK_TARGETS, true),
+      outside,
+      htpasswdText,
+    );
+    for (const header of [undefined, good]) {
+      await expect(
+        getThroughConnect('127.0.0.1', outside, target.port, 5_000, '127.0.0.1', header),
+      ).rejects.toThrow(/^CONNECT refused: HTTP\/1\.1 403 Forbidden$/);
+    }
+    await stopSquid(second.proxy, second.runDir);
+    const denied = await freePort();
+    const third = await runSquid(squidConf(denied, WITH_LOOPBACK, undefined, true), denied, htpasswdText);
+    await expect(getThroughConnect('127.0.0.1', denied, target.port)).rejects.toThrow(
+      /^CONNECT refused: HTTP\/1\.1 403 Forbidden$/,
+    );
+    await stopSquid(third.proxy, third.runDir);
   });
 });

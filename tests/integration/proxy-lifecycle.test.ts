@@ -10,6 +10,7 @@ import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.
 import {
   createProxy,
   deleteProxy,
+  generatedCredentials,
   editProxySpec,
   getProxy,
   waitForProxy,
@@ -58,8 +59,21 @@ describe('Proxy lifecycle with the local provider', () => {
     expect(running.status?.observedGeneration).toBe(1);
     const ip = running.status!.ip!;
     expect(ip).toMatch(/^127\./);
-    expect(await getThroughConnect(ip, 18080, target.port)).toBe('egress ok');
-    expect(await getThroughProxy(ip, 18080, target.port)).toEqual({ status: 200, body: 'egress ok' });
+    // The bridge made the Proxy's credentials, owned by it; the proxy asks for them.
+    const { authorization, secret } = await generatedCredentials(cp.kc, cp.namespace, 'px-main');
+    expect(secret.type).toBe('kubernetes.io/basic-auth');
+    expect(secret.metadata?.ownerReferences).toEqual([
+      expect.objectContaining({ kind: 'Proxy', name: 'px-main', uid: ref.uid, controller: true }),
+    ]);
+    await expect(getThroughConnect(ip, 18080, target.port)).rejects.toThrow(/407/);
+    expect(await getThroughProxy(ip, 18080, target.port)).toMatchObject({ status: 407 });
+    expect(await getThroughConnect(ip, 18080, target.port, 5_000, '127.0.0.1', authorization)).toBe(
+      'egress ok',
+    );
+    expect(await getThroughProxy(ip, 18080, target.port, authorization)).toEqual({
+      status: 200,
+      body: 'egress ok',
+    });
 
     // The query answers from the workflow itself.
     const handle = cp.client.workflow.getHandle(proxyWorkflowId(ref));
@@ -89,7 +103,9 @@ describe('Proxy lifecycle with the local provider', () => {
     );
     expect(replaced.status?.providerID).toBe(running.status?.providerID);
     const newIp = replaced.status!.ip!;
-    expect(await getThroughConnect(newIp, 18081, target.port)).toBe('egress ok');
+    expect(await getThroughConnect(newIp, 18081, target.port, 5_000, '127.0.0.1', authorization)).toBe(
+      'egress ok',
+    );
     await expect(getThroughConnect(ip, 18080, target.port, 1_000)).rejects.toThrow();
     const instances = await cp.registry.get('local')!.listByTag(AbortSignal.timeout(5_000));
     expect(instances.filter((i) => i.uid === ref.uid)).toHaveLength(1);

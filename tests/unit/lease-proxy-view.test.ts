@@ -68,6 +68,13 @@ describe('proxyViewFromResource', () => {
       deleting: false,
       draining: false,
       pool: '',
+      // Its generated Secret, by name: the view never holds the values.
+      credentialsRef: {
+        secret: 'm-proxy-auth',
+        usernameKey: 'username',
+        passwordKey: 'password',
+        generated: true,
+      },
     });
   });
 

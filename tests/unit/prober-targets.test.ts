@@ -50,6 +50,12 @@ describe('targetFromProxy', () => {
       healthCheck: hc,
       condition: 'Healthy',
       latencyMillis: 12,
+      credentialsRef: {
+        secret: 'p1-proxy-auth',
+        usernameKey: 'username',
+        passwordKey: 'password',
+        generated: true,
+      },
     });
     expect(
       targetFromProxy(proxy({ status: { ip: '127.9.0.1', conditions: [healthy('False')] } }))?.condition,

@@ -25,8 +25,8 @@ describe('spec hash v1', () => {
     expect(cloudInitContentHash(cloudInit)).toBe(
       '74dc991243d161306965ed07f0af1e0f3634eb7af882d11a8905cc9173dd0067',
     );
-    expect(specHash(input)).toBe('v1:2a950bc0ade2e1df12b30ef4be47679c1401c51156ade919786eb0bc14cad94d');
-    expect(specHash({ port: 3128, cloudInitSha256: '' })).toBe(
+    expect(specHash(input, 1)).toBe('v1:2a950bc0ade2e1df12b30ef4be47679c1401c51156ade919786eb0bc14cad94d');
+    expect(specHash({ port: 3128, cloudInitSha256: '' }, 1)).toBe(
       'v1:e80795ab55a5b84a2bb6fc08a60a6f70d198fc5789259dbe740c346a915f2c53',
     );
   });
@@ -65,7 +65,7 @@ describe('spec hash v1', () => {
   });
 
   it('parses only well-formed hashes', () => {
-    expect(parseSpecHash(specHash(input))).toEqual({ version: 1, digest: specHash(input).slice(3) });
+    expect(parseSpecHash(specHash(input, 1))).toEqual({ version: 1, digest: specHash(input, 1).slice(3) });
     for (const bad of [
       '',
       'v1:',
@@ -76,6 +76,25 @@ describe('spec hash v1', () => {
     ]) {
       expect(parseSpecHash(bad)).toBeUndefined();
     }
+  });
+});
+
+describe('spec hash v2: the credentials digest', () => {
+  // Computed independently with Python, as v1's.
+  it('matches the pinned vectors', () => {
+    expect(specHash(input)).toBe('v2:9fb9568effed3c791d2d804bd62b279b2dd280c15c0f2e31d08558bc26ac31cc');
+    expect(specHash({ ...input, credentialsSha256: 'ab'.repeat(32) })).toBe(
+      'v2:9171e69fb68566c87f971a26238a67b401c6fc44abb361612789645cd3da6bc0',
+    );
+  });
+
+  it('new credentials are a changed spec; a v1 hash of the same spec is adopted, credentials or not', () => {
+    const withCredentials = { ...input, credentialsSha256: 'ab'.repeat(32) };
+    expect(compareSpecHash(specHash(input), withCredentials)).toBe('changed');
+    expect(compareSpecHash(specHash(withCredentials), { ...input, credentialsSha256: 'cd'.repeat(32) })).toBe(
+      'changed',
+    );
+    expect(compareSpecHash(specHash(input, 1), withCredentials)).toBe('version-only');
   });
 });
 

@@ -94,5 +94,6 @@ export function createInputOf(state: ProxyState): CreateInstanceInput {
     placement: state.desired.placement,
     port: state.desired.port,
     cloudInit: state.desired.cloudInit,
+    ...(state.desired.credentialsSecret ? { credentialsSecret: state.desired.credentialsSecret } : {}),
   };
 }

@@ -22,7 +22,14 @@ export interface DesiredSpec {
   port: number;
   endpoint?: { host: string; port: number };
   cloudInit?: CloudInitRef;
-  /** Versioned spec hash of placement, port and the resolved cloud-init's content hash. */
+  /**
+   * The name of the Secret (in the Proxy's namespace) that holds a Managed
+   * proxy's generated credentials; the create activity reads it. Absent
+   * for a run started without one (before credentials existed, and in
+   * tests): the instance then asks for none.
+   */
+  credentialsSecret?: string;
+  /** Versioned spec hash of placement, port, the resolved cloud-init's content hash and the credentials' digest. */
   specHash: string;
   /**
    * The hashes of the same input under every older hash version. A recorded
