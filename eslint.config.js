@@ -118,6 +118,7 @@ export default tseslint.config(
       'cli/**/*.ts',
       'forwarding/**/*.ts',
       'tenants/**/*.ts',
+      'credentials/**/*.ts',
       'gateway/**/*.ts',
       'k8s-bridge/**/*.ts',
       'kube/**/*.ts',

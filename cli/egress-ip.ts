@@ -13,6 +13,20 @@ export interface EgressIpOptions {
    */
   via?: 'absolute' | 'connect';
   timeoutMs?: number;
+  /** The proxy's credentials (`Basic ...`, or a proxyURL's userinfo), sent as Proxy-Authorization. */
+  proxyAuthorization?: string;
+}
+
+/** A lease's proxyURL (`http://user:pass@host:port`) as the address and Proxy-Authorization to use. */
+export function fromProxyUrl(proxyURL: string): { host: string; port: number; proxyAuthorization?: string } {
+  const url = new URL(proxyURL);
+  const user = decodeURIComponent(url.username);
+  const pass = decodeURIComponent(url.password);
+  return {
+    host: url.hostname.replace(/^\[|\]$/g, ''),
+    port: Number(url.port || 80),
+    ...(user ? { proxyAuthorization: `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}` } : {}),
+  };
 }
 
 /**
@@ -34,6 +48,7 @@ export async function egressIpThrough(
   const targetPort = Number(target.port || 80);
   const path = target.pathname + target.search;
   const signal = AbortSignal.timeout(timeoutMs);
+  const credentials = options.proxyAuthorization ? { 'proxy-authorization': options.proxyAuthorization } : {};
 
   const body = await new Promise<string>((resolve, reject) => {
     const fail = (what: string) => (err: Error) =>
@@ -54,7 +69,7 @@ export async function egressIpThrough(
         host: proxyHost,
         port: proxyPort,
         path: target.href,
-        headers: { host: target.host },
+        headers: { host: target.host, ...credentials },
         agent: false,
         signal,
       });
@@ -69,7 +84,7 @@ export async function egressIpThrough(
       port: proxyPort,
       method: 'CONNECT',
       path: authority,
-      headers: { host: authority },
+      headers: { host: authority, ...credentials },
       agent: false,
       signal,
     });

@@ -475,7 +475,7 @@ export async function startApi(
       credentials,
       done: new Promise(() => undefined),
       describe: () =>
-        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}`,
+        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}; a proxy with its credentials: curl -s -d '{"ttlSeconds":60}' ${tenants.open ? '' : '-H "Authorization: Bearer $TOKEN" '}${server.url}/v1/leases | jq -r .proxyURL`,
       stop: () => scope.close(),
     };
   });

@@ -11,11 +11,18 @@
  * http://127.0.0.1:8091/ (the banner says which ports `dev` took).
  * TOKEN in the environment is sent as the lease API's bearer token. Exit
  * status 1 when any proxy failed, 2 when the list could not be read.
+ *
+ * Proxies ask for credentials, and only a lease hands them out (its
+ * `proxyURL`): the script leases every proxy it can for a few seconds
+ * (leasing until the API has none left), goes through each with its
+ * lease's credentials, and releases them all. A proxy it could not lease
+ * (unhealthy, at capacity) is tried without, which only a proxy asking for
+ * none answers.
  */
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { mapLimit } from '../providers/concurrency.js';
-import { egressIpThrough } from './egress-ip.js';
+import { egressIpThrough, fromProxyUrl } from './egress-ip.js';
 
 export interface EgressRow {
   id: string;
@@ -56,27 +63,81 @@ export async function egressRows(options: ShowEgressOptions): Promise<EgressRow[
   });
   if (res.status !== 200) throw new Error(`GET ${listUrl.href}: HTTP ${res.status} ${await res.text()}`);
   const { proxies } = (await res.json()) as { proxies: ListedProxy[] };
-  return mapLimit(proxies, 8, async (p): Promise<EgressRow> => {
-    const row = {
-      id: p.id,
-      endpoint: p.ip ? `${p.ip}:${p.port}` : '-',
-      attributes:
-        Object.entries(p.attributes ?? {})
-          .map(([k, v]) => `${k}=${v}`)
-          .join(',') || '-',
-    };
-    if (!p.ip) return { ...row, failure: `no address yet (${p.phase})` };
-    try {
-      const egressIp = await egressIpThrough(p.ip, p.port, options.echoUrl, {
-        via: options.via,
-        timeoutMs: options.timeoutMs,
-      });
-      return { ...row, egressIp };
-    } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
-      return { ...row, failure: `FAILED: ${why}${p.healthy ? '' : ' (unhealthy)'}` };
+  const leases = await leaseEveryProxy(options);
+  try {
+    return await mapLimit(proxies, 8, (p) => egressRow(p, options, leases.urls.get(p.id)));
+  } finally {
+    await leases.release();
+  }
+}
+
+/** One proxy's row: through it (with its lease's credentials, when it was leased) to the echo. */
+async function egressRow(p: ListedProxy, options: ShowEgressOptions, proxyURL?: string): Promise<EgressRow> {
+  const row = {
+    id: p.id,
+    endpoint: p.ip ? `${p.ip}:${p.port}` : '-',
+    attributes:
+      Object.entries(p.attributes ?? {})
+        .map(([k, v]) => `${k}=${v}`)
+        .join(',') || '-',
+  };
+  if (!p.ip) return { ...row, failure: `no address yet (${p.phase})` };
+  const credentials = proxyURL ? fromProxyUrl(proxyURL).proxyAuthorization : undefined;
+  try {
+    const egressIp = await egressIpThrough(p.ip, p.port, options.echoUrl, {
+      via: options.via,
+      timeoutMs: options.timeoutMs,
+      ...(credentials ? { proxyAuthorization: credentials } : {}),
+    });
+    return { ...row, egressIp };
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    return { ...row, failure: `FAILED: ${why}${p.healthy ? '' : ' (unhealthy)'}` };
+  }
+}
+
+/**
+ * Leases until the lease API grants no more (each lease goes to the least
+ * loaded proxy, so every leasable one is reached), keeping each proxy's
+ * first proxyURL. At most 4096 leases, 30 s each, all released after.
+ */
+async function leaseEveryProxy(
+  options: ShowEgressOptions,
+): Promise<{ urls: Map<string, string>; release(): Promise<void> }> {
+  const headers = {
+    'content-type': 'application/json',
+    ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+  };
+  const urls = new Map<string, string>();
+  const held: string[] = [];
+  for (let i = 0; i < 4096; i++) {
+    const res = await fetch(new URL('/v1/leases', options.apiUrl), {
+      method: 'POST',
+      headers,
+      body: '{"ttlSeconds":30}',
+      signal: AbortSignal.timeout(options.timeoutMs ?? 10_000),
+    });
+    if (res.status !== 201) {
+      await res.body?.cancel();
+      break;
     }
-  });
+    const lease = (await res.json()) as { leaseID: string; proxy: { id: string }; proxyURL?: string };
+    held.push(lease.leaseID);
+    if (lease.proxyURL && !urls.has(lease.proxy.id)) urls.set(lease.proxy.id, lease.proxyURL);
+  }
+  return {
+    urls,
+    release: async () => {
+      await mapLimit(held, 8, async (id) => {
+        const res = await fetch(new URL(`/v1/leases/${encodeURIComponent(id)}`, options.apiUrl), {
+          method: 'DELETE',
+          headers,
+          signal: AbortSignal.timeout(options.timeoutMs ?? 10_000),
+        }).catch(() => undefined);
+        await res?.body?.cancel();
+      });
+    },
+  };
 }
 
 /** The rows as an aligned table, header first. */

@@ -6,7 +6,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
-export type SignalKind = 'transition' | 'latency' | 'resync';
+export type SignalKind = 'transition' | 'latency' | 'resync' | 'reason';
 
 export interface ProberMetrics {
   /** A proxy joined the prober: its failure counter exists from now on (at 0). */
@@ -45,7 +45,7 @@ export function registerProberMetrics(
     labelNames: ['kind'] as const,
     registers: [registry],
   });
-  for (const kind of ['transition', 'latency', 'resync'] as const) signals.inc({ kind }, 0);
+  for (const kind of ['transition', 'latency', 'resync', 'reason'] as const) signals.inc({ kind }, 0);
   new Gauge({
     name: 'egress_prober_probes_in_flight',
     help: 'Probes running now.',

@@ -121,6 +121,8 @@ interface Tracked {
   /** The last few successful probes' latencies (ms), oldest first: the latency rule takes their median. */
   recentLatencies: number[];
   lastFailure: { reason: string; message: string } | undefined;
+  /** The failure reason of the last Unhealthy report sent (undefined after a Healthy one, or none yet). */
+  reportedReason: string | undefined;
   /** Clock time of the last report sent (or of seeding). */
   lastSignalAt: number;
   /** Wait before the next re-send while the condition disagrees: resyncFirstMs doubling to resyncAfterMs. */
@@ -159,7 +161,7 @@ export function createProber(options: ProberOptions): Prober {
     probes: 0,
     failures: 0,
     skippedPeriods: 0,
-    signals: { transition: 0, latency: 0, resync: 0 },
+    signals: { transition: 0, latency: 0, resync: 0, reason: 0 },
   };
 
   const scheduler: Scheduler<string> = new Scheduler<string>({
@@ -185,6 +187,7 @@ export function createProber(options: ProberOptions): Prober {
       latency: seed === 'Healthy' ? { millis: target.latencyMillis ?? 0, at: now } : undefined,
       recentLatencies: [],
       lastFailure: undefined,
+      reportedReason: undefined,
       lastSignalAt: now,
       resyncDelayMs: resyncFirstMs,
       running: false,
@@ -244,6 +247,7 @@ export function createProber(options: ProberOptions): Prober {
       report.reason = state.lastFailure.reason;
       report.message = state.lastFailure.message;
     }
+    state.reportedReason = healthy ? undefined : state.lastFailure?.reason;
     state.lastSignalAt = now;
     counts.signals[kind]++;
     metrics.signalled(kind);
@@ -349,6 +353,16 @@ export function createProber(options: ProberOptions): Prober {
       })
     ) {
       send(state, 'latency', now, typicalMillis);
+    } else if (
+      // Still Unhealthy, for another reason (refused credentials, then a missing Secret): the
+      // condition should say the current one; at most once per resyncFirstMs, so reasons that
+      // alternate (a timeout, then a refused connection) cost little.
+      verdict === 'Unhealthy' &&
+      !result.ok &&
+      state.lastFailure?.reason !== state.reportedReason &&
+      now - state.lastSignalAt >= resyncFirstMs
+    ) {
+      send(state, 'reason', now, undefined);
     } else if (verdict === 'Unknown' || state.target.condition === verdict) {
       state.resyncDelayMs = resyncFirstMs;
     } else if (now - state.lastSignalAt >= state.resyncDelayMs) {

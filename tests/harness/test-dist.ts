@@ -25,6 +25,7 @@ const SOURCE_DIRS = [
   'cli',
   'forwarding',
   'tenants',
+  'credentials',
   'gateway',
   'k8s-bridge',
   'kube',

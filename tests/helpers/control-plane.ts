@@ -96,13 +96,15 @@ export async function startControlPlane(opts: {
   startWorker?: boolean;
   /** An apiserver of the test's own (default: the shared one from the global setup). */
   kubeconfigPath?: string;
+  /** Where the worker, bridge and providers log (default: silent, or EP_TEST_LOG_LEVEL). */
+  logger?: Logger;
 }): Promise<ControlPlane> {
   quietTemporalRuntime();
   const kc = kubeConfig(opts.kubeconfigPath);
   const api = proxyClient(kc);
   const namespace = await createNamespace(kc, opts.prefix);
   const stateRoot = mkdtempSync(join(tmpdir(), `ep-${opts.prefix}-`));
-  const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
+  const logger = opts.logger ?? pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
   const range = privateLoopbackRange();
   const yaml =
     opts.providersYaml?.(stateRoot, range) ??

@@ -134,7 +134,7 @@ describe('prober with the control plane', () => {
     await signallerIdle();
     // Exactly the three transitions: a latency update (rate-limited to one per ten minutes from the last
     // report) or a resync (5 min of disagreement) would be a bug in a run this short.
-    expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0 });
+    expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0, reason: 0 });
     expect(signaller.stats()).toMatchObject({ delivered: 3, dropped: 0 });
     expect(await healthSignals(proxyWorkflowId(ref))).toHaveLength(3);
   });
@@ -160,7 +160,7 @@ describe('prober with the control plane', () => {
     await prober.stop();
     await signallerIdle();
     expect(probes.every((e) => e.result.ok)).toBe(true);
-    expect(prober.stats().signals).toEqual({ transition: 0, latency: 0, resync: 0 });
+    expect(prober.stats().signals).toEqual({ transition: 0, latency: 0, resync: 0, reason: 0 });
     expect(await healthSignals(workflowId)).toHaveLength(before);
     expect(healthy(await getProxy(cp.api, cp.namespace, 'px-probed'))?.status).toBe('True');
   });

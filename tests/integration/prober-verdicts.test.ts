@@ -201,7 +201,7 @@ describe('health prober', () => {
       const probes = journal.probes(key);
       expect(journal.signals(key)).toHaveLength(3);
       expect(probes.length).toBeGreaterThanOrEqual(11);
-      expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0 });
+      expect(prober.stats().signals).toEqual({ transition: 3, latency: 0, resync: 0, reason: 0 });
 
       // Every failure carried the reason of the way the proxy broke.
       expect(

@@ -195,6 +195,6 @@ describe('prober loop', () => {
     await runUntil(1_296_000); // the 1295 s probe: ten minutes after the last report
     expect(signals).toHaveLength(2);
     expect(signals[1]).toMatchObject({ healthy: true, latencyMillis: 300 });
-    expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0 });
+    expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0, reason: 0 });
   });
 });
