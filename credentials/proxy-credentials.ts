@@ -53,7 +53,8 @@ export const USERNAME_KEY = 'username';
 export const PASSWORD_KEY = 'password';
 /** What a 407 names as the realm. */
 export const PROXY_REALM = 'egress-proxies';
-const GENERATED_SUFFIX = '-proxy-auth';
+/** The generated Secret's name is the Proxy's and this (see generatedSecretName). */
+export const GENERATED_SUFFIX = '-proxy-auth';
 /** A Secret's name is a DNS subdomain: at most 253 characters. */
 const MAX_SECRET_NAME = 253;
 

@@ -18,12 +18,14 @@ import type { CloudInitRef, DesiredSpec } from '../workflows/proxy/types.js';
 
 export type SecretLookup = (namespace: string, name: string) => SecretView | undefined;
 
-/** A Managed Proxy's generated credentials, as the bridge found or made them. */
-export interface ManagedCredentials {
-  secret: string;
-  /** `credentialsDigest` of what the Secret holds. */
-  sha256: string;
-}
+/** A Managed Proxy's generated credentials, as the bridge found or made them, or why they cannot be used. */
+export type ManagedCredentials =
+  | {
+      secret: string;
+      /** `credentialsDigest` of what the Secret holds. */
+      sha256: string;
+    }
+  | { secret: string; problem: string };
 
 export function desiredSpecOf(
   proxy: Proxy,
@@ -57,7 +59,7 @@ export function desiredSpecOf(
     placement,
     port: spec.port,
     cloudInitSha256: cloudInitContentHash(cloudInitText),
-    credentialsSha256: credentials?.sha256 ?? '',
+    credentialsSha256: credentials && 'sha256' in credentials ? credentials.sha256 : '',
   };
   const legacySpecHashes = Object.keys(SPEC_HASH_VERSIONS)
     .map(Number)
@@ -77,6 +79,7 @@ export function desiredSpecOf(
   if (spec.endpoint) desired.endpoint = { host: spec.endpoint.host, port: spec.endpoint.port };
   if (cloudInit) desired.cloudInit = cloudInit;
   if (credentials) desired.credentialsSecret = credentials.secret;
+  if (credentials && 'problem' in credentials) desired.credentialsProblem = credentials.problem;
   if (cloudInitProblem) desired.cloudInitProblem = cloudInitProblem;
   // Absent unless set, so a Proxy without it signals exactly what it did before.
   if (spec.drainTimeoutSeconds) desired.drainTimeoutSeconds = spec.drainTimeoutSeconds;

@@ -20,7 +20,11 @@ import type { ResilientInformer } from '../kube/informer.js';
 import { proxyKey, refOf, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
 import { secretViewOf, type SecretView } from '../kube/cloud-init.js';
 import { credentialsFromSecret } from '../kube/proxy-credentials.js';
-import { credentialsDigest, generatedCredentialsRef } from '../credentials/proxy-credentials.js';
+import {
+  credentialsDigest,
+  GENERATED_SUFFIX,
+  generatedCredentialsRef,
+} from '../credentials/proxy-credentials.js';
 import { recordedStatusOf } from '../kube/recorded-status.js';
 import { proxyWorkflowId } from '../workflows/proxy/ids.js';
 import { deletionRequestedSignal, specChangedSignal } from '../workflows/proxy/messages.js';
@@ -153,6 +157,10 @@ export function createProxyReconciler(deps: ProxyReconcilerDeps): ProxyReconcile
       for (const owner of secret.metadata?.ownerReferences ?? []) {
         if (owner.kind === 'Proxy') enqueue(proxyKey({ namespace, name: owner.name }));
       }
+      // One someone made under the generated name (no owner): the Proxy it is named for.
+      const name = secret.metadata?.name ?? '';
+      if (name.endsWith(GENERATED_SUFFIX))
+        enqueue(proxyKey({ namespace, name: name.slice(0, -GENERATED_SUFFIX.length) }));
     },
     resync() {
       ctx.sent.forgetAll();
@@ -214,9 +222,9 @@ async function signalGone(ctx: Context, k: string, span: SpanHandle): Promise<vo
  * A Managed Proxy's generated credentials: the Secret in the cache, or one
  * made now (before any instance exists, so the instance is made with them).
  * A Proxy being deleted gets none made. A Secret of that name that is not
- * usable (a user's, unlabelled, or without the keys) stops the reconcile
- * with an error naming it, retried with backoff: its instance is not made
- * open to everyone instead.
+ * usable (a user's, unlabelled, or without the keys) is a problem the
+ * workflow shows (Provisioned False, CredentialsError): its instance is not
+ * made open to everyone instead. A change to the Secret queues the Proxy.
  */
 async function managedCredentials(ctx: Context, proxy: Proxy): Promise<ManagedCredentials | undefined> {
   if (proxy.spec.mode !== 'Managed') return undefined;
@@ -229,7 +237,7 @@ async function managedCredentials(ctx: Context, proxy: Proxy): Promise<ManagedCr
     view = await ctx.createCredentialsSecret(ref);
   }
   const read = credentialsFromSecret(ref.namespace, where, view);
-  if ('problem' in read) throw new Error(`the proxy's credentials: ${read.problem}`);
+  if ('problem' in read) return { secret: where.secret, problem: `the proxy's credentials: ${read.problem}` };
   return { secret: where.secret, sha256: credentialsDigest(read.credentials) };
 }
 

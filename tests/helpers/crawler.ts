@@ -16,7 +16,17 @@ export interface LeasedProxy {
 
 export interface LeaseAnswer {
   status: number;
-  body: { leaseID: string; proxy: LeasedProxy };
+  /** `proxyURL`: the proxy with its credentials, as a crawler uses it. */
+  body: { leaseID: string; proxy: LeasedProxy; proxyURL?: string };
+}
+
+/** The Proxy-Authorization a lease's proxyURL carries (undefined: a proxy without credentials). */
+export function authorizationOf(proxyURL: string | undefined): string | undefined {
+  if (!proxyURL) return undefined;
+  const url = new URL(proxyURL);
+  if (!url.username) return undefined;
+  const pair = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+  return `Basic ${Buffer.from(pair).toString('base64')}`;
 }
 
 export function leaseApi(baseUrl: string) {
@@ -52,6 +62,8 @@ export function connectThrough(
   port: number,
   targetPort: number,
   timeoutMs = 5_000,
+  /** The proxy's credentials (authorizationOf a lease's proxyURL). */
+  proxyAuthorization?: string,
 ): Promise<number> {
   return new Promise((resolve) => {
     const req = request({
@@ -59,6 +71,7 @@ export function connectThrough(
       port,
       method: 'CONNECT',
       path: `127.0.0.1:${targetPort}`,
+      ...(proxyAuthorization ? { headers: { 'proxy-authorization': proxyAuthorization } } : {}),
       timeout: timeoutMs,
       agent: false,
     });

@@ -14,6 +14,7 @@ import { reuseConnections } from '../../kube/connections.js';
 import { createProviderHealthClient, type ProviderHealthClient } from '../../kube/provider-healths.js';
 import { createProxyClient, type ProxyClient } from '../../kube/proxies.js';
 import { getProxy } from './kube-objects.js';
+import { getThroughConnect } from './net.js';
 import { eventually } from './temporal.js';
 
 export * from './kube-objects.js';
@@ -130,4 +131,20 @@ export async function generatedCredentials(
   const decode = (key: string) => Buffer.from(secret.data?.[key] ?? '', 'base64').toString('utf8');
   const credentials = { username: decode('username'), password: decode('password') };
   return { authorization: proxyAuthorization(credentials), credentials, secret };
+}
+
+/**
+ * A GET through a Managed Proxy's instance (its status.ip and spec.port)
+ * over CONNECT, with the Proxy's generated credentials: the target's body.
+ */
+export async function throughProxy(
+  kc: KubeConfig,
+  proxy: Proxy,
+  targetPort: number,
+  timeoutMs = 5_000,
+): Promise<string> {
+  const namespace = proxy.metadata.namespace ?? 'default';
+  const { authorization } = await generatedCredentials(kc, namespace, proxy.metadata.name);
+  const port = proxy.spec.port ?? 3128;
+  return getThroughConnect(proxy.status?.ip ?? '', port, targetPort, timeoutMs, '127.0.0.1', authorization);
 }

@@ -8,7 +8,7 @@
  * Every CONNECT through a proxy whose lease is held must succeed: a failure
  * is a lease that pointed at a proxy that was removed (`broken`).
  */
-import { connectThrough, leaseApi } from './crawler.js';
+import { authorizationOf, connectThrough, leaseApi } from './crawler.js';
 
 export interface RampSample {
   /** Seconds since the ramp started. */
@@ -90,7 +90,13 @@ export async function runLeaseRamp(opts: RampOptions): Promise<RampResult> {
       const { leaseID, proxy } = answer.body;
       try {
         const check = async (when: string) => {
-          const code = await connectThrough(proxy.ip, proxy.port, opts.targetPort);
+          const code = await connectThrough(
+            proxy.ip,
+            proxy.port,
+            opts.targetPort,
+            5_000,
+            authorizationOf(answer.body.proxyURL),
+          );
           if (code !== 200) {
             broken++;
             if (brokenDetails.length < 20)

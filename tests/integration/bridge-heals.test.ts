@@ -17,10 +17,11 @@ import type { Bridge } from '../../k8s-bridge/bridge.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, editProxySpec, isProvisioned, waitForProxy } from '../helpers/kube.js';
+import { throughProxy } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { metricValue } from '../helpers/observability.js';
 import { eventually } from '../helpers/temporal.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { startTarget } from '../helpers/net.js';
 
 const run = promisify(execFile);
 /** Short for the test; the default is 2 minutes (at most 5 by the issue). */
@@ -139,6 +140,6 @@ describe('the bridge restarts a Proxy workflow that stopped', () => {
     const after = await cp.instancesOf(uid);
     expect(after).toHaveLength(1);
     expect(after[0]!.createdAt!.getTime()).toBeGreaterThan(instances[0]!.createdAt!.getTime());
-    expect(await getThroughConnect(replaced.status!.ip!, 18402, target.port)).toBe('egress ok');
+    expect(await throughProxy(cp.kc, replaced, target.port)).toBe('egress ok');
   });
 });

@@ -17,11 +17,23 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { curlThrough } from './gateway-helpers.js';
-import { egressIpThrough } from '../../cli/egress-ip.js';
+import { egressIpThrough, fromProxyUrl } from '../../cli/egress-ip.js';
 import { eventually } from '../helpers/temporal.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/** A Proxy's generated credentials, read with kubectl as a user would, as a Proxy-Authorization value. */
+async function secretAuthorization(kubectl: string, kubeconfig: string, proxy: string): Promise<string> {
+  const { stdout } = await eventually(`the Secret of ${proxy}`, () =>
+    run(kubectl, ['--kubeconfig', kubeconfig, 'get', 'secret', `${proxy}-proxy-auth`, '-o', 'json']).catch(
+      () => undefined,
+    ),
+  );
+  const { data } = JSON.parse(stdout) as { data: { username: string; password: string } };
+  const pair = `${Buffer.from(data.username, 'base64').toString()}:${Buffer.from(data.password, 'base64').toString()}`;
+  return `Basic ${Buffer.from(pair).toString('base64')}`;
+}
 
 describe('make dev (egress-proxies dev)', () => {
   const cache = mkdtempSync(join(tmpdir(), 'ep-dev-'));
@@ -111,25 +123,73 @@ describe('make dev (egress-proxies dev)', () => {
     ]);
     const names = ['local-1', 'local-2', 'local-3'];
     const endpoints = await Promise.all(names.map((name) => provisioned(name)));
+    // Every proxy asks for the credentials in its Proxy's Secret, made by the bridge.
+    await expect(egressIpThrough(endpoints[0]!.ip, endpoints[0]!.port, echoUrl!)).rejects.toThrow(/HTTP 407/);
+    const authorizations = await Promise.all(
+      names.map((name) => secretAuthorization(kubectl, kubeconfig!, name)),
+    );
     const seen = await Promise.all(
-      endpoints.map((e) => egressIpThrough(e.ip, e.port, echoUrl!, { via: 'connect' })),
+      endpoints.map((e, i) =>
+        egressIpThrough(e.ip, e.port, echoUrl!, { via: 'connect', proxyAuthorization: authorizations[i]! }),
+      ),
     );
     expect(seen).toEqual(endpoints.map((e) => e.ip));
     expect(new Set(seen).size).toBe(3);
-    // The gateway is in the banner and answers as a proxy: through one of these proxies once one is
-    // Ready (their probe URL is the lease API's preferred port, which this dev may not have), else 503.
+    for (const [i, e] of endpoints.entries())
+      expect(await egressIpThrough(e.ip, e.port, echoUrl!, { proxyAuthorization: authorizations[i]! })).toBe(
+        e.ip,
+      );
+
+    // The samples probe the lease API's preferred port, which this dev may not have: point them at its own.
+    const apiUrl = /lease API (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)![1]!;
+    for (const name of names) {
+      await run(kubectl, [
+        '--kubeconfig',
+        kubeconfig!,
+        'patch',
+        'px',
+        name,
+        '--type',
+        'merge',
+        '-p',
+        JSON.stringify({ spec: { healthCheck: { probeURL: `${apiUrl}/healthz`, intervalSeconds: 1 } } }),
+      ]);
+    }
+    // Ready: the prober went through each proxy with its credentials.
+    await eventually(
+      'the three Proxies Ready',
+      async () => {
+        const { stdout } = await run(kubectl, [
+          '--kubeconfig',
+          kubeconfig!,
+          'get',
+          'px',
+          '-o',
+          'jsonpath={range .items[*]}{.status.phase}{" "}{end}',
+        ]);
+        return stdout.trim() === 'Ready Ready Ready' || undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    // The banner's way to a proxy URL: a lease's proxyURL, which works as it is.
+    expect(banner).toContain(`curl -s -d '{"ttlSeconds":60}' ${apiUrl}/v1/leases | jq -r .proxyURL`);
+    const lease = (await (
+      await fetch(`${apiUrl}/v1/leases`, { method: 'POST', body: '{"ttlSeconds":60}' })
+    ).json()) as { leaseID: string; proxy: { ip: string }; proxyURL: string };
+    const viaLease = fromProxyUrl(lease.proxyURL);
+    expect(viaLease.host).toBe(lease.proxy.ip);
+    expect(await egressIpThrough(viaLease.host, viaLease.port, echoUrl!, viaLease)).toBe(lease.proxy.ip);
+    await fetch(`${apiUrl}/v1/leases/${lease.leaseID}`, { method: 'DELETE' });
+    // The gateway is in the banner and answers as a proxy, through one of these (with their credentials).
     const gatewayUrl = /proxy endpoint (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)?.[1];
     expect(gatewayUrl).toBeDefined();
     // Its targets are on the loopback: dev allows it, and says so.
     expect(banner).toContain('egress policy: loopback allowed (dev)');
     const viaGateway = await curlThrough(gatewayUrl!, 'session-dev', '', echoUrl!);
-    if (viaGateway.status === 200)
-      expect(endpoints.map((e) => e.ip)).toContain((JSON.parse(viaGateway.body) as { ip: string }).ip);
-    else expect(viaGateway.body).toContain('no healthy proxy with free capacity matched');
-    for (const e of endpoints) expect(await egressIpThrough(e.ip, e.port, echoUrl!)).toBe(e.ip);
+    expect(viaGateway.status).toBe(200);
+    expect(endpoints.map((e) => e.ip)).toContain((JSON.parse(viaGateway.body) as { ip: string }).ip);
 
-    // The script of the README prints the same, one line per proxy.
-    const apiUrl = /lease API (http:\/\/127\.0\.0\.1:\d+)/.exec(banner)![1]!;
+    // The script of the README prints the same, one line per proxy (leasing each for its credentials).
     // Until the lease API's informer has every status.ip the script says "no address yet" and exits 1.
     const table = await eventually(
       'show-egress-ips with an egress IP for every proxy',
@@ -163,9 +223,10 @@ describe('make dev (egress-proxies dev)', () => {
     ]);
     const replaced = await provisioned('local-2', endpoints[1]!.specHash);
     expect(replaced.port).toBe(endpoints[1]!.port + 1);
-    expect(await egressIpThrough(replaced.ip, replaced.port, echoUrl!)).toBe(replaced.ip);
+    const local2 = { proxyAuthorization: authorizations[1]! };
+    expect(await egressIpThrough(replaced.ip, replaced.port, echoUrl!, local2)).toBe(replaced.ip);
     expect(replaced.ip).not.toBe(endpoints[1]!.ip);
-    await expect(egressIpThrough(endpoints[1]!.ip, endpoints[1]!.port, echoUrl!)).rejects.toThrow(
+    await expect(egressIpThrough(endpoints[1]!.ip, endpoints[1]!.port, echoUrl!, local2)).rejects.toThrow(
       /ECONNREFUSED/,
     );
 

@@ -525,13 +525,19 @@ describe('infra/k8s on an enforcing apiserver', () => {
     const workerKc = new KubeConfig();
     workerKc.loadFromFile(kubeconfigs.worker);
     expect(await deriveInstallation(workerKc)).toMatch(/^cluster-[0-9a-f]{16}$/);
-    // The api's identity reads Proxies and nothing else.
+    // The api's identity reads Proxies, and lists Secrets (the labelled credentials it watches), nothing more.
     const apiCore = (() => {
       const k = new KubeConfig();
       k.loadFromFile(kubeconfigs.api);
       return k.makeApiClient(CoreV1Api);
     })();
-    await expect(apiCore.listNamespacedSecret({ namespace: proxyNs })).rejects.toMatchObject({ code: 403 });
+    await expect(apiCore.readNamespacedSecret({ namespace: proxyNs, name: 'ci' })).rejects.toMatchObject({
+      code: 403,
+    });
+    await expect(
+      apiCore.createNamespacedSecret({ namespace: proxyNs, body: { metadata: { name: 'nope' } } }),
+    ).rejects.toMatchObject({ code: 403 });
+    await expect(apiCore.listNamespacedPod({ namespace: proxyNs })).rejects.toMatchObject({ code: 403 });
 
     const providersFile = join(dir, 'providers.yaml');
     writeFileSync(

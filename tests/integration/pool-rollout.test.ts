@@ -20,6 +20,7 @@ import type { ControlPlane } from '../helpers/control-plane.js';
 import type { ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually } from '../helpers/temporal.js';
 import {
+  authorizationOf,
   connectThrough,
   leaseApi,
   type LeasedProxy,
@@ -123,7 +124,13 @@ describe('a ProxyPool under crawler load', () => {
         const started = Date.now();
         // The crawl: the lease is held for a while.
         await new Promise((r) => setTimeout(r, (HOLD_MIN_S + rand() * (HOLD_MAX_S - HOLD_MIN_S)) * 1_000));
-        const code = await connectThrough(held.ip, held.port, target.port, 5_000);
+        const code = await connectThrough(
+          held.ip,
+          held.port,
+          target.port,
+          5_000,
+          authorizationOf(answer.body.proxyURL),
+        );
         checked++;
         if (code !== 200) broken.push({ proxy: held.id, ip: held.ip, heldMs: Date.now() - started, code });
         await leases.release(answer.body.leaseID);

@@ -143,7 +143,7 @@ describe('probe through a proxy', () => {
     ['close', 'ProtocolError', 'closed'],
     ['garbage', 'ProtocolError', 'not HTTP'],
     ['status-403', 'ProxyRefused', '403'],
-    ['status-407', 'ProxyRefused', '407'],
+    ['status-407', 'AuthFailed', 'asks for credentials and the Proxy has none (407 to CONNECT'],
     ['status-502', 'ProxyRefused', '502'],
   ])('https through a proxy that %s: %s', async (mode, reason, inMessage) => {
     const fault = await startFaultProxy(mode);
@@ -160,7 +160,11 @@ describe('probe through a proxy', () => {
   it.each<[FaultMode, Partial<ProbeResult>]>([
     ['close', { reason: 'ProtocolError' }],
     ['garbage', { reason: 'ProtocolError' }],
-    ['status-407', { reason: 'BadStatus', status: 407 }],
+    // Only a proxy answers 407 to a plain request: its own verdict, not the target's status.
+    [
+      'status-407',
+      { reason: 'AuthFailed', message: expect.stringContaining('(407 to GET http://') as string },
+    ],
   ])('http through a proxy that %s', async (mode, expected) => {
     const fault = await startFaultProxy(mode);
     try {

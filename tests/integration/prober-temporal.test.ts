@@ -15,6 +15,8 @@ import type { HealthReport, ProxyRef } from '../../workflows/proxy/types.js';
 import { createProxyProbeTargets } from '../../prober/kube-targets.js';
 import type { ResilientInformer } from '../../kube/informer.js';
 import { createProxyInformer } from '../../kube/proxy-informer.js';
+import { cachedCredentials, createCredentialsSecretInformer } from '../../kube/proxy-credentials.js';
+import type { V1Secret } from '@kubernetes/client-node';
 import { createProber, type ProbeEvent, type Prober } from '../../prober/prober.js';
 import { createTemporalHealthSignaller, type HealthSignaller } from '../../prober/signaller.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
@@ -27,6 +29,8 @@ describe('prober with the control plane', () => {
   let target: ProbeTarget;
   let prober: Prober | undefined;
   let informer: ResilientInformer<Proxy> | undefined;
+  /** The Proxies' generated credentials, as the api process reads them. */
+  let credentialSecrets: ResilientInformer<V1Secret> | undefined;
   let signaller: HealthSignaller | undefined;
   let ref: ProxyRef;
   let ip: string;
@@ -38,6 +42,7 @@ describe('prober with the control plane', () => {
   afterAll(async () => {
     await prober?.stop();
     await informer?.stop();
+    await credentialSecrets?.stop();
     await signaller?.stop();
     await cp?.close();
     await target?.close();
@@ -95,8 +100,15 @@ describe('prober with the control plane', () => {
     signaller = createTemporalHealthSignaller(cp.client, { logger: cp.logger });
     informer = createProxyInformer({ kubeConfig: cp.kc, logger: cp.logger, namespace: cp.namespace });
     await informer.start();
+    credentialSecrets = createCredentialsSecretInformer({
+      kubeConfig: cp.kc,
+      logger: cp.logger,
+      scopes: [cp.namespace],
+    });
+    await credentialSecrets.start();
     prober = createProber({
       targets: createProxyProbeTargets(informer),
+      credentials: cachedCredentials(credentialSecrets),
       signal: signaller.signal,
       logger: cp.logger,
       registry: new Registry(),
@@ -148,6 +160,7 @@ describe('prober with the control plane', () => {
     // A new prober on the same informer, as after an api process restart: seeded from the Healthy condition.
     prober = createProber({
       targets: createProxyProbeTargets(informer!),
+      credentials: cachedCredentials(credentialSecrets!),
       signal: signaller!.signal,
       logger: cp.logger,
       registry: new Registry(),

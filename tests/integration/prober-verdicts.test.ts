@@ -335,7 +335,7 @@ describe('health prober', () => {
       close: { reason: 'ProtocolError', message: 'closed' },
       garbage: { reason: 'ProtocolError', message: 'not HTTP' },
       'status-403': { reason: 'ProxyRefused', message: '403' },
-      'status-407': { reason: 'ProxyRefused', message: '407' },
+      'status-407': { reason: 'AuthFailed', message: '407' },
       'status-502': { reason: 'ProxyRefused', message: '502' },
       hang: { reason: 'Timeout', message: 'CONNECT' },
     };

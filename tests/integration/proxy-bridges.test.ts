@@ -17,9 +17,10 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
+import { throughProxy } from '../helpers/kube.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { activityCalls, eventually, instanceCreates } from '../helpers/temporal.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { startTarget } from '../helpers/net.js';
 import { metricValue } from '../helpers/observability.js';
 
 /** specChanged signals (signalWithStart) a bridge has sent, from its metrics. */
@@ -86,7 +87,7 @@ describe('several bridges at once', () => {
       const p = running[i]!;
       expect(p.metadata.finalizers?.filter((f) => f === FINALIZER)).toHaveLength(1);
       expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
-      expect(await getThroughConnect(p.status!.ip!, port(i, 1), target.port)).toBe('bridges ok');
+      expect(await throughProxy(cp.kc, p, target.port)).toBe('bridges ok');
       const history = await events(name, uid(name));
       expect(history.filter((e) => e.workflowExecutionStartedEventAttributes)).toHaveLength(1);
       // The status is written inside the workflow task that created the
@@ -125,7 +126,7 @@ describe('several bridges at once', () => {
     for (const [i, name] of names.entries()) {
       const p = replaced[i]!;
       expect((await mine(uid(name))).map((x) => x.id)).toEqual([p.status!.providerID]);
-      expect(await getThroughConnect(p.status!.ip!, port(i, 2), target.port)).toBe('bridges ok');
+      expect(await throughProxy(cp.kc, p, target.port)).toBe('bridges ok');
       // The replacement's create and status write are local activities of one
       // workflow task: the status can be read before that task is in history.
       await eventually('the replacement create in history', async () =>

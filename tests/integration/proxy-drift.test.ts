@@ -20,7 +20,8 @@ import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.
 import type { ProxyRef } from '../../workflows/proxy/types.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createProxy, deleteProxy, isProvisioned, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { throughProxy } from '../helpers/kube.js';
+import { startTarget } from '../helpers/net.js';
 import { eventually, instanceCreates, maybeRecord } from '../helpers/temporal.js';
 
 const HOUR = 3_600_000;
@@ -183,7 +184,7 @@ describe('drift found by the per-provider sweep', () => {
     // The replacement forwards.
     const target = await startTarget('through the replacement');
     try {
-      expect(await getThroughConnect(again.status!.ip!, 18185, target.port)).toBe('through the replacement');
+      expect(await throughProxy(cp.kc, again, target.port)).toBe('through the replacement');
     } finally {
       await target.close();
     }

@@ -16,6 +16,7 @@ import { MARK_UID, type Provider } from '../../providers/types.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { healthChangedSignal, stateQuery } from '../../workflows/proxy/messages.js';
 import { createProxy, deleteProxy, getProxy, isProvisioned, waitForProxy } from '../helpers/kube.js';
+import { throughProxy } from '../helpers/kube.js';
 import {
   FAST_TIMING,
   privateLoopbackRange,
@@ -24,7 +25,7 @@ import {
 } from '../helpers/control-plane.js';
 import type { CrashWorkerArgs } from '../helpers/crash-worker.js';
 import { eventually } from '../helpers/temporal.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { startTarget } from '../helpers/net.js';
 
 describe('Proxy workflow durability', () => {
   let cp: ControlPlane;
@@ -98,7 +99,7 @@ describe('Proxy workflow durability', () => {
     );
     expect(mine).toHaveLength(1);
     expect(mine[0]!.id).toBe(running.status?.providerID);
-    expect(await getThroughConnect(running.status!.ip!, 18280, target.port)).toBe('durable ok');
+    expect(await throughProxy(cp.kc, running, target.port)).toBe('durable ok');
     await remove('crash');
   });
 
@@ -186,7 +187,7 @@ describe('Proxy workflow durability', () => {
       const mine = await plane.instancesOf(uid);
       expect(mine).toHaveLength(1);
       expect(mine[0]!.id).toBe(running.status?.providerID);
-      expect(await getThroughConnect(running.status!.ip!, 18282, target.port)).toBe('durable ok');
+      expect(await throughProxy(cp.kc, running, target.port)).toBe('durable ok');
     } finally {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGKILL');

@@ -32,10 +32,11 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
+import { throughProxy } from '../helpers/kube.js';
 import { privateLoopbackRange, startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { metricValue } from '../helpers/observability.js';
 import { activityCalls, eventually, instanceCreates, maybeRecord } from '../helpers/temporal.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { startTarget } from '../helpers/net.js';
 
 describe('Proxy workflow edges', () => {
   let cp: ControlPlane;
@@ -91,7 +92,7 @@ describe('Proxy workflow edges', () => {
     const local = cp.registry.get('local')!;
     const instance = await local.get(p.status!.providerID!, AbortSignal.timeout(5_000));
     expect(instance.state).toBe('Running');
-    expect(await getThroughConnect(p.status!.ip!, 18180, target.port)).toBe('edge ok');
+    expect(await throughProxy(cp.kc, p, target.port)).toBe('edge ok');
     await local.delete(p.status!.providerID!, AbortSignal.timeout(5_000));
   });
 
@@ -153,7 +154,7 @@ describe('Proxy workflow edges', () => {
       }),
     );
     const recovered = await waitFor('later', 'Running after the provider appeared', provisioned);
-    expect(await getThroughConnect(recovered.status!.ip!, 18181, target.port)).toBe('edge ok');
+    expect(await throughProxy(cp.kc, recovered, target.port)).toBe('edge ok');
     await remove('later');
     await gone('later');
   });
@@ -220,7 +221,8 @@ describe('Proxy workflow edges', () => {
       expect(condition(after, 'Ready')).toEqual(condition(before, 'Ready'));
       const mine = await cp.instancesOf(ref.uid);
       expect(mine).toHaveLength(1);
-      expect(await getThroughConnect(view.ip!, 18182, target.port)).toBe('edge ok');
+      expect(view.ip).toBe(after.status?.ip);
+      expect(await throughProxy(cp.kc, after, target.port)).toBe('edge ok');
     } finally {
       await second.stop();
     }
@@ -248,8 +250,8 @@ describe('Proxy workflow edges', () => {
         provisioned(p) && p.status?.observedGeneration === 2 && p.status.specHash !== before.status?.specHash,
     );
     expect((await handle.describe()).runId).not.toBe(firstRun);
-    expect(await getThroughConnect(after.status!.ip!, 18191, target.port)).toBe('edge ok');
-    await expect(getThroughConnect(before.status!.ip!, 18190, target.port)).rejects.toThrow();
+    expect(await throughProxy(cp.kc, after, target.port)).toBe('edge ok');
+    await expect(throughProxy(cp.kc, before, target.port)).rejects.toThrow();
     expect(await cp.instancesOf(ref.uid)).toHaveLength(1);
     const view = await handle.query(stateQuery);
     expect(view.instanceSpecHash).toBe(view.specHash);
@@ -401,7 +403,7 @@ describe('Proxy workflow edges', () => {
     expect(provisioned(kept)).toBe(true);
     expect(kept.status?.providerID).toBe(running.status?.providerID);
     expect(kept.status?.specHash).toBe(running.status?.specHash);
-    expect(await getThroughConnect(kept.status!.ip!, 18186, target.port)).toBe('edge ok');
+    expect(await throughProxy(cp.kc, kept, target.port)).toBe('edge ok');
 
     await core.createNamespacedSecret({ namespace: cp.namespace, body: secret });
     const resolved = await waitFor(

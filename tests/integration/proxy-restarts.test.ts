@@ -41,9 +41,10 @@ import {
   waitForProxy,
   waitForProxyGone,
 } from '../helpers/kube.js';
+import { throughProxy } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { activityCalls, eventually, instanceCreates, workflowBundle } from '../helpers/temporal.js';
-import { getThroughConnect, startTarget } from '../helpers/net.js';
+import { startTarget } from '../helpers/net.js';
 import { holdProvisioning, type HeldProvisioning } from '../helpers/held-provisioning.js';
 
 describe('restarts of the apiserver and the Temporal server', () => {
@@ -176,7 +177,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
       (p) =>
         provisioned(p) && p.status?.observedGeneration === 2 && p.status.specHash !== first.status?.specHash,
     );
-    expect(await getThroughConnect(replaced.status!.ip!, 18381, target.port)).toBe('restart ok');
+    expect(await throughProxy(kc, replaced, target.port)).toBe('restart ok');
 
     // The Temporal server goes away and comes back with its database.
     await temporal.stop();
@@ -286,7 +287,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
     const running = await waitFor('mid-create-kube', 'Running after the apiserver restart', provisioned);
     expect(running.status?.providerID).toBe(id);
     expect(running.status?.observedGeneration).toBe(1);
-    expect(await getThroughConnect(running.status!.ip!, 18382, target.port)).toBe('restart ok');
+    expect(await throughProxy(kc, running, target.port)).toBe('restart ok');
     expect((await instancesOf(uid)).map((i) => i.id)).toEqual([id]);
     expect(await creates('mid-create-kube', uid)).toBe(1);
 
@@ -310,7 +311,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
 
     const running = await waitFor('mid-create-temporal', 'Running after the Temporal restart', provisioned);
     expect(running.status?.providerID).toBe(id);
-    expect(await getThroughConnect(running.status!.ip!, 18383, target.port)).toBe('restart ok');
+    expect(await throughProxy(kc, running, target.port)).toBe('restart ok');
     expect((await instancesOf(uid)).map((i) => i.id)).toEqual([id]);
     expect(await creates('mid-create-temporal', uid)).toBe(1);
     // The run that was polling before the restart carried on (no new run was started).
@@ -351,7 +352,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
       (p) => provisioned(p) && p.status?.observedGeneration === 2,
     );
     expect(replaced.status?.specHash).toBe(replacing.status?.specHash);
-    expect(await getThroughConnect(replaced.status!.ip!, 18385, target.port)).toBe('restart ok');
+    expect(await throughProxy(kc, replaced, target.port)).toBe('restart ok');
     expect(await instancesOf(uid)).toHaveLength(1);
     expect(await creates('mid-replace', uid)).toBe(2);
     expect(await activities('mid-replace', uid, 'deleteInstance')).toBe(1);

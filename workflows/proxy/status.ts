@@ -73,6 +73,8 @@ function provisionedCondition(state: ProxyState): ConditionSpec {
   }
   if (desired.cloudInitProblem && !state.instanceId)
     return c('False', 'CloudInitError', desired.cloudInitProblem);
+  if (desired.credentialsProblem && !state.instanceId)
+    return c('False', 'CredentialsError', desired.credentialsProblem);
   if (state.replacing) {
     return c(
       'False',

@@ -50,7 +50,7 @@ export function nextStep(state: ProxyState, clock?: StepClock): Step {
     }
   }
   if (!state.instanceId) {
-    if (desired.cloudInitProblem) return { kind: 'wait', ms: 'errorRetryMs' };
+    if (desired.cloudInitProblem || desired.credentialsProblem) return { kind: 'wait', ms: 'errorRetryMs' };
     return { kind: 'create' };
   }
   // A look (get, or the repeated delete of a replacement) waits until it is
@@ -61,7 +61,7 @@ export function nextStep(state: ProxyState, clock?: StepClock): Step {
   if (state.replacing) return look('delete');
   // The hash of a spec whose cloud-init cannot be read says nothing about the
   // instance: keep it, and neither replace nor adopt that hash.
-  if (desired.cloudInitProblem) return look('get');
+  if (desired.cloudInitProblem || desired.credentialsProblem) return look('get');
   if (!specMatchesInstance(state)) {
     if (needsDrain(state) && (!state.drain || !drainDone(state, clock?.nowMs ?? 0))) {
       return { kind: 'drain', untilMs: state.drain?.untilMs };

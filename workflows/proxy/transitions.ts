@@ -87,7 +87,9 @@ export function applySpec(state: ProxyState, incoming: DesiredSpec): boolean {
   if (JSON.stringify(next) === JSON.stringify(current)) return false;
   const generationChanged = incoming.generation > current.generation;
   const cloudInitChanged =
-    incoming.specHash !== current.specHash || incoming.cloudInitProblem !== current.cloudInitProblem;
+    incoming.specHash !== current.specHash ||
+    incoming.cloudInitProblem !== current.cloudInitProblem ||
+    incoming.credentialsProblem !== current.credentialsProblem;
   state.desired = next;
   // A spec edit recovers a latched failure; a Secret that changed recovers a cloud-init failure.
   if (

@@ -38,6 +38,12 @@ export interface DesiredSpec {
   legacySpecHashes: string[];
   /** Set when the bridge could not resolve the referenced Secret (missing or unlabelled). */
   cloudInitProblem?: string;
+  /**
+   * Set when the Secret named for the generated credentials is not usable
+   * (someone else's, unlabelled, a key missing): no instance is made open
+   * instead, and a running one is kept, as for cloudInitProblem.
+   */
+  credentialsProblem?: string;
   skipCleanup: boolean;
   deletionRequested: boolean;
   /** spec.drainTimeoutSeconds: replacing or deleting a running instance drains its leases first. */
