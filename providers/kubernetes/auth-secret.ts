@@ -4,9 +4,9 @@
  * Proxy, and a volume reads only its own namespace's Secrets), owned by the
  * pod so its deletion takes the Secret (the provider deletes it too, for a
  * cluster without the garbage collector). It holds the htpasswd line only
- * (Apache MD5 crypt), never the password; the pod mounts it by `subPath`,
- * which the kubelet never updates, so a pod keeps the credentials it was
- * made with while its replacement gets new ones.
+ * (Apache MD5 crypt), never the password, and is immutable: a pod keeps
+ * the credentials it was made with while its replacement (a new pod, a new
+ * Secret) gets new ones.
  */
 import type { V1Pod, V1Secret } from '@kubernetes/client-node';
 import { htpasswdLine, type ProxyCredentials } from '../../credentials/proxy-credentials.js';
@@ -26,6 +26,7 @@ export function buildAuthSecret(
     apiVersion: 'v1',
     kind: 'Secret',
     type: 'Opaque',
+    immutable: true,
     metadata: {
       name: req.name,
       namespace: podNamespace(req, config),

@@ -23,11 +23,14 @@ import type { KubernetesConfig } from './config.js';
 export const CONTAINER_NAME = 'squid';
 export const PORT_NAME = 'proxy';
 export const SQUID_CONF_PATH = '/etc/squid/squid.conf';
-/** Where the pod's htpasswd Secret is mounted (by subPath: never updated in place). */
-export const HTPASSWD_PATH = '/etc/squid/auth/htpasswd';
+/**
+ * Where the container command writes the htpasswd line it gets from the
+ * pod's Secret (SQUID_HTPASSWD, a secretKeyRef): a file Squid's helper, run
+ * as Squid's own user, can read whatever a volume's permissions would be.
+ */
+export const HTPASSWD_PATH = '/etc/squid/htpasswd';
 /** Debian's Squid package puts its helpers here. */
 export const BASIC_AUTH_HELPER = '/usr/lib/squid/basic_ncsa_auth';
-const AUTH_VOLUME = 'proxy-auth';
 /** The key of the pod's Secret (auth-secret.ts) that holds the htpasswd. */
 export const HTPASSWD_KEY = 'htpasswd';
 /** Which Proxy the pod serves, for people reading `kubectl get pods`; nothing reads it back. */
@@ -37,15 +40,17 @@ export const SHUTDOWN_LIFETIME_SECONDS = 3;
 export const TERMINATION_GRACE_SECONDS = 10;
 
 /**
- * The container command: write the config from the environment, then
- * become Squid (-N: stay in the foreground, so the container lives exactly
- * as long as Squid). `printf '%s\n'` writes the text byte for byte, with no
- * escape processing.
+ * The container command: write the config from the environment (and the
+ * htpasswd line, when the pod has one), then become Squid (-N: stay in the
+ * foreground, so the container lives exactly as long as Squid). `printf
+ * '%s\n'` writes the text byte for byte, with no escape processing.
  */
 export const SQUID_COMMAND = [
   '/bin/sh',
   '-c',
-  `printf '%s\\n' "$SQUID_CONF" > ${SQUID_CONF_PATH} && exec squid -N -f ${SQUID_CONF_PATH}`,
+  `printf '%s\\n' "$SQUID_CONF" > ${SQUID_CONF_PATH} && ` +
+    `{ [ -z "$SQUID_HTPASSWD" ] || printf '%s\\n' "$SQUID_HTPASSWD" > ${HTPASSWD_PATH}; } && ` +
+    `exec squid -N -f ${SQUID_CONF_PATH}`,
 ] as const;
 
 /**
@@ -72,6 +77,9 @@ export const SQUID_COMMAND = [
  *   credentials is answered 407, one from outside `clientCidrs` 403.
  * - `access_log none`: crawled URLs are not written to the container's disk
  *   (which nothing rotates).
+ * - `cache_log /dev/stderr`: Squid's own log (and its helpers' complaints)
+ *   in `kubectl logs`, and a crash's last lines in the pod's status (the
+ *   container's FallbackToLogsOnError), which the provider quotes.
  * - `shutdown_lifetime`: a deleted pod stops in seconds, not Squid's 30 s,
  *   so a replacement under the same name is not held up.
  */
@@ -111,6 +119,7 @@ export function squidConf(
       : ['http_access allow clients']),
     'http_access deny all',
     'access_log none',
+    'cache_log /dev/stderr',
     `shutdown_lifetime ${SHUTDOWN_LIFETIME_SECONDS} seconds`,
   ].join('\n');
 }
@@ -151,26 +160,29 @@ export function buildPod(req: CreateRequest, config: KubernetesConfig): V1Pod {
       enableServiceLinks: false,
       terminationGracePeriodSeconds: TERMINATION_GRACE_SECONDS,
       securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
-      ...(auth ? { volumes: [{ name: AUTH_VOLUME, secret: { secretName: req.name } }] } : {}),
       containers: [
         {
           name: CONTAINER_NAME,
           image: config.image,
           imagePullPolicy: 'IfNotPresent',
           command: [...SQUID_COMMAND],
+          // A crash's last log lines become the termination message, which the provider quotes.
+          terminationMessagePolicy: 'FallbackToLogsOnError',
           env: [
             {
               name: 'SQUID_CONF',
               value: squidConf(req.port, config.clientCidrs, config.egress, auth),
             },
+            // A reference, not the value: the pod spec never holds even the hash.
+            ...(auth
+              ? [
+                  {
+                    name: 'SQUID_HTPASSWD',
+                    valueFrom: { secretKeyRef: { name: req.name, key: HTPASSWD_KEY } },
+                  },
+                ]
+              : []),
           ],
-          ...(auth
-            ? {
-                volumeMounts: [
-                  { name: AUTH_VOLUME, mountPath: HTPASSWD_PATH, subPath: HTPASSWD_KEY, readOnly: true },
-                ],
-              }
-            : {}),
           ports: [{ name: PORT_NAME, containerPort: req.port, protocol: 'TCP' }],
           readinessProbe: {
             tcpSocket: { port: req.port },

@@ -99,6 +99,12 @@ function quote(message: string | undefined): string {
   return line.length > 300 ? `${line.slice(0, 297)}...` : line;
 }
 
+/** A crashed container's last log lines (its termination message): the end says why, so the end is kept. */
+function quoteTail(message: string | undefined): string {
+  const line = (message ?? '').replace(/\s+/g, ' ').trim();
+  return line.length > 300 ? `...${line.slice(-297)}` : line;
+}
+
 /** 128 + SIGKILL: what the kernel's OOM killer leaves, among other kills. */
 const SIGKILL_EXIT = 137;
 /** How runc and containerd word an OOM kill in a message when the reason is not OOMKilled. */
@@ -180,7 +186,7 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
         : last.exitCode === SIGKILL_EXIT && limit
           ? `: killed by SIGKILL, most likely the kernel's OOM killer at its memory limit ${limit} (the runtime does not always report OOMKilled for a container killed right after start); raise the provider's resources.memoryLimit`
           : last.message
-            ? `: ${quote(last.message)}`
+            ? `: ${quoteTail(last.message)}`
             : '';
       return { errorClass: 'Permanent', message: `${what} keeps crashing: ${exit}${hint}` };
     }

@@ -80,6 +80,7 @@ describe('squidConf', () => {
       'http_access allow clients',
       'http_access deny all',
       'access_log none',
+      'cache_log /dev/stderr',
       'shutdown_lifetime 3 seconds',
     ]);
   });
@@ -181,8 +182,9 @@ describe('buildPod', () => {
             command: [
               '/bin/sh',
               '-c',
-              `printf '%s\\n' "$SQUID_CONF" > /etc/squid/squid.conf && exec squid -N -f /etc/squid/squid.conf`,
+              `printf '%s\\n' "$SQUID_CONF" > /etc/squid/squid.conf && { [ -z "$SQUID_HTPASSWD" ] || printf '%s\\n' "$SQUID_HTPASSWD" > /etc/squid/htpasswd; } && exec squid -N -f /etc/squid/squid.conf`,
             ],
+            terminationMessagePolicy: 'FallbackToLogsOnError',
             env: [{ name: 'SQUID_CONF', value: squidConf(8443, DEFAULT_CLIENT_CIDRS) }],
             ports: [{ name: 'proxy', containerPort: 8443, protocol: 'TCP' }],
             readinessProbe: {

@@ -22,7 +22,7 @@ import {
 import { credentialsFromSecret, generatedCredentialsSecret } from '../../kube/proxy-credentials.js';
 import { kubernetesConfigSchema } from '../../providers/kubernetes/config.js';
 import { buildAuthSecret } from '../../providers/kubernetes/auth-secret.js';
-import { buildPod, HTPASSWD_PATH, squidConf } from '../../providers/kubernetes/pod.js';
+import { buildPod, squidConf } from '../../providers/kubernetes/pod.js';
 import type { CreateRequest } from '../../providers/types.js';
 
 const run = promisify(execFile);
@@ -176,17 +176,17 @@ describe('kubernetes pods with credentials', () => {
     credentials,
   };
 
-  it('mounts the htpasswd Secret named like the pod by subPath, and the password is nowhere in the pod', () => {
+  it("takes the htpasswd from the pod's Secret by reference (no volume), and the password is nowhere in the pod", () => {
     const pod = buildPod(request, config);
-    expect(pod.spec?.volumes).toEqual([
-      { name: 'proxy-auth', secret: { secretName: 'proxy-abcdefghijklmnop' } },
-    ]);
-    expect(pod.spec?.containers[0]?.volumeMounts).toEqual([
-      { name: 'proxy-auth', mountPath: HTPASSWD_PATH, subPath: 'htpasswd', readOnly: true },
-    ]);
+    expect(pod.spec?.volumes).toBeUndefined();
+    expect(pod.spec?.containers[0]?.env?.find((e) => e.name === 'SQUID_HTPASSWD')).toEqual({
+      name: 'SQUID_HTPASSWD',
+      valueFrom: { secretKeyRef: { name: 'proxy-abcdefghijklmnop', key: 'htpasswd' } },
+    });
     expect(JSON.stringify(pod)).not.toContain('never-in-the-pod');
+    expect(JSON.stringify(pod)).not.toContain('$apr1$');
     const { credentials: _none, ...without } = request;
-    expect(buildPod(without, config).spec?.volumes).toBeUndefined();
+    expect(buildPod(without, config).spec?.containers[0]?.env?.map((e) => e.name)).toEqual(['SQUID_CONF']);
   });
 
   it("the pod's Secret holds the htpasswd line only, owned by the pod, with the GC marks", () => {
