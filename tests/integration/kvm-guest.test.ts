@@ -41,6 +41,7 @@ import { proxyAuthorization } from '../../credentials/proxy-credentials.js';
 import {
   createPool,
   domainMacs,
+  guestRun,
   kvmRunsFirmware,
   serveFile,
   tempRoot,
@@ -81,33 +82,6 @@ runcmd:
   # The image leaves Squid off until its configuration is here.
   - systemctl enable --now squid
 `;
-}
-
-/** A command's standard output inside the guest, through the guest agent (guest-exec with captured output). */
-async function guestRun(domain: string, [path, ...arg]: string[]): Promise<string> {
-  const started = JSON.parse(
-    await virsh(
-      'qemu-agent-command',
-      domain,
-      JSON.stringify({ execute: 'guest-exec', arguments: { path, arg, 'capture-output': true } }),
-    ),
-  ) as { return: { pid: number } };
-  const status = await eventually(
-    `${path} in the guest`,
-    async () => {
-      const answer = JSON.parse(
-        await virsh(
-          'qemu-agent-command',
-          domain,
-          JSON.stringify({ execute: 'guest-exec-status', arguments: { pid: started.return.pid } }),
-        ),
-      ) as { return: { exited: boolean; exitcode?: number; 'out-data'?: string } };
-      return answer.return.exited ? answer.return : undefined;
-    },
-    { timeoutMs: 30_000, intervalMs: 250 },
-  );
-  expect(status.exitcode).toBe(0);
-  return Buffer.from(status['out-data'] ?? '', 'base64').toString('utf8');
 }
 
 describe('kvm: a real guest boots, serves CONNECT, is replaced and deleted', () => {
