@@ -19,6 +19,7 @@ import {
   formatProviderId,
   LABEL_UID,
   lastSegment,
+  vmUserData,
   type ComputeInstance,
 } from './instance.js';
 import type { ListCache } from './list-cache.js';
@@ -54,20 +55,22 @@ export class Inserts {
   /** The request's VM inserted (or adopted); its providerID. Runs inside the operation frame. */
   async create(req: CreateRequest, instance: string, signal: AbortSignal): Promise<string> {
     const { ops } = this.deps;
-    const zones = candidateZones(this.validate(req, instance), this.deps.config.zones);
+    // Made once: every zone tried gets the same user-data (one salt for the htpasswd).
+    const userData = vmUserData(req);
+    const zones = candidateZones(this.validate(req, instance, userData), this.deps.config.zones);
     // One watch budget for the whole create, whichever zones it tries, from the first insert's answer.
     const budget: InsertBudget = {};
     if (zones.length > 1) {
       // A retried create must not make a second VM of this name in an
       // earlier zone that has capacity again: look for it first (one call).
       const placed = await this.placedZone(req.name, zones, signal);
-      if (placed !== undefined) return this.insertIn(req, placed, budget, signal);
+      if (placed !== undefined) return this.insertIn(req, userData, placed, budget, signal);
     }
     const stockedOut: string[] = [];
     let last: ProviderError | undefined;
     for (const zone of zones) {
       try {
-        return await this.insertIn(req, zone, budget, signal);
+        return await this.insertIn(req, userData, zone, budget, signal);
       } catch (err) {
         // No capacity or quota in this zone: the next one of the region, if any.
         if (!(err instanceof ProviderError) || err.errorClass !== 'QuotaExceeded') throw err;
@@ -93,8 +96,8 @@ export class Inserts {
   }
 
   /** Placement and marks checked before any API call (placement.ts); the zone, or Permanent naming the field. */
-  private validate(req: CreateRequest, instance: string): string {
-    const checked = checkCreateRequest(req, this.deps.config);
+  private validate(req: CreateRequest, instance: string, userData: string | undefined): string {
+    const checked = checkCreateRequest(req, this.deps.config, userData);
     if ('problem' in checked) throw this.deps.ops.fail('Permanent', 'create', instance, checked.problem);
     return checked.zone;
   }
@@ -127,6 +130,7 @@ export class Inserts {
   /** One insert in one zone: submitted, adopted on 409, its operation watched within the create's budget. */
   private async insertIn(
     req: CreateRequest,
+    userData: string | undefined,
     zone: string,
     budget: InsertBudget,
     signal: AbortSignal,
@@ -136,7 +140,7 @@ export class Inserts {
     // A delete remembered for this name belongs to a VM that is gone (a replacement reuses the name).
     this.deps.deletes.forget(config.project, zone, req.name);
     const { instances } = await compute.api();
-    const body = buildInsertBody(req, config, zone);
+    const body = buildInsertBody(req, config, zone, userData);
     let operation: Operation;
     try {
       const [lro] = await compute
@@ -171,8 +175,9 @@ export class Inserts {
         serviceAccount: config.serviceAccount?.email,
         port: req.port,
         operation: operation.name,
-        // Never the text: it may hold secrets.
+        // Never the text: it may hold secrets (and the htpasswd).
         cloudInitBytes: Buffer.byteLength(req.cloudInit ?? '', 'utf8'),
+        credentialsPart: req.credentials !== undefined,
       },
       'insert submitted',
     );

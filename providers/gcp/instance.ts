@@ -12,6 +12,7 @@ import {
   type Instance,
   type InstanceState,
 } from '../types.js';
+import { userDataWithCredentials } from '../shared/cloud-init-credentials.js';
 import { networkPath, type GcpConfig } from './config.js';
 
 /** GCP project IDs, as the config accepts them. */
@@ -46,6 +47,15 @@ export const IMAGE = /^[A-Za-z0-9][-A-Za-z0-9_./:]{0,1023}$/;
 
 /** The user-data key cloud-init reads on GCE. */
 export const USER_DATA_KEY = 'user-data';
+
+/**
+ * The VM's user-data: the cloud-init text, with the htpasswd part when the
+ * Proxy has credentials. Each call salts the hash anew: a create makes it
+ * once and sends that to every zone it tries.
+ */
+export function vmUserData(req: Pick<CreateRequest, 'cloudInit' | 'credentials'>): string | undefined {
+  return userDataWithCredentials(req.cloudInit, req.credentials);
+}
 /** The access config that gives a VM its ephemeral external IP. */
 export const EXTERNAL_NAT = { name: 'External NAT', type: 'ONE_TO_ONE_NAT' } as const;
 
@@ -90,10 +100,17 @@ export const BLOCK_PROJECT_SSH_KEYS_KEY = 'block-project-ssh-keys';
  * ephemeral external IP (none when internalOnly), a boot disk deleted with
  * the VM (of diskType when set), the GC marks as labels, the network tag,
  * Spot scheduling when asked, the VM's service account when configured, and
- * metadata: `block-project-ssh-keys` (unless turned off) and the cloud-init
- * text as `user-data`, byte for byte. The caller has validated placement.
+ * metadata: `block-project-ssh-keys` (unless turned off) and `user-data`:
+ * the cloud-init text byte for byte, inside a multipart beside the htpasswd
+ * part when the Proxy has credentials (vmUserData). The caller has validated
+ * placement.
  */
-export function buildInsertBody(req: CreateRequest, config: GcpConfig, zone: string): ComputeInstance {
+export function buildInsertBody(
+  req: CreateRequest,
+  config: GcpConfig,
+  zone: string,
+  userData: string | undefined = vmUserData(req),
+): ComputeInstance {
   const initializeParams: NonNullable<NonNullable<ComputeInstance['disks']>[number]['initializeParams']> = {
     sourceImage: req.placement.image ?? '',
     diskSizeGb: String(config.diskSizeGb),
@@ -138,8 +155,7 @@ export function buildInsertBody(req: CreateRequest, config: GcpConfig, zone: str
   }
   const items: { key: string; value: string }[] = [];
   if (config.blockProjectSshKeys) items.push({ key: BLOCK_PROJECT_SSH_KEYS_KEY, value: 'true' });
-  if (req.cloudInit !== undefined && req.cloudInit !== '')
-    items.push({ key: USER_DATA_KEY, value: req.cloudInit });
+  if (userData !== undefined && userData !== '') items.push({ key: USER_DATA_KEY, value: userData });
   if (items.length > 0) body.metadata = { items };
   return body;
 }

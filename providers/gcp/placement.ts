@@ -13,6 +13,8 @@ export const METADATA_VALUE_MAX_BYTES = 256 * 1024;
 export function checkCreateRequest(
   req: CreateRequest,
   config: GcpConfig,
+  /** What goes into user-data (vmUserData): the cloud-init text, with the credentials part when there are credentials. */
+  userData: string | undefined = req.cloudInit,
 ): { zone: string } | { problem: string } {
   const bad = (problem: string) => ({ problem });
   if (typeof req.name !== 'string' || !INSTANCE_NAME.test(req.name)) {
@@ -40,10 +42,11 @@ export function checkCreateRequest(
     return bad(`placement.zone "${zone}" is not in region "${subnetRegion}" of gcp.subnetwork`);
   }
   // GCE refuses a metadata value over 256 KiB (400): said here, naming the field, before any call.
-  const cloudInitBytes = Buffer.byteLength(req.cloudInit ?? '', 'utf8');
-  if (cloudInitBytes > METADATA_VALUE_MAX_BYTES) {
+  const userDataBytes = Buffer.byteLength(userData ?? '', 'utf8');
+  if (userDataBytes > METADATA_VALUE_MAX_BYTES) {
+    const what = userData === req.cloudInit ? 'cloudInit' : "cloudInit with the proxy's credentials part";
     return bad(
-      `cloudInit is ${cloudInitBytes} bytes; GCE metadata takes at most ${METADATA_VALUE_MAX_BYTES} bytes (256 KiB) for user-data`,
+      `${what} is ${userDataBytes} bytes; GCE metadata takes at most ${METADATA_VALUE_MAX_BYTES} bytes (256 KiB) for user-data`,
     );
   }
   if (req.uid === '' || !LABEL_VALUE.test(req.uid)) {

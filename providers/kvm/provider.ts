@@ -152,6 +152,7 @@ class KvmProvider implements Provider {
     const iso = buildSeedIso({
       instanceName: req.name,
       cloudInit: req.cloudInit,
+      credentials: req.credentials,
       installGuestAgent: this.cfg.installGuestAgent,
       vendorData: this.cfg.vendorData,
     });

@@ -41,6 +41,7 @@ export class Seeds {
     const iso = buildSeedIso({
       instanceName: req.name,
       cloudInit: req.cloudInit,
+      credentials: req.credentials,
       installGuestAgent: this.config.installGuestAgent,
       vendorData: this.config.vendorData,
     });

@@ -1,9 +1,12 @@
 /**
  * The NoCloud seed: an ISO labelled `cidata` with `meta-data`, the Proxy's
- * `user-data` byte for byte (never parsed or re-rendered) and, when
- * configured, `vendor-data`. Built in memory; its bytes are only ever
+ * `user-data` byte for byte (never parsed or re-rendered; with credentials,
+ * inside a multipart beside the htpasswd part: cloud-init-credentials.ts)
+ * and, when configured, `vendor-data`. Built in memory; its bytes are only ever
  * streamed to the host, never logged.
  */
+import type { ProxyCredentials } from '../../credentials/proxy-credentials.js';
+import { userDataWithCredentials } from './cloud-init-credentials.js';
 import { buildIso9660 } from './iso9660.js';
 
 /**
@@ -49,6 +52,8 @@ export function buildVendorData(
 export interface SeedInput {
   instanceName: string;
   cloudInit: string | undefined;
+  /** The credentials the proxy must require: their htpasswd goes into user-data. */
+  credentials?: ProxyCredentials;
   installGuestAgent: boolean;
   vendorData: string | undefined;
 }
@@ -63,7 +68,13 @@ export function buildSeedIso(input: SeedInput): Buffer {
       ),
     },
     // No cloud-init given: an empty cloud-config, so NoCloud still finds a complete seed.
-    { name: 'user-data', data: Buffer.from(input.cloudInit ?? '#cloud-config\n{}\n', 'utf8') },
+    {
+      name: 'user-data',
+      data: Buffer.from(
+        userDataWithCredentials(input.cloudInit, input.credentials) ?? '#cloud-config\n{}\n',
+        'utf8',
+      ),
+    },
   ];
   const vendor = buildVendorData(input.installGuestAgent, input.vendorData);
   if (vendor !== undefined) files.push({ name: 'vendor-data', data: Buffer.from(vendor, 'utf8') });

@@ -3,7 +3,8 @@
  * (local-servers/libvirt.ts: libvirtd, sshd, the guest image): each run's
  * own transient storage pool, fake ARP entries for its domains, a local
  * HTTP server serving a tiny qcow2 image made with qemu-img (or a real
- * guest image), and what they look at (domains' MACs, sshd's children).
+ * guest image), and what they look at (domains' MACs, sshd's children,
+ * a command's output inside a guest).
  */
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -223,4 +224,35 @@ export async function kvmRunsFirmware(root: string): Promise<{ usable: boolean; 
   if (res.code !== 124 || bad !== null)
     return { usable: false, why: (bad?.[0] ?? `qemu exited ${res.code}`) + ' under -accel kvm' };
   return { usable: true, why: 'OVMF runs under -accel kvm -cpu host' };
+}
+
+/**
+ * A command's standard output inside a running guest, through its guest
+ * agent (guest-exec with captured output, then guest-exec-status until it
+ * has exited); throws when it exits non-zero or takes over `timeoutMs`.
+ */
+export async function guestRun(
+  domain: string,
+  [path, ...arg]: string[],
+  timeoutMs = 30_000,
+): Promise<string> {
+  const agent = async <T>(execute: string, args: object) =>
+    (
+      JSON.parse(await virsh('qemu-agent-command', domain, JSON.stringify({ execute, arguments: args }))) as {
+        return: T;
+      }
+    ).return;
+  const { pid } = await agent<{ pid: number }>('guest-exec', { path, arg, 'capture-output': true });
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const status = await agent<{ exited: boolean; exitcode?: number; 'out-data'?: string }>(
+      'guest-exec-status',
+      { pid },
+    );
+    const out = Buffer.from(status['out-data'] ?? '', 'base64').toString('utf8');
+    if (status.exited && status.exitcode === 0) return out;
+    if (status.exited) throw new Error(`${path} in ${domain} exited ${status.exitcode}: ${out}`);
+    if (Date.now() > deadline) throw new Error(`${path} in ${domain} still running after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }

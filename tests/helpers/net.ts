@@ -194,11 +194,12 @@ export class TcpRelay {
   }
 }
 
-/** CONNECT through the proxy, then TLS to the target and a GET: both statuses. */
+/** CONNECT through the proxy (with `proxyAuthorization`, when given), then TLS to the target and a GET: both statuses. */
 export function connectThrough(
   proxy: { host: string; port: number },
   target: URL,
   ca: string,
+  proxyAuthorization?: string,
 ): Promise<{ connect: number; get: number }> {
   return new Promise((resolve, reject) => {
     const socket = connect(proxy.port, proxy.host);
@@ -208,7 +209,11 @@ export function connectThrough(
       reject(e);
     });
     socket.once('connect', () =>
-      socket.write(`CONNECT ${target.host} HTTP/1.1\r\nHost: ${target.host}\r\n\r\n`),
+      socket.write(
+        `CONNECT ${target.host} HTTP/1.1\r\nHost: ${target.host}\r\n` +
+          (proxyAuthorization ? `Proxy-Authorization: ${proxyAuthorization}\r\n` : '') +
+          '\r\n',
+      ),
     );
     let head = '';
     const onData = (d: Buffer) => {

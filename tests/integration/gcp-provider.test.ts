@@ -40,8 +40,10 @@ import type { Proxy } from '../../resources/proxy-schema.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { FakeCompute } from '../helpers/gcp-fake.js';
+import { credentialsWriteFile, userDataParts } from '../helpers/user-data-mime.js';
+import { VM_HTPASSWD_PATH } from '../../providers/shared/cloud-init-credentials.js';
 import { FakeTokenSource } from '../helpers/gcp-token-source.js';
-import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kube.js';
+import { createProxy, deleteProxy, generatedCredentials, getProxy, waitForProxy } from '../helpers/kube.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
@@ -219,6 +221,8 @@ describe('gcp provider against the fake Compute API', () => {
   /** Every error provoked here, for the sentinel test at the end. */
   const errors: unknown[] = [];
   const sentinel = `cloud-init-sentinel-${randomUUID()}`;
+  /** A Proxy's credentials (issue 51): their password must reach no request, log or error. */
+  const credentials = { username: 'ep-0123456789abcdef', password: `pw-sentinel-${randomUUID()}` };
 
   beforeAll(async () => {
     fake = await FakeCompute.start('test-project');
@@ -297,6 +301,37 @@ describe('gcp provider against the fake Compute API', () => {
     const got = await runningOf(provider, id);
     expect(got).toMatchObject({ id, state: 'Running', uid: req.uid, installation: 'inst-a' });
     expect(got.ip).toMatch(/^127\.0\.1\.\d+$/);
+  });
+
+  it('with credentials: user-data is the cloud-init byte for byte, then the htpasswd part; the password goes nowhere', async () => {
+    const req = request({ cloudInit: `#cloud-config\n# ${sentinel}\nruncmd: [echo hi]\n`, credentials });
+    const before = fake.requests.length;
+    await provider.create(req, live());
+    const insert = fake.requests
+      .slice(before)
+      .find((r) => r.method === 'POST' && r.path.endsWith('/instances'))!;
+    const items = (insert.body as { metadata: { items: { key: string; value: string }[] } }).metadata.items;
+    expect(items.map((i) => i.key)).toEqual(['block-project-ssh-keys', 'user-data']);
+    const userData = items[1]!.value;
+    const parts = userDataParts(userData);
+    expect(parts.map((p) => p.headers['content-type'])).toEqual([
+      'text/plain; charset="us-ascii"',
+      'text/cloud-config; charset="us-ascii"',
+    ]);
+    expect(parts[0]!.raw).toBe(req.cloudInit);
+    const htpasswd = credentialsWriteFile(userData, VM_HTPASSWD_PATH);
+    expect(htpasswd).toMatchObject({ owner: 'root:proxy', permissions: '0640', defer: true });
+    expect(htpasswd.content).toMatch(/^ep-0123456789abcdef:\$apr1\$[./0-9A-Za-z]{1,8}\$[./0-9A-Za-z]{22}\n$/);
+    for (const r of fake.requests.slice(before)) expect(r.rawBody).not.toContain(credentials.password);
+    expect(JSON.stringify((insert.body as { labels: unknown }).labels)).not.toContain('apr1');
+    // The size GCE takes is the whole user-data's: a cloud-init that fits alone may not with the part.
+    const near = request({ cloudInit: `#!/bin/sh\n${'x'.repeat(256 * 1024 - 20)}\n`, credentials });
+    const big = await rejectionOf(provider.create(near, live()));
+    errors.push(big);
+    expect(big.errorClass).toBe('Permanent');
+    expect(big.message).toMatch(
+      /cloudInit with the proxy's credentials part is \d+ bytes; GCE metadata takes at most 262144 bytes/,
+    );
   });
 
   it('uses the configured network, tag and disk size, and sends no user-data without cloud-init', async () => {
@@ -672,7 +707,7 @@ describe('gcp provider against the fake Compute API', () => {
   it('no cloud-init text and no token in any log line or error', () => {
     expect(captured.lines.length).toBeGreaterThan(0);
     expect(errors.length).toBeGreaterThan(10);
-    const secrets = [sentinel, fake.token];
+    const secrets = [sentinel, fake.token, credentials.password, 'apr1'];
     for (const line of captured.lines) for (const s of secrets) expect(line).not.toContain(s);
     for (const err of errors) {
       const e = err as ProviderError;
@@ -1989,12 +2024,16 @@ describe("the seed's gcp-eu providers-config entry", () => {
       const insert = fake
         .requestsTo('POST', '/zones/europe-west1-b/instances')
         .find((r) => (r.body as { name?: string }).name === name)!;
-      expect((insert.body as { metadata: unknown }).metadata).toEqual({
-        items: [
-          { key: 'block-project-ssh-keys', value: 'true' },
-          { key: 'user-data', value: px.spec.cloudInit.inline },
-        ],
-      });
+      // The sample's cloud-init byte for byte, and the htpasswd of the Proxy's generated credentials.
+      const items = (insert.body as { metadata: { items: { key: string; value: string }[] } }).metadata.items;
+      expect(items.map((i) => i.key)).toEqual(['block-project-ssh-keys', 'user-data']);
+      const userData = items[1]!.value;
+      expect(userDataParts(userData)[0]!.raw).toBe(px.spec.cloudInit.inline);
+      const { credentials: generated } = await generatedCredentials(cp.kc, cp.namespace, px.metadata.name);
+      expect(credentialsWriteFile(userData, VM_HTPASSWD_PATH).content).toMatch(
+        new RegExp(`^${generated.username}:\\$apr1\\$`),
+      );
+      expect(insert.rawBody).not.toContain(generated.password);
       expect((insert.body as { labels: Record<string, string> }).labels[LABEL_INSTALLATION]).toBe(
         'test-installation',
       );

@@ -6,7 +6,11 @@
  * with dnsmasq (tests/helpers/guest-net.ts). A Proxy whose cloud-init comes
  * from a Secret and configures Squid goes Ready with the guest's real
  * address: the real `api` process's prober sends its CONNECT through the
- * guest to an HTTPS target inside the test's namespace. A lease is granted; a
+ * guest to an HTTPS target inside the test's namespace. Squid asks for the
+ * Proxy's credentials (issue 51): the provider's user-data writes their
+ * htpasswd (root:proxy, 0640) where the Secret's Squid config reads it, so a
+ * CONNECT without them is answered 407, with them 200, and the prober,
+ * which sends them, finds the Proxy Ready. A lease is granted; a
  * spec edit replaces the VM; with the guest agent stopped, the address comes
  * from the bridge's DHCP leases (and does not, with no lease file
  * configured); delete removes the domain and every volume of it; GC lists
@@ -24,17 +28,20 @@ import { createGcActivities } from '../../activities/gc-activities.js';
 import { kvmConfigSchema } from '../../providers/kvm/config.js';
 import { formatProviderId } from '../../providers/kvm/ids.js';
 import { createKvmProvider } from '../../providers/kvm/provider.js';
+import { VM_HTPASSWD_PATH } from '../../providers/shared/cloud-init-credentials.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import type { Provider } from '../../providers/types.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { createGuestNetwork, type GuestNetwork } from '../helpers/guest-net.js';
-import { proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { generatedCredentials, proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
 import { connectThrough } from '../helpers/net.js';
 import { createProxy, deleteProxy, editProxySpec, getProxy } from '../helpers/kube-objects.js';
+import { proxyAuthorization } from '../../credentials/proxy-credentials.js';
 import {
   createPool,
   domainMacs,
+  guestRun,
   kvmRunsFirmware,
   serveFile,
   tempRoot,
@@ -47,7 +54,11 @@ import { eventually } from '../helpers/temporal.js';
 const HOST = 'lab';
 const PROVIDER = 'kvm-lab';
 
-/** Squid as the Proxy's user-data configures it: only the test's link may use it; CONNECT to any port. */
+/**
+ * Squid as the Proxy's user-data configures it: only the test's link may use
+ * it, and only with the Proxy's credentials (checked against the htpasswd the
+ * provider writes; docs/providers/kvm.md's template); CONNECT to any port.
+ */
 function userData(version: string, clients: string): string {
   return `#cloud-config
 write_files:
@@ -55,8 +66,13 @@ write_files:
     content: |
       # egress-proxies kvm e2e, ${version}
       http_port 3128
+      auth_param basic program /usr/lib/squid/basic_ncsa_auth ${VM_HTPASSWD_PATH}
+      auth_param basic realm egress-proxies
+      auth_param basic casesensitive on
       acl egress_clients src ${clients}
-      http_access allow egress_clients
+      acl authenticated proxy_auth REQUIRED
+      http_access deny !egress_clients
+      http_access allow authenticated
       http_access deny all
       via off
       forwarded_for delete
@@ -198,11 +214,27 @@ describe('kvm: a real guest boots, serves CONNECT, is replaced and deleted', () 
     expect(await net.leaseOf(mac!)).toBe(ip);
     expect(await virsh('domifaddr', domain, '--source', 'agent')).toContain(ip);
     // Squid runs the Secret's config: Debian's default would refuse CONNECT to a port that is not 443.
-    const through = await connectThrough({ host: ip, port: 3128 }, new URL(net.targetUrl), net.ca);
-    console.log(
-      `issue 28: ${domainType} guest Running with ${ip} ${bootSeconds.toFixed(1)} s after the Proxy was created, Ready after ${readySeconds.toFixed(1)} s; CONNECT ${through.connect}, GET through the tunnel ${through.get}`,
+    // It asks for the Proxy's credentials (the bridge's generated Secret): 407 without, 200 with.
+    const { authorization, credentials } = await generatedCredentials(cp.kc, cp.namespace, 'kvm-e2e');
+    const target = new URL(net.targetUrl);
+    const anonymous = await connectThrough({ host: ip, port: 3128 }, target, net.ca);
+    const through = await connectThrough({ host: ip, port: 3128 }, target, net.ca, authorization);
+    const wrong = await connectThrough(
+      { host: ip, port: 3128 },
+      target,
+      net.ca,
+      proxyAuthorization({ ...credentials, password: `${credentials.password}x` }),
     );
+    console.log(
+      `issue 28: ${domainType} guest Running with ${ip} ${bootSeconds.toFixed(1)} s after the Proxy was created, Ready after ${readySeconds.toFixed(1)} s; CONNECT without credentials ${anonymous.connect}, with a wrong password ${wrong.connect}, with the Proxy's ${through.connect}, GET through the tunnel ${through.get}`,
+    );
+    expect(anonymous).toEqual({ connect: 407, get: 0 });
+    expect(wrong).toEqual({ connect: 407, get: 0 });
     expect(through).toEqual({ connect: 200, get: 204 });
+    // The htpasswd as the provider wrote it: Squid's helpers (group proxy) read it, nobody else.
+    expect(await guestRun(domain, ['/usr/bin/stat', '-c', '%U:%G %a', VM_HTPASSWD_PATH])).toBe(
+      'root:proxy 640\n',
+    );
 
     // A lease on it.
     const granted = await fetch(`${apiUrl}/v1/leases`, {
@@ -240,6 +272,12 @@ describe('kvm: a real guest boots, serves CONNECT, is replaced and deleted', () 
     expect(mac2).not.toBe(mac);
     const ip2 = replaced.status!.ip!;
     expect(await net.leaseOf(mac2!)).toBe(ip2);
+    // The replacement asks for the same credentials (the Secret outlives the VM).
+    expect((await connectThrough({ host: ip2, port: 3128 }, target, net.ca)).connect).toBe(407);
+    expect(await connectThrough({ host: ip2, port: 3128 }, target, net.ca, authorization)).toEqual({
+      connect: 200,
+      get: 204,
+    });
     console.log(
       `issue 28: replacement Ready with ${ip2} ${((Date.now() - replacedAt) / 1000).toFixed(1)} s after the edit`,
     );

@@ -49,6 +49,9 @@ import {
   type ProxmoxFake,
 } from '../helpers/proxmox-fake.js';
 import { SCHEMA_VERSIONS } from '../helpers/proxmox-schema.js';
+import { credentialsWriteFile, userDataParts } from '../helpers/user-data-mime.js';
+import { readIso9660 } from '../../providers/shared/iso9660.js';
+import { VM_HTPASSWD_PATH } from '../../providers/shared/cloud-init-credentials.js';
 
 const NODES = ['pve1', 'pve2'];
 const TEMPLATES = { pve1: 9000, pve2: 9001 };
@@ -419,6 +422,26 @@ describe('proxmox provider against the fake (PVE 9.1.3)', () => {
     expect(fake.vms.get(vmidOf(id))!.config.name).toBe(req.name);
     expect([...fake.vms.values()].filter((v) => v.config.name === req.name)).toHaveLength(1);
     expect((await provider.get(id, live())).uid).toBe(req.uid);
+    await provider.delete(id, live());
+  });
+
+  it("with credentials: the seed's user-data carries the htpasswd part beside the cloud-init, never the password", async () => {
+    const credentials = { username: 'ep-0123456789abcdef', password: `pw-sentinel-${randomUUID()}` };
+    const cloudInit = '#cloud-config\nruncmd: [systemctl restart squid]\n';
+    const req = request(installation, { cloudInit, credentials });
+    const id = await createRetrying(provider, req);
+    const seed = fake.storage.get('pve1/local')?.get(`${req.name}-cidata.iso`);
+    expect(seed).toBeDefined();
+    expect(seed!.includes(Buffer.from(credentials.password))).toBe(false);
+    const userData = readIso9660(seed!, true)
+      .files.find((f) => f.name === 'user-data')!
+      .data.toString('utf8');
+    expect(userDataParts(userData)[0]!.raw).toBe(cloudInit);
+    expect(credentialsWriteFile(userData, VM_HTPASSWD_PATH).content).toMatch(/^ep-0123456789abcdef:\$apr1\$/);
+    for (const line of log.lines) {
+      expect(line).not.toContain(credentials.password);
+      expect(line).not.toContain('$apr1$');
+    }
     await provider.delete(id, live());
   });
 

@@ -5,6 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { DEFAULT_EGRESS_POLICY } from '../../forwarding/egress-policy.js';
 import { squidEgressRules } from '../../forwarding/egress-squid.js';
+import { HTPASSWD_PATH, squidConf } from '../../providers/kubernetes/pod.js';
+import { VM_HTPASSWD_PATH } from '../../providers/shared/cloud-init-credentials.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -51,20 +53,37 @@ describe('squidEgressRules', () => {
 });
 
 describe('the gcp sample (infra/samples/proxy-gcp.yaml)', () => {
-  it("carries the default policy's Squid lines, before its clients' allow", () => {
+  const squidFile = () => {
     const sample = parseYaml(readFileSync(join(ROOT, 'infra/samples/proxy-gcp.yaml'), 'utf8')) as {
       spec: { cloudInit: { inline: string } };
     };
     const cloudConfig = parseYaml(sample.spec.cloudInit.inline) as {
-      write_files: Array<{ path: string; content: string }>;
+      write_files: Array<{ path: string; content: string; defer?: boolean }>;
     };
-    const conf = cloudConfig.write_files
-      .find((f) => f.path === '/etc/squid/conf.d/egress-proxies.conf')!
-      .content.trim()
-      .split('\n');
+    const file = cloudConfig.write_files.find((f) => f.path === '/etc/squid/conf.d/egress-proxies.conf')!;
+    return { defer: file.defer, conf: file.content.trim().split('\n') };
+  };
+
+  it("carries the default policy's Squid lines, before its clients' rules", () => {
+    const { conf } = squidFile();
     const rules = squidEgressRules(DEFAULT_EGRESS_POLICY, 'egress_clients');
     for (const line of [...rules.acls, ...rules.access]) expect(conf).toContain(line);
-    const allow = conf.indexOf('http_access allow egress_clients');
-    for (const line of rules.access) expect(conf.indexOf(line)).toBeLessThan(allow);
+    const clients = conf.indexOf('http_access deny !egress_clients');
+    for (const line of rules.access) expect(conf.indexOf(line)).toBeLessThan(clients);
+  });
+
+  it("asks for the Proxy's credentials as the kubernetes pods do, from the htpasswd the VM providers write", () => {
+    const { conf, defer } = squidFile();
+    const pod = squidConf(3128, ['203.0.113.0/24'], DEFAULT_EGRESS_POLICY, true).split('\n');
+    const auth = pod
+      .filter((l) => l.startsWith('auth_param ') || l.startsWith('acl authenticated '))
+      .map((l) => l.replace(HTPASSWD_PATH, VM_HTPASSWD_PATH));
+    expect(auth[0]).toBe(`auth_param basic program /usr/lib/squid/basic_ncsa_auth ${VM_HTPASSWD_PATH}`);
+    for (const line of auth) expect(conf).toContain(line);
+    // Clients first (403), then the credentials (407): the last two rules, as in the pod's config.
+    const access = conf.filter((l) => l.startsWith('http_access '));
+    expect(access.slice(-2)).toEqual(['http_access deny !egress_clients', 'http_access allow authenticated']);
+    // Written with the htpasswd, after the packages: Squid never starts with one and without the other.
+    expect(defer).toBe(true);
   });
 });
