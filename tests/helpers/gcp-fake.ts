@@ -2,7 +2,8 @@
  * A wire-level fake of the Compute Engine REST API (v1), enough of it for
  * the gcp provider driven by the real `@google-cloud/compute` client:
  * instances insert, get, delete and aggregatedList; zoneOperations get, wait
- * and list. It listens on 127.0.0.1 on a random port over TLS (a
+ * and list; firewalls insert, get, list, update (PUT) and delete, and
+ * globalOperations get and wait. It listens on 127.0.0.1 on a random port over TLS (a
  * certificate from a per-process test CA; `caFile` is the CA's PEM for
  * `gcp.endpointCaFile`), requires a bearer token, records every request,
  * and behaves like GCE where the provider's logic depends on it:
@@ -42,6 +43,13 @@
  * - the insert body is kept and echoed the way GCE does (NIC, access
  *   config only when asked, internal IP, scheduling, service accounts,
  *   metadata);
+ * - a firewall change is a global operation, applied when it is DONE
+ *   (`timing.firewallMs`): until then get and list show the rule as it was;
+ *   insert and update validate at once (name, network, source ranges,
+ *   allowed; a network in `missing` is 404; a taken name 409; update
+ *   cannot move a rule to another network: 400); the rule is echoed as GCE
+ *   does (full network URL, priority, direction, disabled, logConfig);
+ *   `editFirewall` is a hand edit in the console;
  * - `addProject` serves a second project on the same endpoint (same token,
  *   one request log, the same timing); a project neither serves is 404.
  *
@@ -90,6 +98,8 @@ export const DEFAULT_TIMING = {
   deleteMs: 80,
   /** The longest a `wait` is held (GCE: about two minutes). */
   waitMaxMs: 120_000,
+  /** A firewall insert, update or delete operation is DONE (and applied) after this. */
+  firewallMs: 60,
 };
 export type FakeTiming = typeof DEFAULT_TIMING;
 
@@ -142,11 +152,17 @@ export interface FakeInstance {
   transitions?: Transition[];
 }
 
+/** A firewall rule as the fake keeps it: what GET answers. */
+export type FakeFirewall = Record<string, unknown> & { name: string; creationTimestamp: string };
+
 export interface FakeOperation {
   id: string;
   name: string;
+  /** '' for a global operation. */
   zone: string;
-  operationType: 'insert' | 'delete';
+  operationType: 'insert' | 'delete' | 'update';
+  /** A global operation (firewalls): applies its change when DONE, targets `global/<collection>/<name>`. */
+  global?: { collection: string; apply: () => void };
   targetName: string;
   insertTime: string;
   startMs: number;
@@ -166,6 +182,8 @@ export class FakeCompute {
   readonly requests: RecordedRequest[] = [];
   readonly instances = new Map<string, FakeInstance>();
   readonly operations: FakeOperation[] = [];
+  /** Firewall rules by name. */
+  readonly firewalls = new Map<string, FakeFirewall>();
   readonly token: string;
   /** The delays (shared by the projects of one endpoint); `resetTiming` restores DEFAULT_TIMING. */
   readonly timing: FakeTiming;
@@ -432,6 +450,34 @@ export class FakeCompute {
     );
   }
 
+  /** A firewall rule as GET answers it (operations due are applied first). */
+  firewall(name: string): FakeFirewall | undefined {
+    this.settle();
+    return this.firewalls.get(name);
+  }
+
+  /** A hand edit in the console: fields changed at once, no operation. */
+  editFirewall(name: string, changes: Record<string, unknown>): void {
+    const rule = this.firewall(name);
+    if (rule === undefined) throw new Error(`no firewall rule ${name}`);
+    Object.assign(rule, changes);
+  }
+
+  /** Makes a rule look `ms` older (GC leaves young ones alone). */
+  ageFirewall(name: string, ms: number): void {
+    const rule = this.firewall(name);
+    if (rule === undefined) throw new Error(`no firewall rule ${name}`);
+    rule.creationTimestamp = rfc3339(new Date(Date.parse(rule.creationTimestamp) - ms));
+  }
+
+  /** The firewall requests (`METHOD path`, the project's prefix cut), from request `from` on. */
+  firewallRequests(from = 0): string[] {
+    return this.requests
+      .slice(from)
+      .filter((r) => /\/global\/(?:firewalls|operations)/.test(r.path))
+      .map((r) => `${r.method} ${r.path.replace(/^\/compute\/v1\/projects\/[^/]+\//, '')}`);
+  }
+
   // -- the API --------------------------------------------------------------
 
   private allocateIp(): string {
@@ -447,7 +493,7 @@ export class FakeCompute {
 
   private newOperation(
     zone: string,
-    type: 'insert' | 'delete',
+    type: FakeOperation['operationType'],
     target: string,
     ms: number,
     error?: FakeOperation['error'],
@@ -474,6 +520,10 @@ export class FakeCompute {
     for (const op of this.operations) {
       if ((op as { applied?: boolean }).applied || now < op.doneAtMs) continue;
       (op as { applied?: boolean }).applied = true;
+      if (op.global !== undefined) {
+        if (!op.error) op.global.apply();
+        continue;
+      }
       const key = `${op.zone}/${op.targetName}`;
       // A failed insert leaves no VM; a done delete removes it.
       if ((op.operationType === 'insert' && op.error) || op.operationType === 'delete')
@@ -509,19 +559,21 @@ export class FakeCompute {
 
   private opJson(op: FakeOperation): Record<string, unknown> {
     const status = this.status(op);
-    const zoneUrl = `${HOST_BASE}/projects/${this.project}/zones/${op.zone}`;
+    const scopeUrl = op.global
+      ? `${HOST_BASE}/projects/${this.project}/global`
+      : `${HOST_BASE}/projects/${this.project}/zones/${op.zone}`;
     const out: Record<string, unknown> = {
       kind: 'compute#operation',
       id: op.id,
       name: op.name,
-      zone: zoneUrl,
+      ...(op.global ? {} : { zone: scopeUrl }),
       operationType: op.operationType,
-      targetLink: `${zoneUrl}/instances/${op.targetName}`,
+      targetLink: `${scopeUrl}/${op.global?.collection ?? 'instances'}/${op.targetName}`,
       targetId: op.id,
       status,
       progress: status === 'DONE' ? 100 : 0,
       insertTime: op.insertTime,
-      selfLink: `${zoneUrl}/operations/${op.name}`,
+      selfLink: `${scopeUrl}/operations/${op.name}`,
     };
     if (status === 'DONE') {
       out.endTime = rfc3339(new Date(op.doneAtMs));
@@ -685,6 +737,7 @@ export class FakeCompute {
       this.aggregated(res, url.searchParams);
       return;
     }
+    if (rest[0] === 'global') return this.global(rec.method, res, rest.slice(1), url.searchParams, body);
     if (rest[0] !== 'zones' || rest.length < 3) {
       this.error(res, 404, 'notFound', 'unknown path');
       return;
@@ -714,23 +767,132 @@ export class FakeCompute {
         return;
       }
       if (rest.length === 4 && rec.method === 'GET') return this.json(res, 200, this.opJson(op));
-      if (rest.length === 5 && rest[4] === 'wait' && rec.method === 'POST') {
-        // Held until the operation is DONE or GCE's limit on one wait passes.
-        const holdMs = Math.max(0, Math.min(op.doneAtMs - Date.now(), this.timing.waitMaxMs));
-        if (holdMs > 0) {
-          await new Promise<void>((r) => {
-            const t = setTimeout(() => {
-              this.held.delete(t);
-              r();
-            }, holdMs);
-            this.held.add(t);
-          });
-        }
-        this.settle();
+      if (rest.length === 5 && rest[4] === 'wait' && rec.method === 'POST') return this.waitFor(res, op);
+    }
+    this.error(res, 404, 'notFound', 'unknown path');
+  }
+
+  /** Held until the operation is DONE or GCE's limit on one wait passes. */
+  private async waitFor(res: ServerResponse, op: FakeOperation): Promise<void> {
+    const holdMs = Math.max(0, Math.min(op.doneAtMs - Date.now(), this.timing.waitMaxMs));
+    if (holdMs > 0) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(() => {
+          this.held.delete(t);
+          r();
+        }, holdMs);
+        this.held.add(t);
+      });
+    }
+    this.settle();
+    this.json(res, 200, this.opJson(op));
+  }
+
+  /** `global/firewalls[/<name>]` and `global/operations/<name>[/wait]`. */
+  private async global(
+    method: string,
+    res: ServerResponse,
+    rest: string[],
+    query: URLSearchParams,
+    body: unknown,
+  ): Promise<void> {
+    const [collection, name = ''] = rest;
+    if (collection === 'firewalls' && rest.length === 1) {
+      if (method === 'POST') return this.writeFirewall(res, 'insert', undefined, body);
+      if (method === 'GET') return this.listFirewalls(res, query);
+    }
+    if (collection === 'firewalls' && rest.length === 2) {
+      const rule = this.firewalls.get(name);
+      if (rule === undefined) return this.notFound(res, `global/firewalls/${name}`);
+      if (method === 'GET') return this.json(res, 200, rule);
+      if (method === 'PUT') return this.writeFirewall(res, 'update', rule, body);
+      if (method === 'DELETE') {
+        const op = this.globalOperation('delete', name, () => this.firewalls.delete(name));
         return this.json(res, 200, this.opJson(op));
       }
     }
+    if (collection === 'operations' && rest.length >= 2) {
+      const op = this.operations.find((o) => o.global !== undefined && o.name === name);
+      if (op === undefined) return this.notFound(res, `global/operations/${name}`);
+      if (rest.length === 2 && method === 'GET') return this.json(res, 200, this.opJson(op));
+      if (rest.length === 3 && rest[2] === 'wait' && method === 'POST') return this.waitFor(res, op);
+    }
     this.error(res, 404, 'notFound', 'unknown path');
+  }
+
+  private notFound(res: ServerResponse, path: string): void {
+    this.error(res, 404, 'notFound', `The resource 'projects/${this.project}/${path}' was not found`);
+  }
+
+  private globalOperation(type: FakeOperation['operationType'], target: string, apply: () => void) {
+    const op = this.newOperation('', type, target, this.timing.firewallMs);
+    op.global = { collection: 'firewalls', apply };
+    return op;
+  }
+
+  /** Insert or update (PUT: the whole rule replaced), validated at once as GCE does. */
+  private writeFirewall(
+    res: ServerResponse,
+    type: 'insert' | 'update',
+    existing: FakeFirewall | undefined,
+    body: unknown,
+  ): void {
+    const r = (body ?? {}) as Record<string, unknown>;
+    const name = str(r.name);
+    const invalid = (field: string, value: unknown) =>
+      this.error(res, 400, 'invalid', `Invalid value for field 'resource.${field}': '${String(value)}'.`);
+    if (!/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name) || (existing && name !== existing.name))
+      return invalid('name', name);
+    const network = str(r.network).replace(/^https:\/\/[^/]+\/compute\/v1\//, '');
+    const path = network.startsWith('projects/') ? network : `projects/${this.project}/${network}`;
+    if (!/^projects\/[^/]+\/global\/networks\/[a-z][-a-z0-9]*$/.test(path))
+      return invalid('network', network);
+    if (this.missing.has(path))
+      return this.error(res, 404, 'notFound', `The resource '${path}' was not found`);
+    if (existing && existing.network !== `${HOST_BASE}/${path}`) return invalid('network', network);
+    const ranges = (r.sourceRanges ?? []) as unknown[];
+    const bad = ranges.find((v) => !/^[0-9a-f.:]+\/\d{1,3}$/.test(str(v)));
+    if (bad !== undefined) return invalid('sourceRanges', bad);
+    if (((r.allowed ?? []) as unknown[]).length === 0 && ((r.denied ?? []) as unknown[]).length === 0)
+      return invalid('allowed', '[]');
+    const taken = this.operations.some(
+      (o) => o.global && o.targetName === name && o.operationType === 'insert' && this.status(o) !== 'DONE',
+    );
+    if (type === 'insert' && (this.firewalls.has(name) || taken)) {
+      return this.error(
+        res,
+        409,
+        'alreadyExists',
+        `The resource 'projects/${this.project}/global/firewalls/${name}' already exists`,
+      );
+    }
+    const rule: FakeFirewall = {
+      kind: 'compute#firewall',
+      id: existing?.id ?? String(this.nextId++),
+      creationTimestamp: existing?.creationTimestamp ?? rfc3339(new Date()),
+      priority: 1000,
+      direction: 'INGRESS',
+      disabled: false,
+      logConfig: { enable: false },
+      ...r,
+      name,
+      network: `${HOST_BASE}/${path}`,
+      selfLink: `${HOST_BASE}/projects/${this.project}/global/firewalls/${name}`,
+    };
+    const op = this.globalOperation(type, name, () => this.firewalls.set(name, rule));
+    this.json(res, 200, this.opJson(op));
+  }
+
+  private listFirewalls(res: ServerResponse, query: URLSearchParams): void {
+    const maxResults = Math.min(Number(query.get('maxResults') ?? '500') || 500, 500);
+    const offset = Number(query.get('pageToken') ?? '0') || 0;
+    const all = [...this.firewalls.values()].sort((a, b) => a.name.localeCompare(b.name));
+    const body: Record<string, unknown> = {
+      kind: 'compute#firewallList',
+      items: all.slice(offset, offset + maxResults),
+    };
+    if (offset + maxResults < all.length) body.nextPageToken = String(offset + maxResults);
+    this.json(res, 200, body);
   }
 
   private insert(res: ServerResponse, zone: string, body: unknown): void {
