@@ -39,6 +39,7 @@ import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-c
 import { nonRetryable } from './failures.js';
 import { timeoutSignal } from '../providers/timeout-signal.js';
 import { createProviderHealthClient } from '../kube/provider-healths.js';
+import { scopeOf, withControlPlaneScope, type ControlPlaneScope } from '../providers/gcp/scope.js';
 
 /** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
 export const ProviderCheckFailure = {
@@ -231,6 +232,7 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
     provider: Provider | undefined,
     signal: AbortSignal,
     deadlineMs: number,
+    scope: ControlPlaneScope,
   ): Promise<ProviderCheckResult> => {
     const type = provider?.type ?? '';
     const started = Date.now();
@@ -247,7 +249,9 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       timer = setTimeout(() => resolve('late'), Math.max(0, deadlineMs - Date.now()) + GRACE_MS);
     });
     try {
-      const answer = await Promise.race([provider.check(signal), late]);
+      // The installation, for a provider that owns resources besides instances (the gcp firewall rule).
+      const checked = withControlPlaneScope(scope, () => provider.check!(signal));
+      const answer = await Promise.race([checked, late]);
       const elapsed = Date.now() - started;
       if (answer === 'late') {
         log.warn({ provider: name }, 'check ignored its deadline; reporting its targets as Timeout');
@@ -310,10 +314,11 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       const deadline = timeoutSignal(cancellation(), timeoutMs);
       const signal = deadline.signal;
       const deadlineMs = Date.now() + timeoutMs;
+      const scope = scopeOf(deps.installation, deps.registry);
       let results: ProviderCheckResult[];
       try {
         results = await Promise.all(
-          names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs)),
+          names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs, scope)),
         );
       } finally {
         deadline.clear();

@@ -28,6 +28,11 @@
  * calls: see auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
  * by callTimeoutMs and the caller's signal).
  *
+ * With `gcp.firewall` the entry also owns a firewall rule (firewall.ts):
+ * check() reports it as a second target, creating or correcting it, and
+ * orphan GC's listing deletes the rules of entries no longer configured.
+ * Both learn the installation from the scope their activity opens (scope.ts).
+ *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
  * four) and zoneOperations get, wait and list (to close the seed's gaps: a
  * failed insert reaches the Proxy's status, a delete is not resubmitted
@@ -55,11 +60,13 @@ import { ComputeClient } from './compute-client.js';
 import type { GcpConfig } from './config.js';
 import { Inserts } from './create.js';
 import { Deletes } from './deletes.js';
+import { Firewalls } from './firewall.js';
 import { formatProviderId, parseProviderId, toInstance } from './instance.js';
 import { ListCache } from './list-cache.js';
 import { Listings } from './listing.js';
 import { ZoneOperations } from './operations.js';
 import { Projects } from './projects.js';
+import { controlPlaneScope } from './scope.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 
@@ -113,6 +120,8 @@ class GcpProviderImpl implements GcpProvider {
   private readonly deletes: Deletes;
   private readonly inserts: Inserts;
   private readonly listings: Listings;
+  /** Only with gcp.firewall. */
+  private readonly firewalls: Firewalls | undefined;
 
   constructor(options: GcpProviderOptions) {
     const config = options.config;
@@ -146,6 +155,9 @@ class GcpProviderImpl implements GcpProvider {
     this.inserts = new Inserts({ compute, operations, deletes, listCache, ops, config, insertWaitMs });
     const pageSize = options.listPageSize ?? 500;
     this.listings = new Listings({ compute, listCache, projects, ops, config, pageSize });
+    const firewall = config.firewall;
+    const entry = { name: options.name, type: GCP_PROVIDER_TYPE };
+    this.firewalls = firewall && new Firewalls({ compute, ops, config, firewall, entry });
   }
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
@@ -207,13 +219,21 @@ class GcpProviderImpl implements GcpProvider {
     return [`zones/${parsed.zone}/instances/${parsed.name}`];
   }
 
-  listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
-    return this.listings.listByTag(signal, options);
+  async listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
+    // Read before the first await: the scope is the calling activity's.
+    const scope = controlPlaneScope();
+    const listed = await this.listings.listByTag(signal, options);
+    if (scope?.collectFirewallRules && this.firewalls) await this.firewalls.collect(scope, signal);
+    return listed;
   }
 
-  check(signal: AbortSignal): Promise<TargetStatus[]> {
+  async check(signal: AbortSignal): Promise<TargetStatus[]> {
+    const scope = controlPlaneScope();
     const { compute, listCache, ops, config, checkReuseMs } = this;
-    return checkProject({ compute, listCache, ops, config, checkReuseMs }, signal);
+    const project = checkProject({ compute, listCache, ops, config, checkReuseMs }, signal);
+    if (this.firewalls === undefined) return project;
+    const [targets, rule] = await Promise.all([project, this.firewalls.check(scope, signal)]);
+    return [...targets, rule];
   }
 
   async close(): Promise<void> {
