@@ -11,7 +11,6 @@ import { classOf, isProviderError, safeCause } from '../providers/errors.js';
 import { unlistedOf, type Instance, type Provider } from '../providers/types.js';
 import { createProxyClient } from '../kube/proxies.js';
 import type { GcEnvironment, ListedInstance, OrphanSighting } from '../workflows/gc/types.js';
-import { scopeOf, withControlPlaneScope } from '../providers/gcp/scope.js';
 import { activityCancellation, withDeadline } from './deadline.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 
@@ -126,12 +125,8 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
           // A recent listing is as good as a new one here: every instance in it
           // existed when it was made, before the live set is read (the workflow's
           // order), and each deletion re-reads the instance's marks first.
-          // The scope lets a provider also collect what it made besides instances (gcp firewall rules).
-          (signal) =>
-            withControlPlaneScope(
-              { ...scopeOf(deps.installation, deps.registry), collectFirewallRules: true },
-              () => provider.listByTag(signal, { reuse: { withinMs: listReuseMs } }),
-            ),
+          // GC's listing: the provider may also collect what it made besides instances.
+          (signal) => provider.listByTag(signal, { reuse: { withinMs: listReuseMs }, collectOrphans: true }),
           () =>
             nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
         );

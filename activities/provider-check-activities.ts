@@ -39,7 +39,6 @@ import type { CheckedTarget, ProviderCheckResult } from '../workflows/provider-c
 import { nonRetryable } from './failures.js';
 import { timeoutSignal } from '../providers/timeout-signal.js';
 import { createProviderHealthClient } from '../kube/provider-healths.js';
-import { scopeOf, withControlPlaneScope, type ControlPlaneScope } from '../providers/gcp/scope.js';
 
 /** Stable failure types of the provider-check activities (the workflow records them; it never branches on them). */
 export const ProviderCheckFailure = {
@@ -232,7 +231,6 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
     provider: Provider | undefined,
     signal: AbortSignal,
     deadlineMs: number,
-    scope: ControlPlaneScope,
   ): Promise<ProviderCheckResult> => {
     const type = provider?.type ?? '';
     const started = Date.now();
@@ -249,9 +247,7 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       timer = setTimeout(() => resolve('late'), Math.max(0, deadlineMs - Date.now()) + GRACE_MS);
     });
     try {
-      // The installation, for a provider that owns resources besides instances (the gcp firewall rule).
-      const checked = withControlPlaneScope(scope, () => provider.check!(signal));
-      const answer = await Promise.race([checked, late]);
+      const answer = await Promise.race([provider.check(signal), late]);
       const elapsed = Date.now() - started;
       if (answer === 'late') {
         log.warn({ provider: name }, 'check ignored its deadline; reporting its targets as Timeout');
@@ -314,11 +310,10 @@ export function createProviderCheckActivities(deps: ProviderCheckActivityDeps): 
       const deadline = timeoutSignal(cancellation(), timeoutMs);
       const signal = deadline.signal;
       const deadlineMs = Date.now() + timeoutMs;
-      const scope = scopeOf(deps.installation, deps.registry);
       let results: ProviderCheckResult[];
       try {
         results = await Promise.all(
-          names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs, scope)),
+          names.map((name) => checkOne(name, deps.registry.get(name), signal, deadlineMs)),
         );
       } finally {
         deadline.clear();

@@ -1,7 +1,9 @@
 /**
  * Orphan GC of managed firewall rules (issue 51): run by the listing of
- * every gcp entry with `gcp.firewall` when orphan GC calls it (scope.ts),
- * one paged firewalls.list of the project its rule lives in. A rule is
+ * every gcp entry with `gcp.firewall` when orphan GC calls it (listByTag's
+ * `collectOrphans`), one paged firewalls.list of the project its rule
+ * lives in. The installation and the configured entries are the worker's,
+ * given to the provider when it was built (ProviderDeps). A rule is
  * deleted when it carries this installation's mark, has the name that mark
  * would give it (a copied description proves nothing), names an entry that
  * is no longer a configured gcp entry, and is older than GC's minimum age
@@ -12,7 +14,6 @@ import type { Operations } from '../shared/operation.js';
 import { notFoundResource } from './classify.js';
 import type { ComputeClient } from './compute-client.js';
 import { firewallRuleName, parseMark, type ComputeFirewall } from './firewall-rule.js';
-import type { ControlPlaneScope } from './scope.js';
 
 /** GC's default minimum age, for rules as for instances. */
 export const COLLECT_MIN_AGE_MS = 10 * 60_000;
@@ -24,15 +25,15 @@ export interface CollectDeps {
   entry: { name: string; type: string };
   /** The project its own rule lives in. */
   project: string;
+  /** Only this installation's rules are collected. */
+  installation: string;
+  /** Every configured entry: rules of the gcp ones are kept. */
+  entries: readonly { name: string; type: string }[];
 }
 
-export async function collectFirewallRules(
-  deps: CollectDeps,
-  scope: ControlPlaneScope,
-  signal: AbortSignal,
-): Promise<void> {
-  const { compute, ops, entry, project } = deps;
-  const configured = new Set(scope.entries.filter((e) => e.type === entry.type).map((e) => e.name));
+export async function collectFirewallRules(deps: CollectDeps, signal: AbortSignal): Promise<void> {
+  const { compute, ops, entry, project, installation } = deps;
+  const configured = new Set(deps.entries.filter((e) => e.type === entry.type).map((e) => e.name));
   let rules: ComputeFirewall[];
   try {
     rules = await list(deps, signal);
@@ -43,7 +44,7 @@ export async function collectFirewallRules(
   }
   for (const rule of rules) {
     const mark = parseMark(rule.description);
-    if (mark?.installation !== scope.installation) continue;
+    if (mark?.installation !== installation) continue;
     if (rule.name !== firewallRuleName(mark.installation, mark.provider)) continue;
     if (configured.has(mark.provider)) continue;
     const created = Date.parse(rule.creationTimestamp ?? '');

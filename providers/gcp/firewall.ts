@@ -26,7 +26,6 @@ import {
   type DesiredRule,
   type FirewallConfig,
 } from './firewall-rule.js';
-import type { ControlPlaneScope } from './scope.js';
 
 /** How long a check waits on the operation of a change it made (the check's own deadline may cut it short). */
 const OPERATION_WAIT_MS = 8_000;
@@ -48,8 +47,12 @@ export interface FirewallsDeps {
   ops: Operations;
   config: GcpConfig;
   firewall: FirewallConfig;
-  /** This entry, as the scope lists configured entries. */
+  /** This entry, as `entries` lists it. */
   entry: { name: string; type: string };
+  /** The installation the worker serves (ProviderDeps); absent, the rule is not managed. */
+  installation: string | undefined;
+  /** Every configured entry (ProviderDeps); absent, GC collects no rule. */
+  entries: readonly { name: string; type: string }[] | undefined;
 }
 
 /** A change's target: `reason` when it is done, else Pending or how its operation failed. */
@@ -92,14 +95,16 @@ export class Firewalls {
   }
 
   /** The rule's target for check(); never throws. */
-  async check(scope: ControlPlaneScope | undefined, signal: AbortSignal): Promise<TargetStatus> {
+  async check(signal: AbortSignal): Promise<TargetStatus> {
     const started = Date.now();
     const address = this.deps.compute.address();
-    if (scope === undefined) {
-      const message = 'no installation is known to this call: the provider-checks activity manages the rule';
+    const { installation } = this.deps;
+    if (installation === undefined) {
+      const message =
+        'built without an installation (ProviderDeps.installation): this provider manages no rule';
       return { name: 'firewall', address, ready: false, reason: 'Unmanaged', message };
     }
-    const desired = this.desired(scope.installation);
+    const desired = this.desired(installation);
     const details = {
       rule: desired.name,
       project: desired.project,
@@ -117,7 +122,7 @@ export class Firewalls {
       details: { ...details, ...more },
     });
     try {
-      return await this.reconcile(desired, scope.installation, verdict, signal);
+      return await this.reconcile(desired, installation, verdict, signal);
     } catch (err) {
       const { reason, message } = failure(err, signal);
       this.deps.ops.log.debug(
@@ -233,10 +238,19 @@ export class Firewalls {
     return { state: 'failed', operation: name, codes };
   }
 
-  /** Orphan GC's part: this installation's rules of entries no longer configured, in this rule's project. */
-  collect(scope: ControlPlaneScope, signal: AbortSignal): Promise<void> {
-    const { compute, ops, entry } = this.deps;
-    const project = this.desired(scope.installation).project;
-    return collectFirewallRules({ compute, ops, entry, project }, scope, signal);
+  /**
+   * Orphan GC's part: this installation's rules of entries no longer
+   * configured, in this rule's project. Never throws. Nothing without an
+   * installation or the configured entries: with no list of what is
+   * configured, every rule would look orphaned.
+   */
+  async collect(signal: AbortSignal): Promise<void> {
+    const { compute, ops, entry, installation, entries } = this.deps;
+    if (installation === undefined || entries === undefined) {
+      ops.log.debug('firewall rules not collected: no installation or configured entries given');
+      return;
+    }
+    const project = this.desired(installation).project;
+    await collectFirewallRules({ compute, ops, entry, project, installation, entries }, signal);
   }
 }

@@ -30,8 +30,9 @@
  *
  * With `gcp.firewall` the entry also owns a firewall rule (firewall.ts):
  * check() reports it as a second target, creating or correcting it, and
- * orphan GC's listing deletes the rules of entries no longer configured.
- * Both learn the installation from the scope their activity opens (scope.ts).
+ * orphan GC's listing (`collectOrphans`) deletes the rules of entries no
+ * longer configured. The installation and the configured entries come with
+ * the options, from the composition root (ProviderDeps).
  *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
  * four) and zoneOperations get, wait and list (to close the seed's gaps: a
@@ -66,7 +67,6 @@ import { ListCache } from './list-cache.js';
 import { Listings } from './listing.js';
 import { ZoneOperations } from './operations.js';
 import { Projects } from './projects.js';
-import { controlPlaneScope } from './scope.js';
 
 export const GCP_PROVIDER_TYPE = 'gcp';
 
@@ -92,6 +92,14 @@ export interface GcpProviderOptions {
    * sweep has listed again. Any failed Compute call since ends it.
    */
   checkReuseMs?: number;
+  /**
+   * The installation the worker serves: the managed firewall rule's name
+   * and mark are made from it. Absent: the rule is not managed (its check
+   * target says Unmanaged, GC collects no rule).
+   */
+  installation?: string;
+  /** Every configured provider entry (name and type): GC keeps their rules. Absent: GC collects no rule. */
+  entries?: readonly { name: string; type: string }[];
 }
 
 export interface GcpProvider extends Provider {
@@ -157,7 +165,9 @@ class GcpProviderImpl implements GcpProvider {
     this.listings = new Listings({ compute, listCache, projects, ops, config, pageSize });
     const firewall = config.firewall;
     const entry = { name: options.name, type: GCP_PROVIDER_TYPE };
-    this.firewalls = firewall && new Firewalls({ compute, ops, config, firewall, entry });
+    const { installation, entries } = options;
+    this.firewalls =
+      firewall && new Firewalls({ compute, ops, config, firewall, entry, installation, entries });
   }
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
@@ -220,19 +230,17 @@ class GcpProviderImpl implements GcpProvider {
   }
 
   async listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
-    // Read before the first await: the scope is the calling activity's.
-    const scope = controlPlaneScope();
     const listed = await this.listings.listByTag(signal, options);
-    if (scope?.collectFirewallRules && this.firewalls) await this.firewalls.collect(scope, signal);
+    // Only GC's listing collects: the drift sweep and lookups list as before.
+    if (options?.collectOrphans && this.firewalls) await this.firewalls.collect(signal);
     return listed;
   }
 
   async check(signal: AbortSignal): Promise<TargetStatus[]> {
-    const scope = controlPlaneScope();
     const { compute, listCache, ops, config, checkReuseMs } = this;
     const project = checkProject({ compute, listCache, ops, config, checkReuseMs }, signal);
     if (this.firewalls === undefined) return project;
-    const [targets, rule] = await Promise.all([project, this.firewalls.check(scope, signal)]);
+    const [targets, rule] = await Promise.all([project, this.firewalls.check(signal)]);
     return [...targets, rule];
   }
 

@@ -2,8 +2,9 @@
  * A wire-level fake of the Compute Engine REST API (v1), enough of it for
  * the gcp provider driven by the real `@google-cloud/compute` client:
  * instances insert, get, delete and aggregatedList; zoneOperations get, wait
- * and list; firewalls insert, get, list, update (PUT) and delete, and
- * globalOperations get and wait. It listens on 127.0.0.1 on a random port over TLS (a
+ * and list; firewalls insert, get, list, update (PUT) and delete
+ * (gcp-fake-firewalls.ts), and globalOperations get and wait. It listens
+ * on 127.0.0.1 on a random port over TLS (a
  * certificate from a per-process test CA; `caFile` is the CA's PEM for
  * `gcp.endpointCaFile`), requires a bearer token, records every request,
  * and behaves like GCE where the provider's logic depends on it:
@@ -43,13 +44,8 @@
  * - the insert body is kept and echoed the way GCE does (NIC, access
  *   config only when asked, internal IP, scheduling, service accounts,
  *   metadata);
- * - a firewall change is a global operation, applied when it is DONE
- *   (`timing.firewallMs`): until then get and list show the rule as it was;
- *   insert and update validate at once (name, network, source ranges,
- *   allowed; a network in `missing` is 404; a taken name 409; update
- *   cannot move a rule to another network: 400); the rule is echoed as GCE
- *   does (full network URL, priority, direction, disabled, logConfig);
- *   `editFirewall` is a hand edit in the console;
+ * - firewalls are gcp-fake-firewalls.ts (`firewalls`): each change a
+ *   global operation applied when it is DONE (`timing.firewallMs`);
  * - `addProject` serves a second project on the same endpoint (same token,
  *   one request log, the same timing); a project neither serves is 404.
  *
@@ -63,6 +59,9 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { serverTls, type ServerTls } from '../../local-servers/pki.js';
+import { FakeFirewalls, type FakeFirewall, type FirewallHost } from './gcp-fake-firewalls.js';
+
+export type { FakeFirewall };
 
 /** The test CA and the fake's certificate (127.0.0.1), made once per process. */
 let pki: Promise<ServerTls> | undefined;
@@ -152,9 +151,6 @@ export interface FakeInstance {
   transitions?: Transition[];
 }
 
-/** A firewall rule as the fake keeps it: what GET answers. */
-export type FakeFirewall = Record<string, unknown> & { name: string; creationTimestamp: string };
-
 export interface FakeOperation {
   id: string;
   name: string;
@@ -182,8 +178,8 @@ export class FakeCompute {
   readonly requests: RecordedRequest[] = [];
   readonly instances = new Map<string, FakeInstance>();
   readonly operations: FakeOperation[] = [];
-  /** Firewall rules by name. */
-  readonly firewalls = new Map<string, FakeFirewall>();
+  /** Firewall rules by name; `read`, `edit` (a hand edit) and `age` them. */
+  readonly firewalls: FakeFirewalls;
   readonly token: string;
   /** The delays (shared by the projects of one endpoint); `resetTiming` restores DEFAULT_TIMING. */
   readonly timing: FakeTiming;
@@ -237,6 +233,7 @@ export class FakeCompute {
     // at that moment gets ECONNRESET (the real API keeps them far longer).
     this.server.keepAliveTimeout = 120_000;
     this.tls = tls;
+    this.firewalls = new FakeFirewalls(this.firewallHost());
   }
   private readonly tls: ServerTls;
 
@@ -448,26 +445,6 @@ export class FakeCompute {
         r.method === method &&
         (typeof pathPart === 'string' ? r.path.includes(pathPart) : pathPart.test(r.path)),
     );
-  }
-
-  /** A firewall rule as GET answers it (operations due are applied first). */
-  firewall(name: string): FakeFirewall | undefined {
-    this.settle();
-    return this.firewalls.get(name);
-  }
-
-  /** A hand edit in the console: fields changed at once, no operation. */
-  editFirewall(name: string, changes: Record<string, unknown>): void {
-    const rule = this.firewall(name);
-    if (rule === undefined) throw new Error(`no firewall rule ${name}`);
-    Object.assign(rule, changes);
-  }
-
-  /** Makes a rule look `ms` older (GC leaves young ones alone). */
-  ageFirewall(name: string, ms: number): void {
-    const rule = this.firewall(name);
-    if (rule === undefined) throw new Error(`no firewall rule ${name}`);
-    rule.creationTimestamp = rfc3339(new Date(Date.parse(rule.creationTimestamp) - ms));
   }
 
   /** The firewall requests (`METHOD path`, the project's prefix cut), from request `from` on. */
@@ -788,7 +765,7 @@ export class FakeCompute {
     this.json(res, 200, this.opJson(op));
   }
 
-  /** `global/firewalls[/<name>]` and `global/operations/<name>[/wait]`. */
+  /** `global/firewalls[/<name>]` (gcp-fake-firewalls.ts) and `global/operations/<name>[/wait]`. */
   private async global(
     method: string,
     res: ServerResponse,
@@ -797,102 +774,44 @@ export class FakeCompute {
     body: unknown,
   ): Promise<void> {
     const [collection, name = ''] = rest;
-    if (collection === 'firewalls' && rest.length === 1) {
-      if (method === 'POST') return this.writeFirewall(res, 'insert', undefined, body);
-      if (method === 'GET') return this.listFirewalls(res, query);
-    }
-    if (collection === 'firewalls' && rest.length === 2) {
-      const rule = this.firewalls.get(name);
-      if (rule === undefined) return this.notFound(res, `global/firewalls/${name}`);
-      if (method === 'GET') return this.json(res, 200, rule);
-      if (method === 'PUT') return this.writeFirewall(res, 'update', rule, body);
-      if (method === 'DELETE') {
-        const op = this.globalOperation('delete', name, () => this.firewalls.delete(name));
-        return this.json(res, 200, this.opJson(op));
-      }
-    }
+    if (collection === 'firewalls' && this.firewalls.serve(method, res, rest.slice(1), query, body)) return;
     if (collection === 'operations' && rest.length >= 2) {
       const op = this.operations.find((o) => o.global !== undefined && o.name === name);
-      if (op === undefined) return this.notFound(res, `global/operations/${name}`);
+      if (op === undefined) {
+        const path = `projects/${this.project}/global/operations/${name}`;
+        return this.error(res, 404, 'notFound', `The resource '${path}' was not found`);
+      }
       if (rest.length === 2 && method === 'GET') return this.json(res, 200, this.opJson(op));
       if (rest.length === 3 && rest[2] === 'wait' && method === 'POST') return this.waitFor(res, op);
     }
     this.error(res, 404, 'notFound', 'unknown path');
   }
 
-  private notFound(res: ServerResponse, path: string): void {
-    this.error(res, 404, 'notFound', `The resource 'projects/${this.project}/${path}' was not found`);
-  }
-
-  private globalOperation(type: FakeOperation['operationType'], target: string, apply: () => void) {
-    const op = this.newOperation('', type, target, this.timing.firewallMs);
-    op.global = { collection: 'firewalls', apply };
-    return op;
-  }
-
-  /** Insert or update (PUT: the whole rule replaced), validated at once as GCE does. */
-  private writeFirewall(
-    res: ServerResponse,
-    type: 'insert' | 'update',
-    existing: FakeFirewall | undefined,
-    body: unknown,
-  ): void {
-    const r = (body ?? {}) as Record<string, unknown>;
-    const name = str(r.name);
-    const invalid = (field: string, value: unknown) =>
-      this.error(res, 400, 'invalid', `Invalid value for field 'resource.${field}': '${String(value)}'.`);
-    if (!/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name) || (existing && name !== existing.name))
-      return invalid('name', name);
-    const network = str(r.network).replace(/^https:\/\/[^/]+\/compute\/v1\//, '');
-    const path = network.startsWith('projects/') ? network : `projects/${this.project}/${network}`;
-    if (!/^projects\/[^/]+\/global\/networks\/[a-z][-a-z0-9]*$/.test(path))
-      return invalid('network', network);
-    if (this.missing.has(path))
-      return this.error(res, 404, 'notFound', `The resource '${path}' was not found`);
-    if (existing && existing.network !== `${HOST_BASE}/${path}`) return invalid('network', network);
-    const ranges = (r.sourceRanges ?? []) as unknown[];
-    const bad = ranges.find((v) => !/^[0-9a-f.:]+\/\d{1,3}$/.test(str(v)));
-    if (bad !== undefined) return invalid('sourceRanges', bad);
-    if (((r.allowed ?? []) as unknown[]).length === 0 && ((r.denied ?? []) as unknown[]).length === 0)
-      return invalid('allowed', '[]');
-    const taken = this.operations.some(
-      (o) => o.global && o.targetName === name && o.operationType === 'insert' && this.status(o) !== 'DONE',
-    );
-    if (type === 'insert' && (this.firewalls.has(name) || taken)) {
-      return this.error(
-        res,
-        409,
-        'alreadyExists',
-        `The resource 'projects/${this.project}/global/firewalls/${name}' already exists`,
-      );
-    }
-    const rule: FakeFirewall = {
-      kind: 'compute#firewall',
-      id: existing?.id ?? String(this.nextId++),
-      creationTimestamp: existing?.creationTimestamp ?? rfc3339(new Date()),
-      priority: 1000,
-      direction: 'INGRESS',
-      disabled: false,
-      logConfig: { enable: false },
-      ...r,
-      name,
-      network: `${HOST_BASE}/${path}`,
-      selfLink: `${HOST_BASE}/projects/${this.project}/global/firewalls/${name}`,
+  /** What the firewall part uses of this fake: a change is a global operation, applied when DONE. */
+  private firewallHost(): FirewallHost {
+    return {
+      project: this.project,
+      base: HOST_BASE,
+      missing: this.missing,
+      settle: () => this.settle(),
+      newId: () => String(this.nextId++),
+      timestamp: rfc3339,
+      startOperation: (res, type, target, apply) => {
+        const op = this.newOperation('', type, target, this.timing.firewallMs);
+        op.global = { collection: 'firewalls', apply };
+        this.json(res, 200, this.opJson(op));
+      },
+      insertRunning: (target) =>
+        this.operations.some(
+          (o) =>
+            o.global !== undefined &&
+            o.targetName === target &&
+            o.operationType === 'insert' &&
+            this.status(o) !== 'DONE',
+        ),
+      json: (res, status, body) => this.json(res, status, body),
+      error: (res, status, reason, message) => this.error(res, status, reason, message),
     };
-    const op = this.globalOperation(type, name, () => this.firewalls.set(name, rule));
-    this.json(res, 200, this.opJson(op));
-  }
-
-  private listFirewalls(res: ServerResponse, query: URLSearchParams): void {
-    const maxResults = Math.min(Number(query.get('maxResults') ?? '500') || 500, 500);
-    const offset = Number(query.get('pageToken') ?? '0') || 0;
-    const all = [...this.firewalls.values()].sort((a, b) => a.name.localeCompare(b.name));
-    const body: Record<string, unknown> = {
-      kind: 'compute#firewallList',
-      items: all.slice(offset, offset + maxResults),
-    };
-    if (offset + maxResults < all.length) body.nextPageToken = String(offset + maxResults);
-    this.json(res, 200, body);
   }
 
   private insert(res: ServerResponse, zone: string, body: unknown): void {

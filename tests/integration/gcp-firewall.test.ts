@@ -3,9 +3,11 @@
  * clients against the wire-level fake (tests/helpers/gcp-fake.ts, its delays
  * on: a firewall change is a global operation applied when DONE), driven
  * the way the control plane drives it: the provider-checks activity's
- * checkProviders and orphan GC's gcListInstances, over providers wrapped as
- * the registry wraps them (withTracing), so the installation reaches the
- * provider through the activity's scope.
+ * checkProviders and orphan GC's gcListInstances, over providers built as
+ * the gcp factory builds them (the installation and the configured entries
+ * from the composition root) and wrapped as the registry wraps them
+ * (withTracing), so GC's `collectOrphans` reaches the provider through the
+ * decorator.
  */
 import { KubeConfig } from '@kubernetes/client-node';
 import { OAuth2Client } from 'google-auth-library';
@@ -41,15 +43,27 @@ beforeEach(() => {
   fake.firewalls.clear();
 });
 
-function gcp(name: string, gcpConfig: Record<string, unknown>): Provider {
+/**
+ * A gcp entry as a worker with these configured entries (gcp ones, by name;
+ * default: this one alone) builds it for `installation` (default INSTALLATION;
+ * null: built without one).
+ */
+function gcp(
+  name: string,
+  gcpConfig: Record<string, unknown>,
+  built: { installation?: string | null; configured?: string[] } = {},
+): Provider {
   const auth = new OAuth2Client();
   auth.setCredentials({ access_token: fake.token, expiry_date: Date.now() + 3_600_000 });
+  const installation = built.installation === null ? undefined : (built.installation ?? INSTALLATION);
   const provider = withTracing(
     createGcpProvider({
       name,
       config: gcpConfigSchema.parse({ project: fake.project, ...fake.connection, ...gcpConfig }),
       logger,
       authClient: auth,
+      installation,
+      entries: (built.configured ?? [name]).map((n) => ({ name: n, type: 'gcp' })),
     }),
   );
   opened.push(provider);
@@ -74,11 +88,11 @@ function noCluster(): KubeConfig {
 }
 
 /** One provider-checks round for these providers; the targets of `name`. */
-async function checkTargets(name: string, providers: Provider[], installation = INSTALLATION) {
+async function checkTargets(name: string, providers: Provider[]) {
   const acts = createProviderCheckActivities({
     registry: registryOf(...providers),
     kubeConfig: noCluster(),
-    installation,
+    installation: INSTALLATION,
     logger,
     metrics: new Registry(),
   });
@@ -87,8 +101,8 @@ async function checkTargets(name: string, providers: Provider[], installation = 
 }
 
 /** One provider-checks round for these providers; the firewall target of `name`. */
-async function checkRule(name: string, providers: Provider[], installation = INSTALLATION) {
-  const targets = await checkTargets(name, providers, installation);
+async function checkRule(name: string, providers: Provider[]) {
+  const targets = await checkTargets(name, providers);
   const rule = targets.find((t) => t.name.startsWith('firewall/'));
   if (rule === undefined) throw new Error(`no firewall target for ${name}: ${JSON.stringify(targets)}`);
   return rule;
@@ -147,7 +161,7 @@ describe('gcp firewall rule: the provider check', () => {
   it('reports a rule edited by hand and leaves it; overwrites it (extra fields cleared) only when configured', async () => {
     await checkRule('gcp-fw', [gcp('gcp-fw', { firewall: { sourceRanges: RANGES } })]);
     const name = ruleOf('gcp-fw');
-    fake.editFirewall(name, { sourceRanges: ['0.0.0.0/0'], sourceTags: ['web'] });
+    fake.firewalls.edit(name, { sourceRanges: ['0.0.0.0/0'], sourceTags: ['web'] });
     const from = fake.requests.length;
     const reported = await checkRule('gcp-fw', [gcp('gcp-fw', { firewall: { sourceRanges: RANGES } })]);
     expect(reported).toMatchObject({ ready: false, reason: 'EditedByHand' });
@@ -203,13 +217,21 @@ describe('gcp firewall rule: the provider check', () => {
 });
 
 describe('gcp firewall rule: orphan GC', () => {
-  it("deletes this installation's rule of an entry no longer configured, once it is old enough; nothing else", async () => {
-    const old = gcp('gcp-old', { firewall: { sourceRanges: RANGES } });
-    const kept = gcp('gcp-new', { firewall: { sourceRanges: RANGES } });
-    await checkRule('gcp-old', [old, kept]);
-    await checkRule('gcp-new', [old, kept]);
+  const gcActivities = (...providers: Provider[]) =>
+    createGcActivities({
+      registry: registryOf(...providers),
+      kubeConfig: noCluster(),
+      installation: INSTALLATION,
+      logger,
+    });
+
+  it("deletes this installation's rule of an entry no longer configured, once it is old enough, in GC's listing only", async () => {
+    const fw = { firewall: { sourceRanges: RANGES } };
+    const both = ['gcp-old', 'gcp-new'];
+    await checkRule('gcp-old', [gcp('gcp-old', fw, { configured: both })]);
+    await checkRule('gcp-new', [gcp('gcp-new', fw, { configured: both })]);
     // Another installation's rule for an entry of the same name, and a rule with a copied mark.
-    await checkRule('gcp-old', [gcp('gcp-old', { firewall: { sourceRanges: RANGES } })], 'inst-other');
+    await checkRule('gcp-old', [gcp('gcp-old', fw, { installation: 'inst-other' })]);
     const copied: FakeFirewall = { ...fake.firewalls.get(ruleOf('gcp-old'))!, name: 'allow-copied' };
     fake.firewalls.set('allow-copied', copied);
     expect(parseMark(String(copied.description))).toMatchObject({
@@ -217,26 +239,56 @@ describe('gcp firewall rule: orphan GC', () => {
       provider: 'gcp-old',
     });
 
-    // gcp-old is no longer configured: GC's listing of gcp-new collects its rule.
-    const gc = createGcActivities({
-      registry: registryOf(kept),
-      kubeConfig: noCluster(),
-      installation: INSTALLATION,
-      logger,
-    });
+    // The worker restarted without gcp-old: GC's listing of gcp-new collects its rule.
+    const kept = gcp('gcp-new', fw, { configured: ['gcp-new'] });
+    const gc = gcActivities(kept);
     await gc.gcListInstances({ provider: 'gcp-new', timeoutMs: 10_000 });
     // Too young: a worker with a newer config may have just made it.
-    expect(fake.firewall(ruleOf('gcp-old'))).toBeDefined();
+    expect(fake.firewalls.read(ruleOf('gcp-old'))).toBeDefined();
 
-    for (const name of fake.firewalls.keys()) fake.ageFirewall(name, COLLECT_MIN_AGE_MS + 60_000);
-    const from = fake.requests.length;
+    for (const name of fake.firewalls.keys()) fake.firewalls.age(name, COLLECT_MIN_AGE_MS + 60_000);
+    // The drift sweep's listing (and any other without collectOrphans) lists instances only.
+    let from = fake.requests.length;
+    await kept.listByTag(new AbortController().signal, { reuse: { withinMs: 0 } });
+    expect(fake.firewallRequests(from)).toEqual([]);
+    expect(fake.firewalls.read(ruleOf('gcp-old'))).toBeDefined();
+
+    from = fake.requests.length;
     await gc.gcListInstances({ provider: 'gcp-new', timeoutMs: 10_000 });
     expect(fake.firewallRequests(from)).toContain(`DELETE global/firewalls/${ruleOf('gcp-old')}`);
     await eventually('the old entry rule gone', () =>
-      Promise.resolve(fake.firewall(ruleOf('gcp-old')) === undefined ? true : undefined),
+      Promise.resolve(fake.firewalls.read(ruleOf('gcp-old')) === undefined ? true : undefined),
     );
     expect([...fake.firewalls.keys()].sort()).toEqual(
       ['allow-copied', ruleOf('gcp-new'), ruleOf('gcp-old', 'inst-other')].sort(),
     );
+  });
+
+  it('an entry configured but not built here (another type, say) keeps its rule', async () => {
+    const fw = { firewall: { sourceRanges: RANGES } };
+    await checkRule('gcp-b', [gcp('gcp-b', fw, { configured: ['gcp-a', 'gcp-b'] })]);
+    for (const name of fake.firewalls.keys()) fake.firewalls.age(name, COLLECT_MIN_AGE_MS + 60_000);
+    // gcp-b is still configured (its build failed in this worker, say): only gcp-a is in the registry.
+    const a = gcp('gcp-a', fw, { configured: ['gcp-a', 'gcp-b'] });
+    const from = fake.requests.length;
+    await gcActivities(a).gcListInstances({ provider: 'gcp-a', timeoutMs: 10_000 });
+    expect(count(fake.firewallRequests(from), /^GET global\/firewalls$/)).toBe(1);
+    expect(count(fake.firewallRequests(from), /^DELETE /)).toBe(0);
+    expect(fake.firewalls.read(ruleOf('gcp-b'))).toBeDefined();
+  });
+
+  it('a provider built without an installation manages no rule: Unmanaged, and GC collects nothing', async () => {
+    const fw = { firewall: { sourceRanges: RANGES } };
+    await checkRule('gcp-gone', [gcp('gcp-gone', fw)]);
+    fake.firewalls.age(ruleOf('gcp-gone'), COLLECT_MIN_AGE_MS + 60_000);
+    const bare = gcp('gcp-bare', fw, { installation: null });
+    let from = fake.requests.length;
+    const [, rule] = await checkTargets('gcp-bare', [bare]);
+    expect(rule).toMatchObject({ name: 'firewall', ready: false, reason: 'Unmanaged' });
+    expect(fake.firewallRequests(from)).toEqual([]);
+    from = fake.requests.length;
+    await gcActivities(bare).gcListInstances({ provider: 'gcp-bare', timeoutMs: 10_000 });
+    expect(fake.firewallRequests(from)).toEqual([]);
+    expect(fake.firewalls.read(ruleOf('gcp-gone'))).toBeDefined();
   });
 });
