@@ -125,7 +125,8 @@ export function createGcActivities(deps: GcActivityDeps): GcActivities {
           // A recent listing is as good as a new one here: every instance in it
           // existed when it was made, before the live set is read (the workflow's
           // order), and each deletion re-reads the instance's marks first.
-          (signal) => provider.listByTag(signal, { reuse: { withinMs: listReuseMs } }),
+          // GC's listing: the provider may also collect what it made besides instances.
+          (signal) => provider.listByTag(signal, { reuse: { withinMs: listReuseMs }, collectOrphans: true }),
           () =>
             nonRetryable(GcFailure.ListTimeout, `${name}: listByTag did not answer within ${timeoutMs} ms`),
         );

@@ -136,13 +136,7 @@ export async function startWorker(
   return scope.start(async () => {
     const metrics = opts.metrics ?? new Registry();
     registerBuildInfo(metrics);
-    const registry = buildProviders(providersConfig, {
-      logger,
-      stateRoot: config.stateDir,
-      requestMetrics: registerProviderRequestMetrics(metrics),
-      ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
-    });
-    scope.defer('providers', () => registry.close());
+    const requestMetrics = registerProviderRequestMetrics(metrics);
     registerProcessMetrics(metrics);
     let readiness: () => Promise<Readiness> = () => Promise.resolve({ ready: false, reason: 'starting' });
     let temporalMetrics: (() => Promise<string>) | undefined;
@@ -159,6 +153,16 @@ export async function startWorker(
       logger.info({ url: metricsServer.baseUrl }, 'health and metrics listening');
     }
     const installation = config.installation ?? (await deriveInstallation(kc));
+    // Built once the installation is known: a provider that owns resources
+    // besides instances (the gcp firewall rule) names and marks them by it.
+    const registry = buildProviders(providersConfig, {
+      logger,
+      stateRoot: config.stateDir,
+      requestMetrics,
+      installation,
+      ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
+    });
+    scope.defer('providers', () => registry.close());
     if (listen) {
       // The SDK's Prometheus exporter serves its own endpoint; it gets a
       // loopback port nobody else sees, and /metrics appends what it says.

@@ -49,6 +49,25 @@ export interface ProviderDeps {
   requestMetrics?: ProviderRequestMetrics;
   /** A namespace-scoped install's namespaces (`--watch-namespaces`): the kubernetes provider lists pods there only. */
   watchNamespaces?: readonly string[];
+  /**
+   * The installation identity the worker serves (what the instances' installation
+   * mark carries): for a provider that owns resources besides instances (the gcp
+   * firewall rule, named and marked per installation). Absent: such resources are
+   * not managed (a tool that builds providers for something else).
+   */
+  installation?: string;
+  /**
+   * Every configured provider entry (name and type), built or not: whose
+   * resources are still wanted. `buildProviders` fills it from the config it
+   * builds; absent, a provider collects nothing of other entries.
+   */
+  entries?: readonly ProviderEntryRef[];
+}
+
+/** A configured provider entry, by name and type. */
+export interface ProviderEntryRef {
+  name: string;
+  type: string;
 }
 
 export interface ProviderTypeDefinition<S extends z.ZodType> {
@@ -96,7 +115,13 @@ export const PROVIDER_TYPES = {
   gcp: defineType({
     configSchema: gcpConfigSchema,
     build: (name: string, config: GcpConfig, deps: ProviderDeps) =>
-      createGcpProvider({ name, config, logger: deps.logger }),
+      createGcpProvider({
+        name,
+        config,
+        logger: deps.logger,
+        installation: deps.installation,
+        entries: deps.entries,
+      }),
   }),
   kvm: defineType({
     configSchema: kvmConfigSchema,
@@ -304,11 +329,14 @@ export function buildProviders(
 ): ProviderRegistry {
   const built = new Map<string, Provider>();
   const unbuilt = new Map<string, string>();
+  // Every entry of this config, the unbuilt ones too: a provider must not collect what they made.
+  const entries = config.providers.map(({ name, type }) => ({ name, type }));
+  const factoryDeps: ProviderDeps = { ...deps, entries };
   try {
     for (const entry of config.providers) {
       const def = types[entry.type] ?? PROVIDER_TYPES[entry.type];
       try {
-        const provider = def.build(entry.name, entry.config, deps);
+        const provider = def.build(entry.name, entry.config, factoryDeps);
         // Tracing outside metrics: the operation span covers all of the call, the count included.
         built.set(
           entry.name,

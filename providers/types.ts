@@ -100,17 +100,26 @@ export function isUnlisted(listing: Listing, id: string | undefined): boolean {
   return id !== undefined && unlistedOf(listing).some((u) => id.startsWith(u.idPrefix));
 }
 
-/**
- * How fresh a listByTag must be. Absent: a listing made for this call (a
- * lookup that must see an instance made a moment ago). A periodic reader
- * (the drift sweep, orphan GC) may instead accept a listing the provider
- * made recently: one still fresh by the provider's own read budget (the gcp
- * provider's `listCallsPerVmHour`; none without one), or up to
- * `reuse.withinMs` older than that. A provider that keeps no listing
- * ignores this and lists.
- */
+/** What a caller of listByTag asks of it besides the listing. */
 export interface ListOptions {
+  /**
+   * How fresh the listing must be. Absent: a listing made for this call (a
+   * lookup that must see an instance made a moment ago). A periodic reader
+   * (the drift sweep, orphan GC) may instead accept a listing the provider
+   * made recently: one still fresh by the provider's own read budget (the gcp
+   * provider's `listCallsPerVmHour`; none without one), or up to
+   * `reuse.withinMs` older than that. A provider that keeps no listing
+   * ignores this and lists.
+   */
   reuse?: { withinMs: number };
+  /**
+   * GC's listing: a provider may also delete what it made besides
+   * instances whose owner entry is gone (the gcp provider's firewall rules
+   * of entries no longer configured). Only orphan GC sets it; a provider
+   * that makes nothing besides instances ignores it. What it collects never
+   * changes the listing it answers, and a failure to collect never fails it.
+   */
+  collectOrphans?: boolean;
 }
 
 export interface TargetStatus {

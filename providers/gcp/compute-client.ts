@@ -1,6 +1,7 @@
 /**
  * The gcp provider's Compute API: the InstancesClient and
- * ZoneOperationsClient, built on the first call (contract §7: construction
+ * ZoneOperationsClient (and, for an entry with a managed firewall rule,
+ * the FirewallsClient and GlobalOperationsClient), built on the first call (contract §7: construction
  * dials nothing) after the provider has resolved its credentials itself
  * (auth.ts says why), and every request bounded and traced.
  */
@@ -8,9 +9,16 @@
 // ~190 MiB of heap) loads on the first call, so processes that configure no
 // gcp provider (the bridge, the api, a local-only worker) never pay for it.
 import type { Agent as HttpsAgent } from 'node:https';
-import type { InstancesClient, ZoneOperationsClient, protos } from '@google-cloud/compute';
+import type {
+  FirewallsClient,
+  GlobalOperationsClient,
+  InstancesClient,
+  ZoneOperationsClient,
+  protos,
+} from '@google-cloud/compute';
 import type { AuthClient } from 'google-auth-library';
 import type { Logger } from 'pino';
+import { providerError } from '../errors.js';
 import { CallEnded, tracedCall } from '../shared/bounded-call.js';
 import type { ProviderOperation } from '../types.js';
 import { ComputeAuth, CredentialsError } from './auth.js';
@@ -25,11 +33,25 @@ export type Operation = protos.google.cloud.compute.v1.IOperation;
 type ComputeModule = {
   InstancesClient: typeof InstancesClient;
   ZoneOperationsClient: typeof ZoneOperationsClient;
+  FirewallsClient: typeof FirewallsClient;
+  GlobalOperationsClient: typeof GlobalOperationsClient;
 };
 
 export interface Clients {
   instances: InstancesClient;
   operations: ZoneOperationsClient;
+  /** Only with `gcp.firewall`: each client loads the API's descriptors again, so none is made unused. */
+  firewalls?: FirewallsClient;
+  globalOperations?: GlobalOperationsClient;
+}
+
+/** Requests that prove nothing about the instance API: their failures leave the kept listing alone. */
+const FIREWALL_REQUEST = /^(?:firewalls|globalOperations)\./;
+
+function all(clients: Clients): { initialize(): Promise<unknown>; close(): Promise<void> }[] {
+  return [clients.instances, clients.operations, clients.firewalls, clients.globalOperations].filter(
+    (c) => c !== undefined,
+  );
 }
 
 export interface ComputeClientOptions {
@@ -98,7 +120,12 @@ export class ComputeClient {
       fn,
     ).catch((err: unknown) => {
       // A failure other than "no such thing" or the caller giving up: the next check must ask Compute itself.
-      if (httpStatus(err) !== 404 && !(err instanceof CallEnded && err.by === 'caller'))
+      // A firewall call's (a permission only the rule needs) says nothing of the listing.
+      if (
+        httpStatus(err) !== 404 &&
+        !(err instanceof CallEnded && err.by === 'caller') &&
+        !FIREWALL_REQUEST.test(request)
+      )
         this.options.onFailure();
       throw err;
     });
@@ -139,6 +166,23 @@ export class ComputeClient {
     return this.building;
   }
 
+  /** The firewall clients: built with the others whenever gcp.firewall is set, the only time they are asked for. */
+  async firewallApi(): Promise<Required<Pick<Clients, 'firewalls' | 'globalOperations'>>> {
+    const { firewalls, globalOperations } = await this.api();
+    if (firewalls === undefined || globalOperations === undefined) {
+      const { name } = this.options.provider;
+      const message = 'no firewall clients: gcp.firewall is not set';
+      throw providerError({
+        errorClass: 'Permanent',
+        operation: 'check',
+        provider: name,
+        instance: '',
+        message,
+      });
+    }
+    return { firewalls, globalOperations };
+  }
+
   private async build(): Promise<Clients> {
     const config = this.options.config;
     this.loading ??= import('@google-cloud/compute');
@@ -165,12 +209,16 @@ export class ComputeClient {
       instances: new compute.InstancesClient(opts),
       operations: new compute.ZoneOperationsClient(opts),
     };
-    // Both stubs now, observed: every later method call re-throws this promise
+    if (config.firewall !== undefined) {
+      clients.firewalls = new compute.FirewallsClient(opts);
+      clients.globalOperations = new compute.GlobalOperationsClient(opts);
+    }
+    // Every stub now, observed: every later method call re-throws this promise
     // from an unobserved .catch, so a client whose stub failed is never used.
-    const made = await Promise.allSettled([clients.instances.initialize(), clients.operations.initialize()]);
+    const made = await Promise.allSettled(all(clients).map((c) => c.initialize()));
     const failed = made.find((r) => r.status === 'rejected');
     if (failed !== undefined) {
-      await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
+      await Promise.allSettled(all(clients).map((c) => c.close()));
       throw failed.reason instanceof CredentialsError
         ? failed.reason
         : new CredentialsError(
@@ -193,6 +241,6 @@ export class ComputeClient {
     this.agent?.destroy();
     this.agent = undefined;
     if (clients === undefined) return;
-    await Promise.allSettled([clients.instances.close(), clients.operations.close()]);
+    await Promise.allSettled(all(clients).map((c) => c.close()));
   }
 }

@@ -29,6 +29,13 @@
  *     listCallsPerVmHour: 0.75     # 0: the drift sweep lists on every pass
  *     listMaxAgeSeconds: 3600      # a small fleet is still listed at least this often
  *
+ * a managed firewall rule for the proxies (issue 51; firewall-rule.ts):
+ *
+ *     firewall:
+ *       sourceRanges: [203.0.113.0/24]   # who may reach the proxies
+ *       ports: [3128]
+ *       overwriteManualEdits: false
+ *
  * They live here, not in the Proxy's placement, on purpose: they are facts
  * of the project and its network (which subnetwork, whether the org allows
  * external IPs, which identity), the same for every Proxy of one entry, and
@@ -47,6 +54,7 @@
  *       impersonate: proxies-eu@my-project.iam.gserviceaccount.com   # act as this account through ADC (or keyFile)
  */
 import { z } from 'zod';
+import { firewallConfigSchema, ruleNetwork } from './firewall-rule.js';
 
 /** GCP project IDs: 6-30 characters, lowercase letters, digits and hyphens, starting with a letter. */
 const PROJECT_ID = /^[a-z][-a-z0-9]{4,28}[a-z0-9]$/;
@@ -186,6 +194,8 @@ export const gcpConfigSchema = z
         'must name a keyFile, a service account to impersonate, or both (or be left out for ADC)',
       )
       .optional(),
+    /** A firewall rule the provider check creates and corrects; unset: none (the rule is a prerequisite). */
+    firewall: firewallConfigSchema.optional(),
     /**
      * A Compute REST endpoint (`http://host:port` or `https://host[:port]`)
      * used instead of compute.googleapis.com; the tests point it at their fake.
@@ -216,6 +226,15 @@ export const gcpConfigSchema = z
         code: 'custom',
         path: ['endpointCaFile'],
         message: 'needs an https:// endpoint (it is the CA that endpoint is trusted by)',
+      });
+    }
+    // The rule lives in the network's project: a path it cannot name would fail every check.
+    if (cfg.firewall !== undefined && ruleNetwork(cfg) === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['network'],
+        message:
+          'must be a network name or [projects/<host>/]global/networks/<name> when firewall is set (the rule is made on it)',
       });
     }
     // A termination action without Spot would be silently ignored by GCE's STANDARD model: refuse it.

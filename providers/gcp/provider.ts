@@ -28,6 +28,12 @@
  * calls: see auth.ts); client-kind vendor-sdk; timeouts per-call (each request bounded
  * by callTimeoutMs and the caller's signal).
  *
+ * With `gcp.firewall` the entry also owns a firewall rule (firewall.ts):
+ * check() reports it as a second target, creating or correcting it, and
+ * orphan GC's listing (`collectOrphans`) deletes the rules of entries no
+ * longer configured. The installation and the configured entries come with
+ * the options, from the composition root (ProviderDeps).
+ *
  * Calls used: instances insert, get, delete, aggregatedList (the seed's
  * four) and zoneOperations get, wait and list (to close the seed's gaps: a
  * failed insert reaches the Proxy's status, a delete is not resubmitted
@@ -55,6 +61,7 @@ import { ComputeClient } from './compute-client.js';
 import type { GcpConfig } from './config.js';
 import { Inserts } from './create.js';
 import { Deletes } from './deletes.js';
+import { Firewalls } from './firewall.js';
 import { formatProviderId, parseProviderId, toInstance } from './instance.js';
 import { ListCache } from './list-cache.js';
 import { Listings } from './listing.js';
@@ -85,6 +92,14 @@ export interface GcpProviderOptions {
    * sweep has listed again. Any failed Compute call since ends it.
    */
   checkReuseMs?: number;
+  /**
+   * The installation the worker serves: the managed firewall rule's name
+   * and mark are made from it. Absent: the rule is not managed (its check
+   * target says Unmanaged, GC collects no rule).
+   */
+  installation?: string;
+  /** Every configured provider entry (name and type): GC keeps their rules. Absent: GC collects no rule. */
+  entries?: readonly { name: string; type: string }[];
 }
 
 export interface GcpProvider extends Provider {
@@ -113,6 +128,8 @@ class GcpProviderImpl implements GcpProvider {
   private readonly deletes: Deletes;
   private readonly inserts: Inserts;
   private readonly listings: Listings;
+  /** Only with gcp.firewall. */
+  private readonly firewalls: Firewalls | undefined;
 
   constructor(options: GcpProviderOptions) {
     const config = options.config;
@@ -146,6 +163,11 @@ class GcpProviderImpl implements GcpProvider {
     this.inserts = new Inserts({ compute, operations, deletes, listCache, ops, config, insertWaitMs });
     const pageSize = options.listPageSize ?? 500;
     this.listings = new Listings({ compute, listCache, projects, ops, config, pageSize });
+    const firewall = config.firewall;
+    const entry = { name: options.name, type: GCP_PROVIDER_TYPE };
+    const { installation, entries } = options;
+    this.firewalls =
+      firewall && new Firewalls({ compute, ops, config, firewall, entry, installation, entries });
   }
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
@@ -207,13 +229,19 @@ class GcpProviderImpl implements GcpProvider {
     return [`zones/${parsed.zone}/instances/${parsed.name}`];
   }
 
-  listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
-    return this.listings.listByTag(signal, options);
+  async listByTag(signal: AbortSignal, options?: ListOptions): Promise<Instance[]> {
+    const listed = await this.listings.listByTag(signal, options);
+    // Only GC's listing collects: the drift sweep and lookups list as before.
+    if (options?.collectOrphans && this.firewalls) await this.firewalls.collect(signal);
+    return listed;
   }
 
-  check(signal: AbortSignal): Promise<TargetStatus[]> {
+  async check(signal: AbortSignal): Promise<TargetStatus[]> {
     const { compute, listCache, ops, config, checkReuseMs } = this;
-    return checkProject({ compute, listCache, ops, config, checkReuseMs }, signal);
+    const project = checkProject({ compute, listCache, ops, config, checkReuseMs }, signal);
+    if (this.firewalls === undefined) return project;
+    const [targets, rule] = await Promise.all([project, this.firewalls.check(signal)]);
+    return [...targets, rule];
   }
 
   async close(): Promise<void> {

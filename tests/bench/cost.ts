@@ -117,7 +117,7 @@ const base = buildProviders(
     `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.93.0.0/16 }\n`,
     'bench',
   ),
-  { logger, stateRoot: dir },
+  { logger, stateRoot: dir, installation: 'bench' },
 );
 const inner = base.get('local')!;
 let outage = false;

@@ -71,7 +71,7 @@ export async function startBenchPlane(opts: {
       `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${stateDir}, addressRange: 127.94.0.0/16 }\n`,
       'bench',
     ),
-    { logger, stateRoot: dir },
+    { logger, stateRoot: dir, installation: `bench-${opts.name}` },
   );
   const target: Server = createServer((_req, res) => res.writeHead(204).end());
   await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));

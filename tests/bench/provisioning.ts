@@ -83,7 +83,7 @@ const registry = buildProviders(
     `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: 127.91.0.0/16 }\n`,
     'bench',
   ),
-  { logger, stateRoot: dir },
+  { logger, stateRoot: dir, installation: 'bench' },
 );
 const bundle = await bundleWorkflows();
 const worker = await createProxyWorker({

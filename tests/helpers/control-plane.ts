@@ -109,9 +109,10 @@ export async function startControlPlane(opts: {
   const yaml =
     opts.providersYaml?.(stateRoot, range) ??
     `providers:\n  - name: local\n    type: local\n    local:\n      stateDir: ${stateRoot}/local\n      addressRange: ${range}\n`;
+  const installation = opts.installation ?? 'test-installation';
   const base = buildProviders(
     parseProvidersConfig(yaml, 'test providers config'),
-    { logger, stateRoot },
+    { logger, stateRoot, installation },
     opts.providerTypes,
   );
   const extra = new Map<string, Provider>();
@@ -140,7 +141,7 @@ export async function startControlPlane(opts: {
       taskQueue,
       kubeConfig: kc,
       registry,
-      installation: opts.installation ?? 'test-installation',
+      installation,
       logger,
       workflowBundle: workflowBundle(),
       timing,

@@ -2,7 +2,9 @@
  * A wire-level fake of the Compute Engine REST API (v1), enough of it for
  * the gcp provider driven by the real `@google-cloud/compute` client:
  * instances insert, get, delete and aggregatedList; zoneOperations get, wait
- * and list. It listens on 127.0.0.1 on a random port over TLS (a
+ * and list; firewalls insert, get, list, update (PUT) and delete
+ * (gcp-fake-firewalls.ts), and globalOperations get and wait. It listens
+ * on 127.0.0.1 on a random port over TLS (a
  * certificate from a per-process test CA; `caFile` is the CA's PEM for
  * `gcp.endpointCaFile`), requires a bearer token, records every request,
  * and behaves like GCE where the provider's logic depends on it:
@@ -42,6 +44,8 @@
  * - the insert body is kept and echoed the way GCE does (NIC, access
  *   config only when asked, internal IP, scheduling, service accounts,
  *   metadata);
+ * - firewalls are gcp-fake-firewalls.ts (`firewalls`): each change a
+ *   global operation applied when it is DONE (`timing.firewallMs`);
  * - `addProject` serves a second project on the same endpoint (same token,
  *   one request log, the same timing); a project neither serves is 404.
  *
@@ -55,6 +59,9 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { serverTls, type ServerTls } from '../../local-servers/pki.js';
+import { FakeFirewalls, type FakeFirewall, type FirewallHost } from './gcp-fake-firewalls.js';
+
+export type { FakeFirewall };
 
 /** The test CA and the fake's certificate (127.0.0.1), made once per process. */
 let pki: Promise<ServerTls> | undefined;
@@ -90,6 +97,8 @@ export const DEFAULT_TIMING = {
   deleteMs: 80,
   /** The longest a `wait` is held (GCE: about two minutes). */
   waitMaxMs: 120_000,
+  /** A firewall insert, update or delete operation is DONE (and applied) after this. */
+  firewallMs: 60,
 };
 export type FakeTiming = typeof DEFAULT_TIMING;
 
@@ -145,8 +154,11 @@ export interface FakeInstance {
 export interface FakeOperation {
   id: string;
   name: string;
+  /** '' for a global operation. */
   zone: string;
-  operationType: 'insert' | 'delete';
+  operationType: 'insert' | 'delete' | 'update';
+  /** A global operation (firewalls): applies its change when DONE, targets `global/<collection>/<name>`. */
+  global?: { collection: string; apply: () => void };
   targetName: string;
   insertTime: string;
   startMs: number;
@@ -166,6 +178,8 @@ export class FakeCompute {
   readonly requests: RecordedRequest[] = [];
   readonly instances = new Map<string, FakeInstance>();
   readonly operations: FakeOperation[] = [];
+  /** Firewall rules by name; `read`, `edit` (a hand edit) and `age` them. */
+  readonly firewalls: FakeFirewalls;
   readonly token: string;
   /** The delays (shared by the projects of one endpoint); `resetTiming` restores DEFAULT_TIMING. */
   readonly timing: FakeTiming;
@@ -219,6 +233,7 @@ export class FakeCompute {
     // at that moment gets ECONNRESET (the real API keeps them far longer).
     this.server.keepAliveTimeout = 120_000;
     this.tls = tls;
+    this.firewalls = new FakeFirewalls(this.firewallHost());
   }
   private readonly tls: ServerTls;
 
@@ -432,6 +447,14 @@ export class FakeCompute {
     );
   }
 
+  /** The firewall requests (`METHOD path`, the project's prefix cut), from request `from` on. */
+  firewallRequests(from = 0): string[] {
+    return this.requests
+      .slice(from)
+      .filter((r) => /\/global\/(?:firewalls|operations)/.test(r.path))
+      .map((r) => `${r.method} ${r.path.replace(/^\/compute\/v1\/projects\/[^/]+\//, '')}`);
+  }
+
   // -- the API --------------------------------------------------------------
 
   private allocateIp(): string {
@@ -447,7 +470,7 @@ export class FakeCompute {
 
   private newOperation(
     zone: string,
-    type: 'insert' | 'delete',
+    type: FakeOperation['operationType'],
     target: string,
     ms: number,
     error?: FakeOperation['error'],
@@ -474,6 +497,10 @@ export class FakeCompute {
     for (const op of this.operations) {
       if ((op as { applied?: boolean }).applied || now < op.doneAtMs) continue;
       (op as { applied?: boolean }).applied = true;
+      if (op.global !== undefined) {
+        if (!op.error) op.global.apply();
+        continue;
+      }
       const key = `${op.zone}/${op.targetName}`;
       // A failed insert leaves no VM; a done delete removes it.
       if ((op.operationType === 'insert' && op.error) || op.operationType === 'delete')
@@ -509,19 +536,21 @@ export class FakeCompute {
 
   private opJson(op: FakeOperation): Record<string, unknown> {
     const status = this.status(op);
-    const zoneUrl = `${HOST_BASE}/projects/${this.project}/zones/${op.zone}`;
+    const scopeUrl = op.global
+      ? `${HOST_BASE}/projects/${this.project}/global`
+      : `${HOST_BASE}/projects/${this.project}/zones/${op.zone}`;
     const out: Record<string, unknown> = {
       kind: 'compute#operation',
       id: op.id,
       name: op.name,
-      zone: zoneUrl,
+      ...(op.global ? {} : { zone: scopeUrl }),
       operationType: op.operationType,
-      targetLink: `${zoneUrl}/instances/${op.targetName}`,
+      targetLink: `${scopeUrl}/${op.global?.collection ?? 'instances'}/${op.targetName}`,
       targetId: op.id,
       status,
       progress: status === 'DONE' ? 100 : 0,
       insertTime: op.insertTime,
-      selfLink: `${zoneUrl}/operations/${op.name}`,
+      selfLink: `${scopeUrl}/operations/${op.name}`,
     };
     if (status === 'DONE') {
       out.endTime = rfc3339(new Date(op.doneAtMs));
@@ -685,6 +714,7 @@ export class FakeCompute {
       this.aggregated(res, url.searchParams);
       return;
     }
+    if (rest[0] === 'global') return this.global(rec.method, res, rest.slice(1), url.searchParams, body);
     if (rest[0] !== 'zones' || rest.length < 3) {
       this.error(res, 404, 'notFound', 'unknown path');
       return;
@@ -714,23 +744,74 @@ export class FakeCompute {
         return;
       }
       if (rest.length === 4 && rec.method === 'GET') return this.json(res, 200, this.opJson(op));
-      if (rest.length === 5 && rest[4] === 'wait' && rec.method === 'POST') {
-        // Held until the operation is DONE or GCE's limit on one wait passes.
-        const holdMs = Math.max(0, Math.min(op.doneAtMs - Date.now(), this.timing.waitMaxMs));
-        if (holdMs > 0) {
-          await new Promise<void>((r) => {
-            const t = setTimeout(() => {
-              this.held.delete(t);
-              r();
-            }, holdMs);
-            this.held.add(t);
-          });
-        }
-        this.settle();
-        return this.json(res, 200, this.opJson(op));
-      }
+      if (rest.length === 5 && rest[4] === 'wait' && rec.method === 'POST') return this.waitFor(res, op);
     }
     this.error(res, 404, 'notFound', 'unknown path');
+  }
+
+  /** Held until the operation is DONE or GCE's limit on one wait passes. */
+  private async waitFor(res: ServerResponse, op: FakeOperation): Promise<void> {
+    const holdMs = Math.max(0, Math.min(op.doneAtMs - Date.now(), this.timing.waitMaxMs));
+    if (holdMs > 0) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(() => {
+          this.held.delete(t);
+          r();
+        }, holdMs);
+        this.held.add(t);
+      });
+    }
+    this.settle();
+    this.json(res, 200, this.opJson(op));
+  }
+
+  /** `global/firewalls[/<name>]` (gcp-fake-firewalls.ts) and `global/operations/<name>[/wait]`. */
+  private async global(
+    method: string,
+    res: ServerResponse,
+    rest: string[],
+    query: URLSearchParams,
+    body: unknown,
+  ): Promise<void> {
+    const [collection, name = ''] = rest;
+    if (collection === 'firewalls' && this.firewalls.serve(method, res, rest.slice(1), query, body)) return;
+    if (collection === 'operations' && rest.length >= 2) {
+      const op = this.operations.find((o) => o.global !== undefined && o.name === name);
+      if (op === undefined) {
+        const path = `projects/${this.project}/global/operations/${name}`;
+        return this.error(res, 404, 'notFound', `The resource '${path}' was not found`);
+      }
+      if (rest.length === 2 && method === 'GET') return this.json(res, 200, this.opJson(op));
+      if (rest.length === 3 && rest[2] === 'wait' && method === 'POST') return this.waitFor(res, op);
+    }
+    this.error(res, 404, 'notFound', 'unknown path');
+  }
+
+  /** What the firewall part uses of this fake: a change is a global operation, applied when DONE. */
+  private firewallHost(): FirewallHost {
+    return {
+      project: this.project,
+      base: HOST_BASE,
+      missing: this.missing,
+      settle: () => this.settle(),
+      newId: () => String(this.nextId++),
+      timestamp: rfc3339,
+      startOperation: (res, type, target, apply) => {
+        const op = this.newOperation('', type, target, this.timing.firewallMs);
+        op.global = { collection: 'firewalls', apply };
+        this.json(res, 200, this.opJson(op));
+      },
+      insertRunning: (target) =>
+        this.operations.some(
+          (o) =>
+            o.global !== undefined &&
+            o.targetName === target &&
+            o.operationType === 'insert' &&
+            this.status(o) !== 'DONE',
+        ),
+      json: (res, status, body) => this.json(res, status, body),
+      error: (res, status, reason, message) => this.error(res, status, reason, message),
+    };
   }
 
   private insert(res: ServerResponse, zone: string, body: unknown): void {

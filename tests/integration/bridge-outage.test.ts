@@ -84,7 +84,7 @@ describe('an apiserver outage while 50 Proxies change', () => {
         `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
         'test',
       ),
-      { logger, stateRoot: dir },
+      { logger, stateRoot: dir, installation: 'outage' },
     );
     const { client, connection } = await temporalClient();
     const nativeConnection = await workerConnection();

@@ -212,7 +212,7 @@ describe('Proxy Events on the real apiserver', () => {
           `  - name: slow\n    type: local\n    local: { stateDir: ${dir}/slow, addressRange: 127.${second}.${third + 1}.0/24, startDelaySeconds: 600 }\n`,
         'test',
       ),
-      { logger, stateRoot: dir },
+      { logger, stateRoot: dir, installation: 'events-test' },
     );
     const recorder = createEventRecorder({ kubeConfig: kc, logger, reportingInstance: 'create-test' });
     const activities = createProviderActivities({

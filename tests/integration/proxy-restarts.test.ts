@@ -107,7 +107,7 @@ describe('restarts of the apiserver and the Temporal server', () => {
             `  - name: held\n    type: local\n    local: { stateDir: ${dir}/held, addressRange: ${heldRange} }\n`,
           'test',
         ),
-        { logger, stateRoot: dir },
+        { logger, stateRoot: dir, installation: 'restarts' },
       ),
       'held',
     );

@@ -11,8 +11,11 @@ import {
   loadProvidersConfig,
   parseProvidersConfig,
   notImplemented,
+  PROVIDER_TYPES,
   ProvidersConfigError,
+  type ProviderDeps,
 } from '../../providers/config.js';
+import { firewallRuleName } from '../../providers/gcp/firewall-rule.js';
 import { candidateAddresses, parseLoopbackCidr } from '../../providers/local/config.js';
 
 function issuesOf(yaml: string): string[] {
@@ -233,6 +236,69 @@ describe('buildProviders', () => {
     expect(registry.unbuilt?.('one')).toBeUndefined();
     expect(registry.unbuilt?.('absent')).toBeUndefined();
     await registry.close();
+  });
+
+  it('gives every factory the installation and every configured entry, the unbuilt ones too', async () => {
+    const cfg = parseProvidersConfig(
+      'providers:\n  - name: one\n    type: local\n  - name: cloud\n    type: gcp\n    gcp:\n      project: my-project-1\n',
+      'x',
+    );
+    const seen: ProviderDeps[] = [];
+    const local = {
+      build: (name: string, config: Parameters<typeof PROVIDER_TYPES.local.build>[1], d: ProviderDeps) => {
+        seen.push(d);
+        return PROVIDER_TYPES.local.build(name, config, d);
+      },
+    };
+    const registry = buildProviders(
+      cfg,
+      { ...deps, installation: 'inst-a' },
+      { local, gcp: notImplemented('gcp') },
+    );
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatchObject({ installation: 'inst-a' });
+    expect(seen[0]!.entries).toEqual([
+      { name: 'one', type: 'local' },
+      { name: 'cloud', type: 'gcp' },
+    ]);
+    await registry.close();
+  });
+
+  it('the gcp factory passes the installation on: the firewall target is named by it, or Unmanaged without it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'providers-config-'));
+    try {
+      // A key file that is not there: every call fails on credentials, before anything is dialled.
+      const cfg = parseProvidersConfig(
+        [
+          'providers:',
+          '  - name: cloud',
+          '    type: gcp',
+          '    gcp:',
+          '      project: my-project-1',
+          '      endpoint: http://127.0.0.1:1',
+          `      credentials: { keyFile: ${JSON.stringify(join(dir, 'missing.json'))} }`,
+          '      firewall: { sourceRanges: [203.0.113.0/24] }',
+          '',
+        ].join('\n'),
+        'x',
+      );
+      const targets = async (installation?: string) => {
+        const registry = buildProviders(cfg, { ...deps, installation });
+        try {
+          const checked = await registry.get('cloud')!.check!(AbortSignal.timeout(10_000));
+          return checked.map((t) => [t.name, t.reason]);
+        } finally {
+          await registry.close();
+        }
+      };
+      const [, withIt] = await targets('inst-a');
+      expect(withIt?.[0]).toBe(`firewall/${firewallRuleName('inst-a', 'cloud')}`);
+      expect(withIt?.[1]).not.toBe('Unmanaged');
+      const [, without] = await targets();
+      expect(without).toEqual(['firewall', 'Unmanaged']);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('an error that is not a config problem still aborts the set', () => {
