@@ -29,7 +29,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { instanceNameFromUid } from '../../providers/names.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { generatedCredentials, proxyCondition, waitForProxy, waitForProxyGone } from '../helpers/kube.js';
+import { startGatewayCli } from './gateway-helpers.js';
 import { createProxy, deleteProxy, editProxySpec } from '../helpers/kube-objects.js';
 import { startNodeCluster, type NodeCluster } from '../../local-servers/kube-node.js';
 import { connectThrough } from '../helpers/net.js';
@@ -88,6 +89,8 @@ describe.concurrent('kubernetes provider on a real node', () => {
   let cp: ControlPlane;
   let api: CliProcess;
   let apiUrl: string;
+  let gateway: { cli: CliProcess; url: string } | undefined;
+  let gatewayAddress: { host: string; port: number };
   let caDir: string | undefined;
   let tunablesBefore: Record<string, string>;
 
@@ -135,9 +138,14 @@ describe.concurrent('kubernetes provider on a real node', () => {
       { env: { NODE_EXTRA_CA_CERTS: join(caDir, 'ca.pem') } },
     );
     apiUrl = await leaseApiUrl(api, 150_000);
+    // The probe target sits on the node's gateway, a private address: allowed to this gateway alone.
+    gateway = await startGatewayCli(cp.namespace, ['--egress-allow-cidrs', `${node.gateway}/32`]);
+    const { hostname, port } = new URL(gateway.url);
+    gatewayAddress = { host: hostname, port: Number(port) };
   }, 600_000);
 
   afterAll(async () => {
+    await gateway?.cli.stop(30_000).catch(() => undefined);
     await api?.stop(30_000).catch(() => undefined);
     await cp?.close();
     await target?.close();
@@ -192,28 +200,51 @@ describe.concurrent('kubernetes provider on a real node', () => {
     expect(ip.startsWith(node.gateway.replace(/\.1$/, '.'))).toBe(true);
     // The prober's request reached the target through the pod (Squid rewrites nothing in the tunnel).
     expect(target.requests.length).toBeGreaterThan(0);
-    const through = await connectThrough({ host: ip, port: 3128 }, new URL(target.url), ca);
+    // Squid asks for the Proxy's credentials (its generated Secret): 407 without, 200 with.
+    const { authorization, credentials } = await generatedCredentials(cp.kc, cp.namespace, 'squid');
+    const bare = await connectThrough({ host: ip, port: 3128 }, new URL(target.url), ca);
+    expect(bare).toEqual({ connect: 407, get: 0 });
+    const wrong = `Basic ${Buffer.from(`${credentials.username}:not-it`).toString('base64')}`;
+    expect(await connectThrough({ host: ip, port: 3128 }, new URL(target.url), ca, wrong)).toEqual({
+      connect: 407,
+      get: 0,
+    });
+    const through = await connectThrough({ host: ip, port: 3128 }, new URL(target.url), ca, authorization);
     console.log(
-      `issue 29: Proxy Ready on the node ${readySeconds.toFixed(1)} s after it was created; pod ${ip}; CONNECT ${through.connect}, GET through the tunnel ${through.get}`,
+      `issue 29: Proxy Ready on the node ${readySeconds.toFixed(1)} s after it was created; pod ${ip}; CONNECT ${through.connect}, GET through the tunnel ${through.get} (without credentials ${bare.connect})`,
     );
     expect(through).toEqual({ connect: 200, get: 204 });
     // The egress policy in the pod's Squid: the pod network (the pod's own
-    // address, on the probe target's port) is a denied range, refused 403.
+    // address, on the probe target's port) is a denied range, refused 403, credentials or not.
     const inward = await connectThrough(
       { host: ip, port: 3128 },
       new URL(`https://${ip}:${new URL(target.url).port}/`),
       ca,
+      authorization,
     );
     expect(inward).toEqual({ connect: 403, get: 0 });
+    // Through the gateway (a crawler's password, not the proxy's): it reaches the target, so the
+    // gateway sent the Proxy's own credentials upstream (Squid takes no other).
+    const crawler = `Basic ${Buffer.from('session-node:crawler-password').toString('base64')}`;
+    expect(await connectThrough(gatewayAddress, new URL(target.url), ca, crawler)).toEqual({
+      connect: 200,
+      get: 204,
+    });
 
     const granted = await fetch(`${apiUrl}/v1/leases`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ selector: { purpose: 'node-k8s-node' } }),
     });
-    const lease = (await granted.json()) as { leaseID: string; proxy: { id: string; address?: string } };
+    const lease = (await granted.json()) as {
+      leaseID: string;
+      proxy: { id: string; address?: string };
+      proxyURL?: string;
+    };
     expect(granted.status).toBe(201);
     expect(lease.proxy.id).toBe(`${cp.namespace}/squid`);
+    // The lease carries the proxy with its credentials, for a crawler that goes direct.
+    expect(lease.proxyURL).toBe(`http://${credentials.username}:${credentials.password}@${ip}:3128`);
     expect((await fetch(`${apiUrl}/v1/leases/${lease.leaseID}`, { method: 'DELETE' })).status).toBeLessThan(
       300,
     );
@@ -254,7 +285,14 @@ describe.concurrent('kubernetes provider on a real node', () => {
     expect(replacement.spec?.containers[0]?.ports?.[0]?.containerPort).toBe(3129);
     expect(replacement.status?.podIP).toBe(replaced.status?.ip);
     expect(
-      (await connectThrough({ host: replaced.status!.ip!, port: 3129 }, new URL(target.url), ca)).connect,
+      (
+        await connectThrough(
+          { host: replaced.status!.ip!, port: 3129 },
+          new URL(target.url),
+          ca,
+          authorization,
+        )
+      ).connect,
     ).toBe(200);
 
     // Deleted: the pod goes, and the provider lists nothing of this Proxy.
