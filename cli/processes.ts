@@ -10,10 +10,13 @@ import { Client, type Connection } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import type { ResilientInformer } from '../kube/informer.js';
+import type { Proxy } from '../resources/proxy-schema.js';
 import { Registry } from 'prom-client';
 import {
   createApi,
   createInformerProxyCatalog,
+  type InformerProxyCatalog,
   MemoryLeaseStore,
   parseListenAddress,
   RedisLeaseStore,
@@ -342,21 +345,14 @@ export async function startApi(
   // server would otherwise keep the process alive, and it would hang.
   const scope = new Lifecycle(logger, { name: 'api' });
   return scope.start(async () => {
-    // One Proxy cache for the lease API and the prober.
-    const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
-    await proxies.start();
-    scope.defer('Proxy informer', () => proxies.stop());
-    const catalog = createInformerProxyCatalog(proxies);
-    scope.defer('catalog', () => catalog.close());
-    // The proxies' credentials, for the prober, leases' proxyURL and (in `dev`) the gateway.
-    const credentialSecrets = createCredentialsSecretInformer({
-      kubeConfig: kc,
+    // One Proxy cache for the lease API and the prober; the credentials for the prober, leases'
+    // proxyURL and (in `dev`) the gateway.
+    const { proxies, catalog, credentials } = await startProxyCaches(
+      scope,
+      kc,
       logger,
-      scopes: watchScopes(config.watchNamespaces),
-    });
-    await credentialSecrets.start();
-    scope.defer('credentials Secret informer', () => credentialSecrets.stop());
-    const credentials = cachedCredentials(credentialSecrets);
+      config.watchNamespaces,
+    );
     const { leaseStore, stop: stopLeaseStore } = await openLeaseStore(
       apiOptions.leaseStore,
       apiOptions.leaseCooldownMs,
@@ -519,6 +515,35 @@ async function openLeaseStore(
 }
 
 /**
+ * The Proxy informer, the catalog over it and the proxies' credentials (an
+ * informer of labelled Secrets): what the api and a gateway of its own read.
+ */
+async function startProxyCaches(
+  scope: Lifecycle,
+  kc: KubeConfig,
+  logger: Logger,
+  watchNamespaces: string[] | undefined,
+): Promise<{
+  proxies: ResilientInformer<Proxy>;
+  catalog: InformerProxyCatalog;
+  credentials: CredentialsLookup;
+}> {
+  const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: watchNamespaces });
+  await proxies.start();
+  scope.defer('Proxy informer', () => proxies.stop());
+  const catalog = createInformerProxyCatalog(proxies);
+  scope.defer('catalog', () => catalog.close());
+  const secrets = createCredentialsSecretInformer({
+    kubeConfig: kc,
+    logger,
+    scopes: watchScopes(watchNamespaces),
+  });
+  await secrets.start();
+  scope.defer('credentials Secret informer', () => secrets.stop());
+  return { proxies, catalog, credentials: cachedCredentials(secrets) };
+}
+
+/**
  * The gateway: the crawlers' one proxy endpoint. On its own it has its own
  * Proxy informer and lease store (Redis to share leases with the api
  * replicas; memory leases only among its own connections); `dev` hands it
@@ -552,20 +577,7 @@ export async function startGateway(
       ({ catalog, leaseStore, credentials } = opts.shared);
     } else {
       if (!kc) throw new Error('the gateway needs a kubeconfig or an in-cluster config to read Proxies');
-      const proxies = createProxyInformer({ kubeConfig: kc, logger, namespaces: config.watchNamespaces });
-      await proxies.start();
-      scope.defer('Proxy informer', () => proxies.stop());
-      const informerCatalog = createInformerProxyCatalog(proxies);
-      scope.defer('catalog', () => informerCatalog.close());
-      catalog = informerCatalog;
-      const credentialSecrets = createCredentialsSecretInformer({
-        kubeConfig: kc,
-        logger,
-        scopes: watchScopes(config.watchNamespaces),
-      });
-      await credentialSecrets.start();
-      scope.defer('credentials Secret informer', () => credentialSecrets.stop());
-      credentials = cachedCredentials(credentialSecrets);
+      ({ catalog, credentials } = await startProxyCaches(scope, kc, logger, config.watchNamespaces));
       const opened = await openLeaseStore(options.leaseStore, options.leaseCooldownMs, logger);
       scope.defer('lease store', opened.stop);
       leaseStore = opened.leaseStore;

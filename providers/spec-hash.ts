@@ -79,34 +79,24 @@ export type SpecHashFunction = (input: SpecHashInput) => string;
  * unchanged spec after an upgrade.
  */
 export const SPEC_HASH_VERSIONS: Readonly<Record<number, SpecHashFunction>> = {
-  1: (input) =>
-    sha256Hex(
-      canonicalJson({
-        cloudInitSha256: input.cloudInitSha256,
-        placement: {
-          region: input.placement?.region,
-          zone: input.placement?.zone,
-          machineType: input.placement?.machineType,
-          image: input.placement?.image,
-        },
-        port: input.port,
-      }),
-    ),
+  1: (input) => sha256Hex(canonicalJson(version1Fields(input))),
   2: (input) =>
-    sha256Hex(
-      canonicalJson({
-        cloudInitSha256: input.cloudInitSha256,
-        credentialsSha256: input.credentialsSha256 ?? '',
-        placement: {
-          region: input.placement?.region,
-          zone: input.placement?.zone,
-          machineType: input.placement?.machineType,
-          image: input.placement?.image,
-        },
-        port: input.port,
-      }),
-    ),
+    sha256Hex(canonicalJson({ ...version1Fields(input), credentialsSha256: input.credentialsSha256 ?? '' })),
 };
+
+/** What version 1 hashed, and every later version too: placement's four fields, the port, the cloud-init. */
+function version1Fields(input: SpecHashInput): Record<string, unknown> {
+  return {
+    cloudInitSha256: input.cloudInitSha256,
+    placement: {
+      region: input.placement?.region,
+      zone: input.placement?.zone,
+      machineType: input.placement?.machineType,
+      image: input.placement?.image,
+    },
+    port: input.port,
+  };
+}
 
 export const CURRENT_SPEC_HASH_VERSION = 2;
 

@@ -12,9 +12,9 @@ import type { V1Pod, V1Secret } from '@kubernetes/client-node';
 import { htpasswdLine, type ProxyCredentials } from '../../credentials/proxy-credentials.js';
 import type { CreateRequest } from '../types.js';
 import type { Apiserver } from './apiserver.js';
-import { httpStatus } from './classify.js';
 import type { KubernetesConfig } from './config.js';
 import { HTPASSWD_KEY, markLabels, podNamespace } from './pod.js';
+import { ensurePodOwned, removeIfPresent } from './pod-owned.js';
 
 export function buildAuthSecret(
   req: CreateRequest,
@@ -50,21 +50,17 @@ export class AuthSecrets {
     const { api } = await this.apiserver.api('create', req.name);
     const namespace = podNamespace(req, this.config);
     const body = buildAuthSecret(req, this.config, { uid: pod.metadata?.uid ?? '' }, req.credentials);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.apiserver.call(signal, 'create', 'createNamespacedSecret', (o) =>
+    await ensurePodOwned(pod.metadata?.uid, {
+      create: () =>
+        this.apiserver.call(signal, 'create', 'createNamespacedSecret', (o) =>
           api.createNamespacedSecret({ namespace, body }, o),
-        );
-        return;
-      } catch (err) {
-        if (httpStatus(err) !== 409 || attempt > 0) throw err;
-      }
-      const existing = await this.apiserver.call(signal, 'create', 'readNamespacedSecret', (o) =>
-        api.readNamespacedSecret({ namespace, name: req.name }, o),
-      );
-      if (existing.metadata?.ownerReferences?.some((r) => r.uid === pod.metadata?.uid)) return;
-      await this.remove(namespace, req.name, signal, 'create');
-    }
+        ),
+      read: () =>
+        this.apiserver.call(signal, 'create', 'readNamespacedSecret', (o) =>
+          api.readNamespacedSecret({ namespace, name: req.name }, o),
+        ),
+      remove: () => this.remove(namespace, req.name, signal, 'create'),
+    });
   }
 
   /** Deletes the pod's Secret; one already gone is fine. */
@@ -75,12 +71,10 @@ export class AuthSecrets {
     operation: 'create' | 'delete',
   ): Promise<void> {
     const { api } = await this.apiserver.api(operation, name);
-    try {
-      await this.apiserver.call(signal, operation, 'deleteNamespacedSecret', (o) =>
+    await removeIfPresent(() =>
+      this.apiserver.call(signal, operation, 'deleteNamespacedSecret', (o) =>
         api.deleteNamespacedSecret({ namespace, name }, o),
-      );
-    } catch (err) {
-      if (httpStatus(err) !== 404) throw err;
-    }
+      ),
+    );
   }
 }

@@ -23,7 +23,7 @@ import ipaddr from 'ipaddr.js';
 import { createEgressPolicy } from '../../forwarding/egress-policy.js';
 import { MARK_UID, type CreateRequest } from '../types.js';
 import type { Apiserver } from './apiserver.js';
-import { httpStatus } from './classify.js';
+import { ensurePodOwned, removeIfPresent } from './pod-owned.js';
 import type { KubernetesConfig } from './config.js';
 import { markLabels, podNamespace } from './pod.js';
 
@@ -103,21 +103,17 @@ export class NetworkPolicies {
     const { net } = await this.apiserver.api('create', req.name);
     const namespace = podNamespace(req, this.config);
     const body = buildNetworkPolicy(req, this.config, { uid: pod.metadata?.uid ?? '' });
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.apiserver.call(signal, 'create', 'createNamespacedNetworkPolicy', (o) =>
+    await ensurePodOwned(pod.metadata?.uid, {
+      create: () =>
+        this.apiserver.call(signal, 'create', 'createNamespacedNetworkPolicy', (o) =>
           net.createNamespacedNetworkPolicy({ namespace, body }, o),
-        );
-        return;
-      } catch (err) {
-        if (httpStatus(err) !== 409 || attempt > 0) throw err;
-      }
-      const existing = await this.apiserver.call(signal, 'create', 'readNamespacedNetworkPolicy', (o) =>
-        net.readNamespacedNetworkPolicy({ namespace, name: req.name }, o),
-      );
-      if (existing.metadata?.ownerReferences?.some((r) => r.uid === pod.metadata?.uid)) return;
-      await this.remove(namespace, req.name, signal, 'create');
-    }
+        ),
+      read: () =>
+        this.apiserver.call(signal, 'create', 'readNamespacedNetworkPolicy', (o) =>
+          net.readNamespacedNetworkPolicy({ namespace, name: req.name }, o),
+        ),
+      remove: () => this.remove(namespace, req.name, signal, 'create'),
+    });
   }
 
   /** Deletes the pod's NetworkPolicy; one already gone is fine. */
@@ -129,12 +125,10 @@ export class NetworkPolicies {
   ): Promise<void> {
     if (!this.config.networkPolicy) return;
     const { net } = await this.apiserver.api(operation, name);
-    try {
-      await this.apiserver.call(signal, operation, 'deleteNamespacedNetworkPolicy', (o) =>
+    await removeIfPresent(() =>
+      this.apiserver.call(signal, operation, 'deleteNamespacedNetworkPolicy', (o) =>
         net.deleteNamespacedNetworkPolicy({ namespace, name }, o),
-      );
-    } catch (err) {
-      if (httpStatus(err) !== 404) throw err;
-    }
+      ),
+    );
   }
 }

@@ -10,6 +10,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { authorizationOf } from '../helpers/crawler.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cliEntry } from '../helpers/cli.js';
@@ -90,23 +91,41 @@ async function kubectl(dev: Dev, ...args: string[]): Promise<string> {
   return stdout;
 }
 
-/** GET `url` through the HTTP proxy at host:3128 (absolute-form); the body. */
-function getThrough(host: string, url: string): Promise<string> {
+/** GET `url` through the HTTP proxy at host:3128 (absolute-form), with a lease's credentials; the status and body. */
+function getThrough(host: string, url: string, proxyURL?: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const target = new URL(url);
-    const req = request(
-      { host, port: 3128, method: 'GET', path: url, headers: { host: target.host }, timeout: 10_000 },
-      (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (body += c));
-        res.on('end', () => resolve(body));
-      },
-    );
+    const authorization = authorizationOf(proxyURL);
+    const headers = { host: target.host, ...(authorization ? { 'proxy-authorization': authorization } : {}) };
+    const req = request({ host, port: 3128, method: 'GET', path: url, headers, timeout: 10_000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
     req.on('timeout', () => req.destroy(new Error('timed out')));
     req.on('error', reject);
     req.end();
   });
+}
+
+/** A lease of the node's proxy from this dev's lease API (geo=node): the proxy and its proxyURL. */
+async function leaseOf(dev: Dev): Promise<{ proxy: { id: string; ip: string }; proxyURL?: string }> {
+  const leaseApi = /lease API\s+(http:\/\/\S+)/.exec(dev.banner)![1]!;
+  // After a restart the lease API's prober may still be confirming the proxy: until then, 409.
+  return eventually(
+    'a lease of the node proxy',
+    async () => {
+      const granted = await fetch(`${leaseApi}/v1/leases`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ selector: { geo: 'node' } }),
+      });
+      const body = (await granted.json()) as { proxy: { id: string; ip: string }; proxyURL?: string };
+      return granted.status === 201 ? body : undefined;
+    },
+    { timeoutMs: 60_000, intervalMs: 500 },
+  );
 }
 
 /** What of the node is still on this machine: processes naming the directory, mounts under it, the bridge, its cgroups. */
@@ -188,18 +207,12 @@ describe.sequential('dev --node', () => {
     writeFileSync(file, sample);
     await kubectl(dev, 'apply', '-f', file);
     const first = await readyProxy(dev);
-    // From the host through the pod: the echo sees the pod's own address.
-    expect(JSON.parse(await getThrough(first.ip, dev.echoForPods))).toEqual({ ip: first.ip });
-    // And the lease API hands it out.
-    const leaseApi = /lease API\s+(http:\/\/\S+)/.exec(dev.banner)![1]!;
-    const granted = await fetch(`${leaseApi}/v1/leases`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ selector: { geo: 'node' } }),
-    });
-    expect(granted.status).toBe(201);
-    expect(((await granted.json()) as { proxy: { id: string; ip: string } }).proxy).toMatchObject({
-      id: 'default/squid-1',
+    // The lease API hands it out, with its credentials.
+    const leased = await leaseOf(dev);
+    expect(leased.proxy).toMatchObject({ id: 'default/squid-1', ip: first.ip });
+    // From the host through the pod: the echo sees the pod's own address; without the credentials, 407.
+    expect((await getThrough(first.ip, dev.echoForPods)).status).toBe(407);
+    expect(JSON.parse((await getThrough(first.ip, dev.echoForPods, leased.proxyURL)).body)).toEqual({
       ip: first.ip,
     });
 
@@ -216,7 +229,10 @@ describe.sequential('dev --node', () => {
     const again = await startDev(dir);
     expect(again.node).toBe(dev.node);
     const second = await readyProxy(again);
-    expect(JSON.parse(await getThrough(second.ip, again.echoForPods))).toEqual({ ip: second.ip });
+    const again2 = await leaseOf(again);
+    expect(JSON.parse((await getThrough(second.ip, again.echoForPods, again2.proxyURL)).body)).toEqual({
+      ip: second.ip,
+    });
 
     const stopped = new Promise((r) => again.child.once('exit', r));
     again.child.kill('SIGINT');

@@ -682,6 +682,31 @@ describe('infra/k8s on an enforcing apiserver', () => {
     },
   });
   cases.push({
+    name: 'bridge: create secrets (the generated credentials)',
+    role: { kind: 'ClusterRole', name: 'egress-proxies-bridge' },
+    resource: 'secrets',
+    verb: 'create',
+    async breakIt() {
+      await createProxy(objects, proxyNs, proxyNamed('creds'), {
+        mode: 'Managed',
+        provider: localProvider,
+        port: port(),
+      });
+      await eventually(
+        'bridge log: forbidden create of the Secret',
+        () => Promise.resolve(forbidden('create', 'secrets').test(processes.bridge.output()) || undefined),
+        { timeoutMs: 30_000 },
+      );
+      // No credentials, no instance: it is not made open instead.
+      expect(isProvisioned(await getProxy(objects, proxyNs, proxyNamed('creds')))).toBe(false);
+    },
+    async healed() {
+      await waitForProxy(objects, proxyNs, proxyNamed('creds'), 'provisioned', isProvisioned, {
+        timeoutMs: 90_000,
+      });
+    },
+  });
+  cases.push({
     name: 'worker: get secrets (cloud-init)',
     role: { kind: 'ClusterRole', name: 'egress-proxies-worker' },
     resource: 'secrets',
@@ -890,7 +915,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
 
   it('namespaced: with no cluster-wide Proxy, Secret or pod rights, a Proxy in a watched namespace lives', async () => {
     // Clean up the cluster-wide run, then take its ClusterRoles away entirely.
-    for (const name of ['finalizer', 'status', 'secret', 'pod'].map(proxyNamed)) {
+    for (const name of ['finalizer', 'status', 'secret', 'pod', 'creds'].map(proxyNamed)) {
       await deleteProxy(objects, proxyNs, name).catch(() => undefined);
       await waitForProxyGone(objects, proxyNs, name);
     }

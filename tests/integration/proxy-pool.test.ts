@@ -25,7 +25,13 @@ import type { ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { poolWorkflowId } from '../../workflows/pool/ids.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
-import { connectThrough, leaseApi, startPoolHarness, type PoolHarness } from '../helpers/pools.js';
+import {
+  authorizationOf,
+  connectThrough,
+  leaseApi,
+  startPoolHarness,
+  type PoolHarness,
+} from '../helpers/pools.js';
 
 describe('ProxyPool', () => {
   let h: PoolHarness;
@@ -253,7 +259,9 @@ describe('ProxyPool', () => {
       timeoutMs: 30_000,
       intervalMs: 250,
     });
-    expect(await connectThrough(oldIp, ready.spec.port, target.port)).toBe(200);
+    expect(
+      await connectThrough(oldIp, ready.spec.port, target.port, 5_000, authorizationOf(lease.body.proxyURL)),
+    ).toBe(200);
     expect((await proxies.get(cp.namespace, name))?.status?.ip).toBe(oldIp);
 
     await leaseApi(apiUrl).release(lease.body.leaseID);
@@ -271,7 +279,15 @@ describe('ProxyPool', () => {
       { timeoutMs: 60_000, intervalMs: 250 },
     );
     expect(proxyCondition(replaced, 'Draining')?.status).toBe('False');
-    expect(await connectThrough(replaced.status!.ip!, 3999, target.port)).toBe(200);
+    expect(
+      await connectThrough(
+        replaced.status!.ip!,
+        3999,
+        target.port,
+        5_000,
+        authorizationOf(lease.body.proxyURL),
+      ),
+    ).toBe(200);
     await proxies.delete({ namespace: cp.namespace, name, uid: replaced.metadata.uid! });
     const handle = cp.client.workflow.getHandle(
       proxyWorkflowId({ namespace: cp.namespace, name, uid: replaced.metadata.uid! }),

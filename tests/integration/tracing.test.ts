@@ -20,7 +20,8 @@ import { startLocalKubeApiServer, type LocalKubeApiServer } from '../../local-se
 import { loadKubeConfig } from '../../cli/kube.js';
 import { API_VERSION } from '../../kube/coordinates.js';
 import { createProxyClient } from '../../kube/proxies.js';
-import { LABEL_CLOUD_INIT } from '../../resources/proxy-schema.js';
+import { LABEL_CLOUD_INIT, LABEL_PROXY_CREDENTIALS } from '../../resources/proxy-schema.js';
+import { generatedSecretName } from '../../credentials/proxy-credentials.js';
 import { type CliProcess, LEASE_API_LISTENING, startCli } from '../helpers/cli.js';
 import { eventually, uniqueTaskQueue, freshTemporalNamespace } from '../helpers/temporal.js';
 import {
@@ -33,6 +34,8 @@ import { privateLoopbackRange } from '../helpers/control-plane.js';
 
 const SENTINEL = 'SENTINEL-trace-cloud-init-3c71b2';
 const TOKEN = 'SENTINEL-trace-token-9e04d1';
+/** The Proxy's password: its generated Secret is made ahead here, so the bridge uses this one. */
+const PASSWORD = 'SENTINEL-trace-proxy-password-51a7';
 const NS = 'traced';
 
 describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
@@ -60,6 +63,13 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
       body: {
         metadata: { name: 'traced-cloud-init', labels: { [LABEL_CLOUD_INIT]: 'true' } },
         stringData: { userdata: `#cloud-config\npassword: ${SENTINEL}\n` },
+      },
+    });
+    await kc.makeApiClient(CoreV1Api).createNamespacedSecret({
+      namespace: NS,
+      body: {
+        metadata: { name: generatedSecretName('traced-1'), labels: { [LABEL_PROXY_CREDENTIALS]: 'true' } },
+        stringData: { username: 'traced-user', password: PASSWORD },
       },
     });
 
@@ -249,7 +259,7 @@ spec:
       expect(server.tags['span.kind']).toBe('server');
       expect(server.tags['http.response.status_code']).toBe(res.status);
 
-      // No secret in any span of any service: cloud-init text, the Secret's bytes, the token.
+      // No secret in any span of any service: cloud-init text, the Secret's bytes, the token, the proxy's password.
       const everything = JSON.stringify(
         await Promise.all(
           ['egress-proxies-bridge', 'egress-proxies-worker', 'egress-proxies-api'].map((s) =>
@@ -261,6 +271,10 @@ spec:
       expect(everything).not.toContain(SENTINEL);
       expect(everything).not.toContain(Buffer.from(SENTINEL).toString('base64').slice(0, 16));
       expect(everything).not.toContain(TOKEN);
+      expect(everything).not.toContain(PASSWORD);
+      expect(everything).not.toContain(
+        Buffer.from(`traced-user:${PASSWORD}`).toString('base64').slice(0, 16),
+      );
     },
     10 * 60_000,
   );
