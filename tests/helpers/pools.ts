@@ -7,13 +7,7 @@ import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from './cli.js
 import { startProbeTarget, type ProbeTarget } from './prober-fixtures.js';
 import { eventually } from './temporal.js';
 
-export {
-  authorizationOf,
-  connectThrough,
-  leaseApi,
-  type LeaseAnswer,
-  type LeasedProxy,
-} from './crawler.js';
+export { authorizationOf, connectThrough, leaseApi, type LeaseAnswer, type LeasedProxy } from './crawler.js';
 
 /**
  * What the pool tests run on: this file's control plane (worker and bridge,
