@@ -3,7 +3,12 @@
  * whoever owns the source (an informer in the api process, a fixed list in
  * tests). The API never writes Proxies.
  */
-import { credentialsRefOf, type CredentialsRef } from '../credentials/proxy-credentials.js';
+import {
+  credentialsRefOf,
+  type CredentialsLookup,
+  type CredentialsRef,
+  type ProxyCredentials,
+} from '../credentials/proxy-credentials.js';
 import { DEFAULT_MAX_LEASES, DEFAULT_PORT, LABEL_POOL, type Proxy } from '../resources/proxy-schema.js';
 
 export interface ProxyView {
@@ -81,6 +86,15 @@ function credentialsOf(proxy: Proxy): { credentialsRef?: CredentialsRef } {
 /** The namespace of a view's id (`namespace/name`). */
 export function namespaceOf(view: Pick<ProxyView, 'id'>): string {
   return view.id.slice(0, view.id.indexOf('/'));
+}
+
+/** A proxy's readable credentials (none when it has none, or they cannot be read: the prober says why). */
+export function credentialsOfView(
+  lookup: CredentialsLookup | undefined,
+  view: Pick<ProxyView, 'id' | 'credentialsRef'>,
+): ProxyCredentials | undefined {
+  const read = view.credentialsRef && lookup?.(namespaceOf(view), view.credentialsRef);
+  return read && 'credentials' in read ? read.credentials : undefined;
 }
 
 /** Byte-wise order on ids, the same order selection uses for its final tie-break. */

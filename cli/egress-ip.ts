@@ -5,6 +5,7 @@
  * show-egress-ips.ts prints it for every proxy; tests tell proxies apart by it.
  */
 import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { proxyAuthorization } from '../credentials/proxy-credentials.js';
 
 export interface EgressIpOptions {
   /**
@@ -20,12 +21,12 @@ export interface EgressIpOptions {
 /** A lease's proxyURL (`http://user:pass@host:port`) as the address and Proxy-Authorization to use. */
 export function fromProxyUrl(proxyURL: string): { host: string; port: number; proxyAuthorization?: string } {
   const url = new URL(proxyURL);
-  const user = decodeURIComponent(url.username);
-  const pass = decodeURIComponent(url.password);
+  const username = decodeURIComponent(url.username);
+  const password = decodeURIComponent(url.password);
   return {
     host: url.hostname.replace(/^\[|\]$/g, ''),
     port: Number(url.port || 80),
-    ...(user ? { proxyAuthorization: `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}` } : {}),
+    ...(username ? { proxyAuthorization: proxyAuthorization({ username, password }) } : {}),
   };
 }
 

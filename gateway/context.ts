@@ -11,7 +11,7 @@ import type { TenantRates } from '../tenants/rate.js';
 import type { Tenant } from '../tenants/tenants.js';
 import type { ConnectionSlots } from './connection-slots.js';
 import type { PoolDemand } from '../api/pool-demand.js';
-import { namespaceOf, type ProxyView } from '../api/proxy-catalog.js';
+import { credentialsOfView, type ProxyView } from '../api/proxy-catalog.js';
 import { proxyAuthorization, type CredentialsLookup } from '../credentials/proxy-credentials.js';
 import type { TraceHook, TraceSpan } from '../tracing/http.js';
 import { refusedEntry, type AccessLog } from './access-log.js';
@@ -95,8 +95,8 @@ export interface GatewayContext {
  * it unhealthy; a 407 moves the connection to another proxy).
  */
 export function upstreamAuthorization(ctx: GatewayContext, proxy: ProxyView): string | undefined {
-  const read = proxy.credentialsRef && ctx.credentials?.(namespaceOf(proxy), proxy.credentialsRef);
-  return read && 'credentials' in read ? proxyAuthorization(read.credentials) : undefined;
+  const credentials = credentialsOfView(ctx.credentials, proxy);
+  return credentials && proxyAuthorization(credentials);
 }
 
 /** One connection's run of the upstream policy (upstream-policy.ts) with this gateway's leases. */

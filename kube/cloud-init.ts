@@ -50,20 +50,26 @@ export function cloudInitFromSecret(
   return { text: Buffer.from(encoded, 'base64').toString('utf8') };
 }
 
+/** Reads a Secret's view from the API (undefined: no such Secret): cloud-init's and credentials' readers alike. */
+export async function readSecretView(
+  kc: KubeConfig,
+  namespace: string,
+  name: string,
+): Promise<SecretView | undefined> {
+  try {
+    return secretViewOf(await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ namespace, name }));
+  } catch (error) {
+    if (httpCode(error) === 404) return undefined;
+    throw error;
+  }
+}
+
 /** Reads the Secret from the API (a 404 is "no such Secret") and applies the same rules. */
 export async function readCloudInitSecret(
   kc: KubeConfig,
   where: { namespace: string; name: string; key: string },
 ): Promise<CloudInitFromSecret> {
-  let secret: V1Secret | undefined;
-  try {
-    secret = await kc
-      .makeApiClient(CoreV1Api)
-      .readNamespacedSecret({ namespace: where.namespace, name: where.name });
-  } catch (error) {
-    if (httpCode(error) !== 404) throw error;
-  }
-  return cloudInitFromSecret(where, secret && secretViewOf(secret));
+  return cloudInitFromSecret(where, await readSecretView(kc, where.namespace, where.name));
 }
 
 /** A list+watch's options for Secrets labelled `<label>=true`. */

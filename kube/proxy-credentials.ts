@@ -21,6 +21,7 @@ import { API_VERSION, LABEL_PROXY_CREDENTIALS } from '../resources/proxy-schema.
 import type { ProxyRef } from '../resources/proxy-ref.js';
 import {
   createLabelledSecretInformer,
+  readSecretView,
   secretViewOf,
   type LabelledSecretInformerOptions,
   type SecretView,
@@ -55,20 +56,6 @@ export function credentialsFromSecret(
     };
   if (/[\r\n]/.test(password)) return { problem: `${what}: key "${ref.passwordKey}" has a line break` };
   return { credentials: { username, password } };
-}
-
-/** Reads a Secret's view from the API (undefined: no such Secret). */
-export async function readSecretView(
-  kc: KubeConfig,
-  namespace: string,
-  name: string,
-): Promise<SecretView | undefined> {
-  try {
-    return secretViewOf(await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ namespace, name }));
-  } catch (error) {
-    if (httpCode(error) === 404) return undefined;
-    throw error;
-  }
 }
 
 /**

@@ -9,7 +9,7 @@ import { decodeLeaseRequest, decodeReportRequest, goQuote } from '../go-compat.j
 import { REPORT_RESULTS, type LeaseStore, type ReportResult } from '../lease-store.js';
 import type { ApiMetrics } from '../metrics.js';
 import type { PoolDemand } from '../pool-demand.js';
-import { namespaceOf, type ProxyCatalog, type ProxyView } from '../proxy-catalog.js';
+import { credentialsOfView, type ProxyCatalog, type ProxyView } from '../proxy-catalog.js';
 import { proxyUrl, type CredentialsLookup } from '../../credentials/proxy-credentials.js';
 import type { leaseSchema, noMatchSchema } from '../schemas.js';
 import { openLeaseId, sealLeaseId } from '../../tenants/lease-ids.js';
@@ -149,9 +149,9 @@ export function createLeaseRoutes(opts: LeaseRoutesOptions): Hono {
  * credentials, so a lease of one is as the seed's.
  */
 function proxyUrlOf(lookup: CredentialsLookup | undefined, proxy: ProxyView): { proxyURL?: string } {
-  const read = proxy.credentialsRef && lookup?.(namespaceOf(proxy), proxy.credentialsRef);
-  if (!read || !('credentials' in read) || proxy.host === '') return {};
-  return { proxyURL: proxyUrl(proxy.host, proxy.port, read.credentials) };
+  const credentials = credentialsOfView(lookup, proxy);
+  if (!credentials || proxy.host === '') return {};
+  return { proxyURL: proxyUrl(proxy.host, proxy.port, credentials) };
 }
 
 function isReportResult(result: string): result is ReportResult {

@@ -3,6 +3,7 @@
  * and CONNECT through a proxy. No vitest here (the benches import it).
  */
 import { request } from 'node:http';
+import { fromProxyUrl } from '../../cli/egress-ip.js';
 
 export interface LeasedProxy {
   id: string;
@@ -22,11 +23,7 @@ export interface LeaseAnswer {
 
 /** The Proxy-Authorization a lease's proxyURL carries (undefined: a proxy without credentials). */
 export function authorizationOf(proxyURL: string | undefined): string | undefined {
-  if (!proxyURL) return undefined;
-  const url = new URL(proxyURL);
-  if (!url.username) return undefined;
-  const pair = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
-  return `Basic ${Buffer.from(pair).toString('base64')}`;
+  return proxyURL ? fromProxyUrl(proxyURL).proxyAuthorization : undefined;
 }
 
 export function leaseApi(baseUrl: string) {
