@@ -530,7 +530,12 @@ export class FakeCompute {
 
   private status(op: FakeOperation): 'PENDING' | 'RUNNING' | 'DONE' {
     const now = Date.now();
-    if (now >= op.doneAtMs) return 'DONE';
+    if (now >= op.doneAtMs) {
+      // DONE means applied: a wait's timer may fire a millisecond before Date.now reaches
+      // doneAtMs, so its settle() skipped the change that this later clock reading calls done.
+      this.settle();
+      return 'DONE';
+    }
     return now - op.startMs < this.timing.pendingMs ? 'PENDING' : 'RUNNING';
   }
 
