@@ -1,6 +1,7 @@
 import { createServer, request, type Server } from 'node:http';
 import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { readFileSync } from 'node:fs';
 import { connect as tlsConnect } from 'node:tls';
 
 /** A plain HTTP server on the loopback that answers every request 200 with `body`. */
@@ -123,10 +124,54 @@ function flow({ client, upstream }: RelayedPair): void {
 }
 
 /**
+ * The first port of the kernel's ephemeral range. A port below it is never
+ * handed out by `listen(0)` or an outgoing connect's autobind, so one a test
+ * closes and binds again cannot be taken meanwhile by another process.
+ */
+function ephemeralRangeStart(): number {
+  try {
+    const first = Number(
+      readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
+    );
+    return Number.isInteger(first) && first > 2_048 ? first : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+/** A random port in [1024, ephemeral start): try it, and another on EADDRINUSE. */
+export function portBelowEphemeralRange(): number {
+  const high = ephemeralRangeStart();
+  const low = Math.max(1_024, high - 16_384);
+  return low + Math.floor(Math.random() * (high - low));
+}
+
+/** Listens on 127.0.0.1:`port`, or (port 0) on a free port below the ephemeral range. */
+async function listenReopenable(server: TcpServer, port: number): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    const candidate = port || portBelowEphemeralRange();
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(candidate, '127.0.0.1', () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+      return;
+    } catch (error) {
+      if (port !== 0 || (error as { code?: string }).code !== 'EADDRINUSE' || attempt >= 50) throw error;
+    }
+  }
+}
+
+/**
  * A TCP relay on the loopback in front of a server: `cut` drops every
  * connection and refuses new ones (the port is closed), `open` listens again
  * on the same port, `stall` holds every connection, open or new, until
- * released (a stuck backend, with nothing faked above the socket).
+ * released (a stuck backend, with nothing faked above the socket). The port
+ * lies below the ephemeral range, so no other process's `listen(0)` or
+ * outgoing connection takes it while the relay is cut.
  */
 export class TcpRelay {
   private server: TcpServer | undefined;
@@ -165,10 +210,7 @@ export class TcpRelay {
       if (this.held) this.held.add(pair);
       else flow(pair);
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => resolve());
-    });
+    await listenReopenable(server, this.port);
     this.port = (server.address() as { port: number }).port;
     this.server = server;
   }

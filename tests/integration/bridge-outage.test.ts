@@ -34,6 +34,7 @@ import {
   workerConnection,
   workflowBundle,
 } from '../helpers/temporal.js';
+import { portBelowEphemeralRange } from '../helpers/net.js';
 
 const PROXIES = 50;
 const OUTAGE_MS = 30_000;
@@ -48,7 +49,8 @@ describe('an apiserver outage while 50 Proxies change', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ep-outage-'));
   const ns = 'default';
   let kube: LocalKubeApiServer;
-  let kubePort: number;
+  // Below the ephemeral range: nothing else takes it while the server is down.
+  let kubePort = portBelowEphemeralRange();
   let kc: KubeConfig;
   let api: ProxyClient;
   let registry: ProviderRegistry;

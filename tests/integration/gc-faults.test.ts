@@ -27,7 +27,7 @@ import type { ChecksRoundReport } from '../../workflows/provider-checks/types.js
 import type { SweepReport } from '../../workflows/gc/types.js';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
 import { createNamespace, createProxy, kubeConfig, proxyClient } from '../helpers/kube.js';
-import { TcpRelay } from '../helpers/net.js';
+import { portBelowEphemeralRange, TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 import {
   kubeConfigVia,
@@ -189,7 +189,8 @@ describe('orphan GC schedules across a Temporal server restart', () => {
       dataDir: join(dir, 'temporal'),
       persist: true,
       headless: true,
-      ...(port === undefined ? {} : { port }),
+      // Below the ephemeral range: nothing else takes it while the server is down.
+      port: port ?? portBelowEphemeralRange(),
     });
     temporal = server;
     port ??= Number(server.address.split(':')[1]);

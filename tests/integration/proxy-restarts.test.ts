@@ -44,7 +44,7 @@ import {
 import { throughProxy } from '../helpers/kube.js';
 import { FAST_TIMING, privateLoopbackRange } from '../helpers/control-plane.js';
 import { activityCalls, eventually, instanceCreates, workflowBundle } from '../helpers/temporal.js';
-import { startTarget } from '../helpers/net.js';
+import { portBelowEphemeralRange, startTarget } from '../helpers/net.js';
 import { holdProvisioning, type HeldProvisioning } from '../helpers/held-provisioning.js';
 
 describe('restarts of the apiserver and the Temporal server', () => {
@@ -52,8 +52,10 @@ describe('restarts of the apiserver and the Temporal server', () => {
   const logger = pino({ level: process.env.EP_TEST_LOG_LEVEL ?? 'silent' });
   let kube: LocalKubeApiServer;
   let temporal: TemporalDevServer;
-  let kubePort: number;
-  let temporalPort: number;
+  // Below the ephemeral range: nothing else takes it while the server is down.
+  let kubePort = portBelowEphemeralRange();
+  // Below the ephemeral range: nothing else takes it while the server is down.
+  let temporalPort = portBelowEphemeralRange();
   let kc: KubeConfig;
   let api: ProxyClient;
   let registry: ProviderRegistry;
