@@ -161,6 +161,10 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
         message: `${what}: ${reason}${absent ? ', the registry has no such image' : ''}: ${quote(waiting.message)}`,
       };
     }
+    // The pod's own htpasswd Secret is made right after the pod (it is
+    // owned by it): a kubelet that saw the pod first waits for it, and
+    // retries by itself.
+    if (reason === 'CreateContainerConfigError' && ownSecretMissing(pod, waiting.message)) continue;
     if (CONFIG_WAITING_REASONS.has(reason)) {
       // runc's "container init was OOM-killed (memory limit too low?)": the limit is below what the runtime itself needs.
       const limit = memoryLimitOf(pod, status.name);
@@ -192,6 +196,12 @@ export function podFailure(pod: V1Pod): PodFailure | undefined {
     }
   }
   return undefined;
+}
+
+/** The kubelet's `secret "<name>" not found` about the Secret named after the pod (auth-secret.ts). */
+function ownSecretMissing(pod: V1Pod, message: string | undefined): boolean {
+  const name = pod.metadata?.name;
+  return name !== undefined && (message ?? '').includes(`secret "${name}" not found`);
 }
 
 /** UID and installation from the labels, CreatedAt from metadata.creationTimestamp: read back every time. */

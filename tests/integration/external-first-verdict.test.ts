@@ -91,6 +91,16 @@ describe('External Proxies applied in a burst', () => {
     return Number(m![1]);
   };
   const resyncs = (apiUrl: string) => signals(apiUrl, 'resync');
+  /** The api's catalog (its informer) lists `count` healthy proxies: it follows the apiserver's watch, a moment behind. */
+  const leasableReaches = (apiUrl: string, count: number) =>
+    eventually(
+      `the lease API lists ${count} healthy proxies`,
+      async () => {
+        const body = (await (await fetch(`${apiUrl}/v1/proxies?healthy=true`)).json()) as { count: number };
+        return body.count === count || undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
 
   it('50 applied at once are all Ready through their first verdicts, and so are 50 applied while the api restarts', async () => {
     let api = startApi();
@@ -106,8 +116,7 @@ describe('External Proxies applied in a burst', () => {
     );
     // Every verdict landed as a transition: none was lost and re-sent by anti-entropy.
     expect(await resyncs(apiUrl)).toBe(0);
-    const leasable = (await (await fetch(`${apiUrl}/v1/proxies?healthy=true`)).json()) as { count: number };
-    expect(leasable.count).toBe(BURST);
+    await leasableReaches(apiUrl, BURST);
 
     // The api process restarts; 50 more arrive while it is down.
     expect(await api.stop(30_000)).toBe(0);
@@ -121,8 +130,7 @@ describe('External Proxies applied in a burst', () => {
       `issue 25: ${BURST} more applied while the api restarted, all ${2 * BURST} Ready ${secondSeconds.toFixed(1)} s after the apply`,
     );
     expect(await resyncs(apiUrl)).toBe(0);
-    const after = (await (await fetch(`${apiUrl}/v1/proxies?healthy=true`)).json()) as { count: number };
-    expect(after.count).toBe(2 * BURST);
+    await leasableReaches(apiUrl, 2 * BURST);
 
     // The race made certain: no bridge, so every first verdict is sent before its workflow exists.
     await cp.bridge.stop();

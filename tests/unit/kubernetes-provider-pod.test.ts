@@ -411,6 +411,24 @@ describe('podFailure: what the kubelet and the scheduler report, classified', ()
     ['a crash after a long run (restarted, may recover)', crashed(3_600, 'Error', 1), undefined],
     ['starting', waiting('ContainerCreating'), undefined],
     [
+      // Its htpasswd Secret is made right after the pod: the kubelet retries.
+      "the pod's own Secret not made yet",
+      {
+        ...waiting('CreateContainerConfigError', 'secret "proxy-abc" not found'),
+        metadata: { name: 'proxy-abc' },
+      },
+      undefined,
+    ],
+    [
+      'another Secret missing',
+      {
+        ...waiting('CreateContainerConfigError', 'secret "someone-elses" not found'),
+        metadata: { name: 'proxy-abc' },
+      },
+      'Permanent',
+      /CreateContainerConfigError: secret "someone-elses" not found/,
+    ],
+    [
       'running',
       {
         status: {
