@@ -311,3 +311,26 @@ export const vendorConfigSchema = rawSchema.transform((block, ctx): VendorConfig
     ...(preset?.idleTimeoutSeconds === undefined ? {} : { idleTimeoutSeconds: preset.idleTimeoutSeconds }),
   };
 });
+
+/**
+ * The country a Proxy's session asks for: the first of `countryAttributes`
+ * the Proxy's attributes hold (lowercased), else the entry's `country`, else
+ * none. A value that is not a two-letter code is refused, naming the
+ * attribute (a typo must not silently become another country, or none).
+ */
+export function countryFor(
+  config: Pick<VendorConfig, 'countryAttributes' | 'country'>,
+  attributes: Readonly<Record<string, string>> | undefined,
+): string | undefined {
+  for (const key of config.countryAttributes) {
+    const value = attributes?.[key];
+    if (value === undefined || value === '') continue;
+    const country = value.toLowerCase();
+    if (!/^[a-z]{2}$/.test(country))
+      throw new TemplateError(
+        `attribute ${key}=${JSON.stringify(value)} is not a two-letter ISO 3166-1 country code`,
+      );
+    return country;
+  }
+  return config.country;
+}

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { formatPath } from '../../providers/config.js';
-import { vendorConfigSchema, type VendorConfig } from '../../providers/vendor/config.js';
+import { countryFor, vendorConfigSchema, type VendorConfig } from '../../providers/vendor/config.js';
 import { PRESET_NAMES, PRESETS, presetTemplates, type PresetName } from '../../providers/vendor/presets.js';
 import {
   formatDuration,
@@ -492,5 +492,19 @@ describe('vendorConfigSchema', () => {
       lines.some((l) => l.startsWith(expected)),
       lines.join('\n'),
     ).toBe(true);
+  });
+});
+
+describe('countryFor', () => {
+  const config = { countryAttributes: ['country', 'geo'], country: 'nl' };
+  it('takes the first attribute the Proxy has, lowercased, else the default', () => {
+    expect(countryFor(config, { geo: 'DE', other: 'x' })).toBe('de');
+    expect(countryFor(config, { country: 'fr', geo: 'de' })).toBe('fr');
+    expect(countryFor(config, { country: '', geo: 'de' })).toBe('de');
+    expect(countryFor(config, {})).toBe('nl');
+    expect(countryFor({ countryAttributes: ['geo'] }, undefined)).toBeUndefined();
+  });
+  it('refuses a value that is no country code, naming the attribute', () => {
+    expect(() => countryFor(config, { geo: 'us-east' })).toThrow('attribute geo="us-east"');
   });
 });
