@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { ANNOTATION_SKIP_CLEANUP, FINALIZER, type ProxyStatus } from '../resources/proxy-schema.js';
 import type { EventRecorder } from '../kube/events.js';
 import { apiErrorLine, httpCode } from '../kube/errors.js';
-import { readCloudInitSecret, readSecretView } from '../kube/cloud-init.js';
+import { readCloudInitSecret, readSecretView, type SecretView } from '../kube/cloud-init.js';
 import { credentialsFromSecret } from '../kube/proxy-credentials.js';
 import { generatedCredentialsRef, type ProxyCredentials } from '../credentials/proxy-credentials.js';
 import { createProxyClient, type ProxyClient, type ProxyRef } from '../kube/proxies.js';
@@ -59,12 +59,13 @@ export async function resolveCredentials(
   kc: KubeConfig,
   ref: ProxyRef,
   secret: string | undefined,
-): Promise<ProxyCredentials | undefined> {
+): Promise<{ credentials: ProxyCredentials; secret: SecretView } | undefined> {
   if (secret === undefined) return undefined;
   const where = { ...generatedCredentialsRef(ref.name), secret };
-  const read = credentialsFromSecret(ref.namespace, where, await readSecretView(kc, ref.namespace, secret));
+  const view = await readSecretView(kc, ref.namespace, secret);
+  const read = credentialsFromSecret(ref.namespace, where, view);
   if ('problem' in read) throw new Error(`the proxy's credentials: ${read.problem}`);
-  return read.credentials;
+  return { credentials: read.credentials, secret: view! };
 }
 
 export function createKubeActivities(deps: {

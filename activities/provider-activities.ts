@@ -18,6 +18,9 @@ import { runsWithAddress } from '../workflows/proxy/transitions.js';
 import { nonRetryable, toApplicationFailure } from './failures.js';
 import { createProxyClient } from '../kube/proxies.js';
 import { resolveCloudInit, resolveCredentials } from './kube-activities.js';
+import type { SecretView } from '../kube/cloud-init.js';
+import { writeProviderCredentials } from '../kube/proxy-credentials.js';
+import type { ProxyRef } from '../kube/proxies.js';
 import { credentialsDigest } from '../credentials/proxy-credentials.js';
 import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { GetInstanceResult, ProviderActivities } from './types.js';
@@ -105,7 +108,12 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
   const getThrough = async (provider: Provider, id: string): Promise<GetInstanceResult> => {
     try {
       const instance = await circuits.run(provider.name, 'get', id, () => provider.get(id, abortSignal()));
-      return { found: true, state: instance.state, ...(instance.ip ? { ip: instance.ip } : {}) };
+      return {
+        found: true,
+        state: instance.state,
+        ...(instance.ip ? { ip: instance.ip } : {}),
+        ...(instance.port ? { port: instance.port } : {}),
+      };
     } catch (error) {
       if (classOf(error) === 'NotFound') return { found: false };
       throw error;
@@ -132,12 +140,38 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     }
   };
 
+  /**
+   * The provider's credentials for the instance, in the Proxy's generated
+   * Secret (or taken out of it: a provider that sets none). Written only
+   * when they differ: a create repeated by a retry writes nothing.
+   */
+  const syncProviderCredentials = async (
+    provider: Provider,
+    id: string,
+    ref: ProxyRef,
+    secret: SecretView,
+  ): Promise<void> => {
+    const set = provider.credentialsOf
+      ? await circuits.run(provider.name, 'get', id, () => provider.credentialsOf!(id, abortSignal()))
+      : undefined;
+    const outcome = await writeProviderCredentials(deps.kubeConfig, ref, secret, set);
+    if (outcome === 'written')
+      log.info(
+        { provider: provider.name, id, proxy: `${ref.namespace}/${ref.name}`, providerCredentials: Boolean(set) },
+        set ? "provider's credentials written to the proxy's Secret" : "provider's credentials taken out of the proxy's Secret",
+      );
+  };
+
   return {
     createInstance: (input) =>
       heartbeating(async () => {
         const provider = lookup(input.provider);
         const cloudInit = await resolveCloudInit(deps.kubeConfig, proxies, input.ref, input.cloudInit);
-        const credentials = await resolveCredentials(deps.kubeConfig, input.ref, input.credentialsSecret);
+        const resolved = await resolveCredentials(deps.kubeConfig, input.ref, input.credentialsSecret);
+        const credentials = resolved?.credentials;
+        const attributes = provider.capabilities?.usesAttributes
+          ? ((await proxies.read(input.ref))?.spec.attributes ?? {})
+          : undefined;
         const hash = specHash({
           placement: input.placement,
           port: input.port,
@@ -156,6 +190,7 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
                 placement: input.placement,
                 cloudInit,
                 ...(credentials ? { credentials } : {}),
+                ...(attributes ? { attributes } : {}),
                 port: input.port,
                 installation: deps.installation,
               },
@@ -172,6 +207,10 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
             },
             'instance created',
           );
+          // What a client presents to this instance goes where the prober,
+          // the gateway and the lease API read it, before any of them can
+          // see the instance Running.
+          if (resolved) await syncProviderCredentials(provider, id, input.ref, resolved.secret);
           const look = await firstLook(provider, id);
           // Reason as the Provisioned condition's next one; create adopts an
           // instance that already carries this Proxy's UID mark. An instance

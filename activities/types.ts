@@ -39,7 +39,10 @@ export interface InstanceRef {
   id: string;
 }
 
-export type GetInstanceResult = { found: false } | { found: true; state: InstanceState; ip?: string };
+export type GetInstanceResult =
+  | { found: false }
+  /** `port`: the port the provider chose for the instance (absent: the Proxy's own). */
+  | { found: true; state: InstanceState; ip?: string; port?: number };
 
 export interface ProviderActivities {
   createInstance(input: CreateInstanceInput): Promise<CreateInstanceResult>;

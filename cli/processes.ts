@@ -45,6 +45,7 @@ import { signalProxy } from '../workflows/proxy/client.js';
 import { createBridge } from '../k8s-bridge/bridge.js';
 import { createProxyInformer } from '../kube/proxy-informer.js';
 import { cachedCredentials, createCredentialsSecretInformer } from '../kube/proxy-credentials.js';
+import { kubeClaimStores, kubeSecretReader } from '../kube/claims.js';
 import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
 import {
   buildProviders,
@@ -164,6 +165,8 @@ export async function startWorker(
       requestMetrics,
       installation,
       ...(config.watchNamespaces ? { watchNamespaces: config.watchNamespaces } : {}),
+      claims: kubeClaimStores(kc),
+      readSecret: kubeSecretReader(kc),
     });
     scope.defer('providers', () => registry.close());
     if (listen) {

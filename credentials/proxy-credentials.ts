@@ -51,6 +51,19 @@ export function credentialsRefOf(proxy: {
 
 export const USERNAME_KEY = 'username';
 export const PASSWORD_KEY = 'password';
+/**
+ * The generated Secret's keys for the credentials the provider set for the
+ * instance (a vendor session's, a list entry's), written by the create
+ * activity: what a client presents instead of the generated pair, which
+ * stays what the spec hash covers.
+ */
+export const PROVIDER_USERNAME_KEY = 'providerUsername';
+export const PROVIDER_PASSWORD_KEY = 'providerPassword';
+
+/** Where a generated Secret keeps the provider's credentials. */
+export function providerCredentialsRef(ref: CredentialsRef): CredentialsRef {
+  return { ...ref, usernameKey: PROVIDER_USERNAME_KEY, passwordKey: PROVIDER_PASSWORD_KEY };
+}
 /** What a 407 names as the realm. */
 export const PROXY_REALM = 'egress-proxies';
 /** The generated Secret's name is the Proxy's and this (see generatedSecretName). */

@@ -6,11 +6,20 @@
  * lease's `proxyURL`). Every reader but the activity reads the informer's
  * cache of labelled Secrets. Messages name the Secret and key, never a value.
  */
-import { CoreV1Api, type KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubeConfig,
+  type V1Secret,
+} from '@kubernetes/client-node';
 import {
   generateCredentials,
   generatedCredentialsRef,
   PASSWORD_KEY,
+  PROVIDER_PASSWORD_KEY,
+  PROVIDER_USERNAME_KEY,
+  providerCredentialsRef,
   USERNAME_KEY,
   type CredentialsLookup,
   type CredentialsRead,
@@ -101,14 +110,48 @@ export async function createGeneratedSecret(kc: KubeConfig, ref: ProxyRef): Prom
 /**
  * Looks up Proxies' credentials in a cache of labelled Secrets. A generated
  * Secret that is not there means no credentials (a proxy made before they
- * existed, or whose Secret is being made), not a problem.
+ * existed, or whose Secret is being made), not a problem. A generated
+ * Secret with the provider's pair answers that pair: what the instance
+ * asks for.
  */
 export function cachedCredentials(informer: ResilientInformer<V1Secret>): CredentialsLookup {
   return (namespace, ref) => {
     const secret = informer.get(ref.secret, namespace);
     if (!secret && ref.generated) return undefined;
-    return credentialsFromSecret(namespace, ref, secret && secretViewOf(secret));
+    const view = secret && secretViewOf(secret);
+    const presented = ref.generated && view && hasProviderCredentials(view) ? providerCredentialsRef(ref) : ref;
+    return credentialsFromSecret(namespace, presented, view);
   };
+}
+
+function hasProviderCredentials(view: SecretView): boolean {
+  return view.data[PROVIDER_USERNAME_KEY] !== undefined && view.data[PROVIDER_PASSWORD_KEY] !== undefined;
+}
+
+/**
+ * Puts the provider's credentials for the Proxy's instance into its
+ * generated Secret (or takes them out: `credentials` undefined), when the
+ * Secret does not already say so. One merge patch; a Secret that is gone
+ * throws (the bridge makes it again, and the activity is retried).
+ */
+export async function writeProviderCredentials(
+  kc: KubeConfig,
+  ref: ProxyRef,
+  current: SecretView | undefined,
+  credentials: ProxyCredentials | undefined,
+): Promise<'written' | 'unchanged'> {
+  const encode = (v: string) => Buffer.from(v, 'utf8').toString('base64');
+  const want = credentials
+    ? { [PROVIDER_USERNAME_KEY]: encode(credentials.username), [PROVIDER_PASSWORD_KEY]: encode(credentials.password) }
+    : { [PROVIDER_USERNAME_KEY]: undefined, [PROVIDER_PASSWORD_KEY]: undefined };
+  if (current && Object.entries(want).every(([k, v]) => current.data[k] === v)) return 'unchanged';
+  const name = generatedCredentialsRef(ref.name).secret;
+  const data = Object.fromEntries(Object.entries(want).map(([k, v]) => [k, v ?? null]));
+  await kc.makeApiClient(CoreV1Api).patchNamespacedSecret(
+    { namespace: ref.namespace, name, body: { data } },
+    setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+  );
+  return 'written';
 }
 
 /** The list+watch of Secrets labelled as proxy credentials, one per scope, read as one cache. */

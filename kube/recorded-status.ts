@@ -18,6 +18,7 @@ export function recordedStatusOf(status: ProxyStatus | undefined): RecordedStatu
   if (text(status.providerID)) out.providerID = status.providerID;
   if (text(status.specHash)) out.specHash = status.specHash;
   if (text(status.ip)) out.ip = status.ip;
+  if (Number.isInteger(status.port)) out.port = status.port;
   if (Array.isArray(status.conditions)) out.conditions = status.conditions;
   if (typeof status.latencyMillis === 'number') out.latencyMillis = status.latencyMillis;
   if (text(status.lastHealthReportTime)) out.lastHealthReportTime = status.lastHealthReportTime;

@@ -92,7 +92,7 @@ export function targetFromProxy(proxy: Proxy): ProbeTarget | undefined {
     port = spec.endpoint?.port ?? DEFAULT_PORT;
   } else {
     host = proxy.status?.ip;
-    port = spec.port ?? DEFAULT_PORT;
+    port = proxy.status?.port ?? spec.port ?? DEFAULT_PORT;
   }
   if (!host) return undefined;
   const ref = { namespace: metadata.namespace, name: metadata.name, uid: metadata.uid };

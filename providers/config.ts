@@ -32,6 +32,11 @@ import { createKvmProvider } from './kvm/provider.js';
 import { proxmoxConfigSchema, type ProxmoxConfig } from './proxmox/config.js';
 import { createProxmoxProvider } from './proxmox/provider.js';
 import type { Provider } from './types.js';
+import type { ClaimStore, ClaimStoreFactory, SecretReader } from './shared/claims.js';
+import { listConfigSchema, type ListConfig } from './list/config.js';
+import { createListProvider } from './list/provider.js';
+import { vendorConfigSchema, type VendorConfig } from './vendor/config.js';
+import { createVendorProvider } from './vendor/provider.js';
 import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
 import { withTracing } from './tracing.js';
 
@@ -62,6 +67,13 @@ export interface ProviderDeps {
    * builds; absent, a provider collects nothing of other entries.
    */
   entries?: readonly ProviderEntryRef[];
+  /**
+   * Where a provider without a backend of its own (vendor, list) keeps its
+   * claims: the worker's apiserver. Absent: such a provider cannot be built.
+   */
+  claims?: ClaimStoreFactory;
+  /** Reads a Secret a provider's config names (a vendor account's credentials). */
+  readSecret?: SecretReader;
 }
 
 /** A configured provider entry, by name and type. */
@@ -75,6 +87,15 @@ export interface ProviderTypeDefinition<S extends z.ZodType> {
   configSchema: S;
   /** Must not dial anything (contract §7); throw ProvidersConfigError only for config problems. */
   build(name: string, config: z.output<S>, deps: ProviderDeps): Provider;
+}
+
+/** The claim store of a provider that keeps claims (vendor, list); a process without an apiserver cannot build one. */
+function claimStore(deps: ProviderDeps, type: string, name: string, namespace: string): ClaimStore {
+  if (!deps.claims)
+    throw new ProvidersConfigError(`provider "${name}": type "${type}" keeps its claims in Kubernetes`, [
+      `type: "${type}" needs the worker's apiserver for its claims`,
+    ]);
+  return deps.claims(name, namespace);
 }
 
 function defineType<S extends z.ZodType>(def: ProviderTypeDefinition<S>): ProviderTypeDefinition<S> {
@@ -127,6 +148,32 @@ export const PROVIDER_TYPES = {
     configSchema: kvmConfigSchema,
     build: (name: string, config: KvmConfig, deps: ProviderDeps) =>
       createKvmProvider({ name, config, logger: deps.logger }),
+  }),
+  list: defineType({
+    configSchema: listConfigSchema,
+    build: (name: string, config: ListConfig, deps: ProviderDeps) =>
+      createListProvider({
+        name,
+        config,
+        logger: deps.logger,
+        claims: claimStore(deps, 'list', name, config.claimsNamespace),
+      }),
+  }),
+  vendor: defineType({
+    configSchema: vendorConfigSchema,
+    build: (name: string, config: VendorConfig, deps: ProviderDeps) => {
+      if (!deps.readSecret)
+        throw new ProvidersConfigError(`provider "${name}": type "vendor" reads its account's Secret`, [
+          'type: "vendor" needs the worker\'s apiserver for its account\'s Secret',
+        ]);
+      return createVendorProvider({
+        name,
+        config,
+        logger: deps.logger,
+        claims: claimStore(deps, 'vendor', name, config.claimsNamespace),
+        readSecret: deps.readSecret,
+      });
+    },
   }),
   proxmox: defineType({
     configSchema: proxmoxConfigSchema,

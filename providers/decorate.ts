@@ -9,7 +9,7 @@ import type { Provider, ProviderOperation } from './types.js';
 /** Runs one backend call; must return (or throw) what `call` does. */
 export type AroundCall = <T>(operation: ProviderOperation, call: () => Promise<T>) => Promise<T>;
 
-/** `provider` with `around` about each create/get/delete/listByTag; name, capabilities, check, idAliases and close as they are. */
+/** `provider` with `around` about each create/get/delete/listByTag; name, capabilities, check, credentialsOf, idAliases and close as they are. */
 export function aroundEachCall(provider: Provider, around: AroundCall): Provider {
   const wrapped: Provider = {
     name: provider.name,
@@ -21,6 +21,7 @@ export function aroundEachCall(provider: Provider, around: AroundCall): Provider
     listByTag: (signal, options) => around('list', () => provider.listByTag(signal, options)),
   };
   if (provider.check) wrapped.check = (signal) => provider.check!(signal);
+  if (provider.credentialsOf) wrapped.credentialsOf = (id, signal) => provider.credentialsOf!(id, signal);
   if (provider.idAliases) wrapped.idAliases = (id) => provider.idAliases!(id);
   if (provider.close) wrapped.close = () => provider.close!();
   return wrapped;

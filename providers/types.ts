@@ -45,6 +45,12 @@ export interface CreateRequest {
    * never in an error, never in a label or anything a backend lists.
    */
   credentials?: ProxyCredentials;
+  /**
+   * The Proxy's `spec.attributes`, for a provider that says it uses them
+   * (`capabilities.usesAttributes`: a vendor session's country); absent
+   * otherwise.
+   */
+  attributes?: Record<string, string>;
   port: number;
   /** The installation identity mark's value. */
   installation: string;
@@ -53,8 +59,14 @@ export interface CreateRequest {
 export interface Instance {
   /** The providerID: opaque, self-contained, accepted by get and delete. */
   id: string;
-  /** Non-empty exactly when state is Running (Running without an IP is Provisioning). */
+  /**
+   * Non-empty exactly when state is Running (Running without an IP is
+   * Provisioning). A host name where the provider hands out a shared
+   * endpoint (a vendor's super-proxy).
+   */
   ip?: string;
+  /** The port to reach it on, when the provider chose it (a super-proxy's, a list entry's); absent: the request's. */
+  port?: number;
   state: InstanceState;
   /** Read back from the backend's UID mark; '' when the mark is empty. */
   uid: string;
@@ -157,6 +169,8 @@ export interface ProviderCapabilities {
    * and holds its workflow task while it runs.
    */
   readonly quickCreate?: boolean;
+  /** create reads `CreateRequest.attributes` (the activity reads the Proxy for them). */
+  readonly usesAttributes?: boolean;
 }
 
 export interface Provider {
@@ -186,6 +200,13 @@ export interface Provider {
    * matches recorded IDs against these too. Pure; absent means none.
    */
   idAliases?(id: string): string[];
+  /**
+   * The credentials a client presents to instance `id`, where the provider
+   * sets them (a vendor session's username, a list entry's pair) rather
+   * than the proxy requiring the Proxy's own. undefined: the Proxy's own
+   * apply. Never logged, never in an error.
+   */
+  credentialsOf?(id: string, signal: AbortSignal): Promise<ProxyCredentials | undefined>;
   /** Releases connections and listeners. */
   close?(): Promise<void>;
 }

@@ -202,6 +202,13 @@ export const proxyStatusSchema = {
     phase: { type: 'string', enum: [...PHASES] },
     providerID: { type: 'string' },
     ip: { type: 'string' },
+    port: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 65535,
+      description:
+        'The port the instance is reached on, when its provider chose it (a vendor\'s super-proxy, a proxy list\'s entry); absent: spec.port.',
+    },
     latencyMillis: { type: 'integer', format: 'int64' },
     lastHealthReportTime: {
       type: 'string',

@@ -17,6 +17,8 @@ export interface RecordedStatus {
   /** The spec hash the recorded instance was created with. */
   specHash?: string;
   ip?: string;
+  /** The port the provider chose (absent: spec.port). */
+  port?: number;
   conditions?: Condition[];
   latencyMillis?: number;
   lastHealthReportTime?: string;

@@ -3,6 +3,7 @@
  * providers from a providers config), the bridge scoped to a fresh
  * namespace, on the shared Temporal dev server and apiserver.
  */
+import { kubeClaimStores, kubeSecretReader } from '../../kube/claims.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -112,7 +113,7 @@ export async function startControlPlane(opts: {
   const installation = opts.installation ?? 'test-installation';
   const base = buildProviders(
     parseProvidersConfig(yaml, 'test providers config'),
-    { logger, stateRoot, installation },
+    { logger, stateRoot, installation, claims: kubeClaimStores(kc), readSecret: kubeSecretReader(kc) },
     opts.providerTypes,
   );
   const extra = new Map<string, Provider>();

@@ -220,7 +220,10 @@ export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
   };
   if (state.instanceId) status.providerID = state.instanceId;
   const ip = effectiveIp(state);
-  if (ip && state.desired.mode === 'Managed') status.ip = ip;
+  if (ip && state.desired.mode === 'Managed') {
+    status.ip = ip;
+    if (state.port) status.port = state.port;
+  }
   if (state.instanceSpecHash) status.specHash = state.instanceSpecHash;
   if (state.health.latencyMillis !== undefined && state.health.verdict === 'Healthy') {
     status.latencyMillis = state.health.latencyMillis;
@@ -236,6 +239,7 @@ export function view(state: ProxyState): ProxyStateView {
     phase: state.phase,
     providerID: state.instanceId,
     ip: effectiveIp(state),
+    ...(state.port ? { port: state.port } : {}),
     instanceState: state.instanceState,
     replacing: state.replacing,
     observedGeneration: state.desired.generation,

@@ -56,6 +56,7 @@ export function resumeFromStatus(state: ProxyState, recorded: RecordedStatus): v
   if (!recorded.ip) return;
   state.instanceState = 'Running';
   state.ip = recorded.ip;
+  if (recorded.port) state.port = recorded.port;
   const healthy = recorded.conditions?.find((c) => c.type === 'Healthy');
   if (healthy?.status !== 'True' && healthy?.status !== 'False') return;
   const verdict = healthy.status === 'True' ? 'Healthy' : 'Unhealthy';
@@ -206,10 +207,11 @@ export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopp
   state.replacing = state.replacing ?? why;
   state.drain = undefined;
   state.ip = undefined;
+  state.port = undefined;
   resetHealth(state);
 }
 
-export type Observation = { found: false } | { found: true; state: InstanceState; ip?: string };
+export type Observation = { found: false } | { found: true; state: InstanceState; ip?: string; port?: number };
 
 /** A provider's answer that counts as Running: the state, and an address to reach the instance at. */
 export function runsWithAddress(seen: { state: InstanceState; ip?: string }): boolean {
@@ -253,6 +255,7 @@ export function observe(
     state.instanceSpecHash = undefined;
     state.instanceState = undefined;
     state.ip = undefined;
+    state.port = undefined;
     state.replacing = undefined;
     resetHealth(state);
     return 'now';
@@ -268,9 +271,13 @@ export function observe(
   }
   const running = runsWithAddress(seen);
   const ip = running ? seen.ip : undefined;
-  if (ip !== state.ip) resetHealth(state);
+  // Sessions of one vendor share its address: a new port or session is a new proxy too.
+  const port = running ? seen.port : undefined;
+  if (ip !== state.ip || port !== state.port) resetHealth(state);
   state.instanceState = running ? 'Running' : 'Provisioning';
   state.ip = ip;
+  if (port === undefined) delete state.port;
+  else state.port = port;
   if (state.failure?.type === FailureType.Transient || state.failure?.type === FailureType.QuotaExceeded) {
     state.failure = undefined;
   }

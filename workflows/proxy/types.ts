@@ -152,6 +152,8 @@ export interface ProxyState {
   instanceSpecHash?: string;
   instanceState?: InstanceState;
   ip?: string;
+  /** The port the provider chose for the instance (a vendor's super-proxy, a list entry); absent: the spec's. */
+  port?: number;
   /** The instance is being deleted to be replaced (spec change, or Stopped/Terminated). */
   replacing?: 'spec-changed' | 'stopped';
   /** The instance is draining before its replacement or deletion. */
@@ -214,6 +216,7 @@ export interface ProxyStateView {
   phase: ProxyPhase;
   providerID?: string;
   ip?: string;
+  port?: number;
   instanceState?: InstanceState;
   replacing?: string;
   observedGeneration: number;
