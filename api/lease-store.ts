@@ -130,7 +130,35 @@ export type PoolEvent =
   | { kind: 'banned'; proxy: string; target: string }
   | { kind: 'denied'; selector: Array<[string, string]>; pool?: string };
 
+/**
+ * What a gateway saw of one proxy's traffic over a short window, for the
+ * prober's passive health (prober/traffic.ts): successes, and the failures
+ * that are the proxy's own (it refused, did not answer the TCP connect,
+ * closed before answering, refused its credentials) since the last success.
+ * `uid`, `host` and `port` say which instance carried it: a report about an
+ * earlier address is dropped. The message is the gateway's own text (no
+ * address, no credentials).
+ */
+export interface TrafficReport {
+  /** `namespace/name`. */
+  proxy: string;
+  uid: string;
+  host: string;
+  port: number;
+  /** Exchanges the proxy carried in the window. */
+  ok: number;
+  /** Failures after the window's last success (all of them when there was none). */
+  failures: number;
+  /** Of the last failure: a probe failure reason (ConnectFailed, ConnectTimeout, ProtocolError, AuthFailed). */
+  reason?: string;
+  message?: string;
+}
+
 export interface LeaseStore {
+  /** Shared stores only: queue traffic reports for the probing api replica (bounded; the oldest go first). */
+  postTraffic?(reports: readonly TrafficReport[]): Promise<void>;
+  /** Shared stores only: take up to `max` queued traffic reports, each given to one taker. */
+  takeTraffic?(max: number): Promise<TrafficReport[]>;
   /** Shared stores only: queue a pool event for whichever api replica takes it next (bounded; the oldest go first). */
   postPoolEvent?(event: PoolEvent): Promise<void>;
   /** Shared stores only: take up to `max` queued pool events, each given to one taker. */

@@ -34,6 +34,8 @@ export interface ProxyView {
   pool: string;
   /** Where its credentials are (a Secret reference, never the values); absent: it has none. */
   credentialsRef?: CredentialsRef;
+  /** spec.provider: the providers-config entry of a Managed Proxy; absent for an External one. */
+  provider?: string;
 }
 
 export interface ProxyCatalog {
@@ -75,6 +77,7 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
     draining,
     pool: metadata.labels?.[LABEL_POOL] ?? '',
     ...credentialsOf(proxy),
+    ...(spec.provider ? { provider: spec.provider } : {}),
   };
 }
 

@@ -49,6 +49,7 @@ import {
   type Lease,
   type LeaseStore,
   type PoolEvent,
+  type TrafficReport,
   type ReportOutcome,
   type ReportReceipt,
   type ReportResult,
@@ -526,6 +527,40 @@ export class RedisLeaseStore implements LeaseStore {
     return events;
   }
 
+  async postTraffic(reports: readonly TrafficReport[]): Promise<void> {
+    if (reports.length === 0) return;
+    const key = `${this.prefix}traffic`;
+    try {
+      await this.redis
+        .multi()
+        .rpush(key, ...reports.map((r) => JSON.stringify(r)))
+        .ltrim(key, -MAX_TRAFFIC_REPORTS, -1)
+        .exec();
+    } catch (err) {
+      throw new LeaseStoreUnavailableError(
+        `the lease store (Redis) is unavailable: ${(err as Error).message}`,
+      );
+    }
+  }
+
+  async takeTraffic(max: number): Promise<TrafficReport[]> {
+    let items: string[] | null;
+    try {
+      items = await this.redis.lpop(`${this.prefix}traffic`, max);
+    } catch (err) {
+      throw new LeaseStoreUnavailableError(
+        `the lease store (Redis) is unavailable: ${(err as Error).message}`,
+      );
+    }
+    const reports: TrafficReport[] = [];
+    for (const item of items ?? []) {
+      const report = parseQueued(trafficReportSchema, item);
+      if (report) reports.push(report);
+      else this.logger.warn('dropped a malformed traffic report from the lease store');
+    }
+    return reports;
+  }
+
   async activeCounts(): Promise<ReadonlyMap<string, number>> {
     const reply = await this.run(() => this.redis.leaseCounts(...this.head()));
     const flat = reply[1] as string[];
@@ -623,8 +658,27 @@ const poolEventSchema = z.discriminatedUnion('kind', [
 
 /** A queued event as written by postPoolEvent, or undefined for anything else. */
 function parsePoolEvent(text: string): PoolEvent | undefined {
+  return parseQueued(poolEventSchema, text);
+}
+
+/** Traffic reports kept in Redis for the prober: the newest this many (a prober down for a while). */
+const MAX_TRAFFIC_REPORTS = 10_000;
+
+const trafficReportSchema = z.strictObject({
+  proxy: z.string(),
+  uid: z.string(),
+  host: z.string(),
+  port: z.number().int(),
+  ok: z.number().int().nonnegative(),
+  failures: z.number().int().nonnegative(),
+  reason: z.string().optional(),
+  message: z.string().optional(),
+});
+
+/** A queued item as its writer wrote it, or undefined for anything else. */
+function parseQueued<S extends z.ZodType>(schema: S, text: string): z.output<S> | undefined {
   try {
-    const parsed = poolEventSchema.safeParse(JSON.parse(text));
+    const parsed = schema.safeParse(JSON.parse(text));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;

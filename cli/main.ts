@@ -162,6 +162,16 @@ function bridgeOptions(cmd: Command): Command {
   );
 }
 
+/** `api` alone (dev has it from the worker's options): the entries' `health:` blocks for the prober. */
+function apiProvidersConfigOption(cmd: Command): Command {
+  return cmd.addOption(
+    new Option(
+      '--providers-config <path>',
+      "providers config YAML, read for its entries' health: blocks (the prober's per-entry probe URL and interval; env PROVIDERS_CONFIG)",
+    ),
+  );
+}
+
 /** The lease API and the health prober. */
 function apiOptions(cmd: Command): Command {
   return leaseOptions(
@@ -519,7 +529,13 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     },
     api: {
       description: 'run the lease API and health prober',
-      options: [connectionOptions, metricsOption, watchNamespacesOption, apiOptions],
+      options: [
+        connectionOptions,
+        metricsOption,
+        watchNamespacesOption,
+        apiOptions,
+        apiProvidersConfigOption,
+      ],
     },
     gateway: {
       description:

@@ -92,6 +92,8 @@ export type ApiPartConfig = Pick<
   | 'kubeconfig'
   | 'metricsAddr'
   | 'watchNamespaces'
+  // The entries' `health:` blocks (the prober's per-entry probe settings); optional for the api.
+  | 'providersConfig'
 > & {
   options: ApiOptions;
 };
@@ -183,6 +185,7 @@ export function planCommand(
         'kubeconfig',
         'metricsAddr',
         'watchNamespaces',
+        'providersConfig',
       ] as const),
       options: readApiConfig(
         env,

@@ -32,8 +32,11 @@ import {
   createProber,
   createProxyProbeTargets,
   createTemporalHealthSignaller,
+  followGatewayTraffic,
   proxyKey,
+  type EntryHealthLookup,
 } from '../prober/index.js';
+import type { TrafficReport } from '../api/lease-store.js';
 import { createDrainNotifier } from '../api/drain-notifier.js';
 import { createPoolDemand, type PoolDemand } from '../api/pool-demand.js';
 import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
@@ -324,7 +327,12 @@ export async function startApi(
   apiOptions: ApiOptions,
   config: Pick<
     ApiPartConfig,
-    'temporalAddress' | 'temporalNamespace' | 'temporalConnection' | 'metricsAddr' | 'watchNamespaces'
+    | 'temporalAddress'
+    | 'temporalNamespace'
+    | 'temporalConnection'
+    | 'metricsAddr'
+    | 'watchNamespaces'
+    | 'providersConfig'
   >,
   kc: KubeConfig,
   logger: Logger,
@@ -332,6 +340,8 @@ export async function startApi(
   opts: { metricsServedElsewhere?: boolean; tracing?: Tracing } = {},
 ): Promise<
   Running & {
+    /** Where a gateway in this process (`dev`) sends its traffic reports: the prober (a no-op without one). */
+    traffic: (reports: TrafficReport[]) => void;
     url: string;
     registry: Registry;
     metricsUrl: string;
@@ -343,6 +353,10 @@ export async function startApi(
   }
 > {
   const tracing = opts.tracing ?? TRACING_OFF;
+  // The prober's per-entry probe settings (the entries' `health:` blocks); read before anything starts.
+  const entryHealth = config.providersConfig
+    ? entryHealthOf(await loadProvidersConfig(config.providersConfig))
+    : undefined;
   // A failure (the port in use, Temporal unreachable, ...) stops what
   // already runs, newest first, then rethrows: the informer's watch and the
   // server would otherwise keep the process alive, and it would hang.
@@ -441,8 +455,9 @@ export async function startApi(
     temporal.client = temporalClient;
     demand.start();
     scope.defer('pool demand reports', () => demand.stop());
+    let traffic: (reports: TrafficReport[]) => void = () => undefined;
     if (apiOptions.prober) {
-      const targets = createProxyProbeTargets(proxies);
+      const targets = createProxyProbeTargets(proxies, entryHealth);
       const healthSignaller = createTemporalHealthSignaller(temporalClient, {
         logger,
         // A report for a Proxy that is still there waits for its workflow to start.
@@ -462,6 +477,18 @@ export async function startApi(
       // Stopped even when its start fails half-way.
       scope.defer('prober', () => healthProber.stop());
       await healthProber.start();
+      traffic = (reports) => reports.forEach((r) => healthProber.observeTraffic(r));
+      // Standalone gateways' traffic (passive health), through the shared store.
+      const take = leaseStore.takeTraffic?.bind(leaseStore);
+      if (take && apiOptions.leaseStore.kind === 'redis') {
+        const follower = followGatewayTraffic({
+          take,
+          observe: (r) => healthProber.observeTraffic(r),
+          logger,
+        });
+        follower.start();
+        scope.defer('gateway traffic follower', () => follower.stop());
+      }
     } else {
       logger.info('health prober off (--no-prober): this replica serves leases only');
     }
@@ -476,12 +503,19 @@ export async function startApi(
       tenants,
       demand,
       credentials,
+      traffic: (reports) => traffic(reports),
       done: new Promise(() => undefined),
       describe: () =>
         `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}; a proxy with its credentials: curl -s -d '{"ttlSeconds":60}' ${tenants.open ? '' : '-H "Authorization: Bearer $TOKEN" '}${server.url}/v1/leases | jq -r .proxyURL`,
       stop: () => scope.close(),
     };
   });
+}
+
+/** The providers-config entries' `health:` blocks, by entry name. */
+function entryHealthOf(config: ProvidersConfig): EntryHealthLookup {
+  const byName = new Map(config.providers.flatMap((p) => (p.health ? [[p.name, p.health] as const] : [])));
+  return (provider) => byName.get(provider);
 }
 
 /**
@@ -567,6 +601,8 @@ export async function startGateway(
       tenants?: TenantDirectory;
       demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
       credentials?: CredentialsLookup;
+      /** The prober in this process: the gateway's traffic reports (passive health). */
+      traffic?: (reports: TrafficReport[]) => void;
     };
   } = {},
 ): Promise<Running & { url: string; metricsUrl: string }> {
@@ -601,6 +637,7 @@ export async function startGateway(
       ...(credentials ? { credentials } : {}),
       ...(opts.shared?.tenants ? { tenants: opts.shared.tenants } : {}),
       ...(opts.shared?.demand ? { demand: opts.shared.demand } : {}),
+      ...(opts.shared?.traffic ? { traffic: opts.shared.traffic } : {}),
       ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
     });
     let metricsServer: { url: string; close(): Promise<void> } | undefined;

@@ -22,7 +22,8 @@ import type { DestinationResolver } from './destination.js';
 import type { ConnectionLease, GatewayLeases } from './leases.js';
 import type { ConnectionKind, GatewayMetrics } from './metrics.js';
 import type { Refusal } from './refusal.js';
-import { attemptUpstream, type Carried } from './upstream-policy.js';
+import { attemptUpstream, type Carried, type PassiveOutcome } from './upstream-policy.js';
+import type { TrafficHealth } from './traffic-health.js';
 import type { UpstreamAgents } from './upstream-request.js';
 
 export type GatewaySettings = Pick<
@@ -87,6 +88,8 @@ export interface GatewayContext {
   carrying: { opened(): void; closed(): void };
   /** The upstream proxies' credentials (a cache of labelled Secrets); none: none are sent. */
   credentials: CredentialsLookup | undefined;
+  /** Tells the prober how each proxy's traffic went (passive health). */
+  traffic: TrafficHealth;
 }
 
 /**
@@ -110,6 +113,8 @@ export function pickUpstream<T>(
     /** The lease was lost mid-connection: end it. */
     onLost: () => void;
     attempt: (proxy: ProxyView) => Promise<T>;
+    /** What a carried attempt's result says of the proxy's health (default: it carried it, `ok`). */
+    passive?: (result: T) => PassiveOutcome;
   },
 ): Promise<Carried<T> | undefined> {
   return attemptUpstream({
@@ -125,6 +130,8 @@ export function pickUpstream<T>(
     attempt: hooks.attempt,
     metrics: ctx.metrics,
     log: ctx.log,
+    traffic: ctx.traffic,
+    ...(hooks.passive ? { passive: hooks.passive } : {}),
   });
 }
 
@@ -170,7 +177,7 @@ export function recordCarried(
   bytes: { sent: number; received: number },
 ): void {
   const { lease, attempts } = carried;
-  ctx.metrics.bytes(lease.proxy.id, where.target, bytes.sent, bytes.received);
+  ctx.metrics.bytes(lease.proxy, where.target, bytes.sent, bytes.received);
   ctx.metrics.tenantConnection(where.tenant, kind);
   ctx.accessLog({
     kind,

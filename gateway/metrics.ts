@@ -4,6 +4,14 @@
  * with both labels): their product would grow with proxies × sites.
  * Targets are crawler-chosen, so only the first `maxTargetLabels` distinct
  * ones get a label of their own; the rest are counted as `other`.
+ *
+ * Bytes are counted three ways: per Proxy (`egress_gateway_proxy_bytes_total`,
+ * one series pair per proxy ever carried), per target, and per
+ * providers-config entry (`egress_gateway_provider_bytes_total{provider}`,
+ * bounded by the entries in the config: what a vendor account costs, in one
+ * series pair per account, whichever sessions came and went). External
+ * Proxies have no entry: they count under `provider="_external"`, a value no
+ * entry can have (an entry's name is a DNS label).
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
@@ -44,9 +52,13 @@ export type GatewayLimit = (typeof GATEWAY_LIMITS)[number];
 /** Why an upstream attempt failed. */
 export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';
 
+/** The `provider` label of External Proxies' bytes (not a DNS label, so no entry is named so). */
+export const EXTERNAL_PROVIDER_LABEL = '_external';
+
 export interface GatewayMetrics {
   connection(kind: ConnectionKind, proxy: string, target: string): void;
-  bytes(proxy: string, target: string, upstream: number, downstream: number): void;
+  /** `proxy`: its id (`namespace/name`) and its providers-config entry (none: External). */
+  bytes(proxy: { id: string; provider?: string }, target: string, upstream: number, downstream: number): void;
   upstreamError(proxy: string, target: string, reason: UpstreamErrorReason): void;
   outcome(kind: ConnectionKind, outcome: GatewayOutcome): void;
   retry(): void;
@@ -83,10 +95,13 @@ export function registerGatewayMetrics(
       m.proxyConnections.inc({ proxy, kind });
       m.targetConnections.inc({ target: targetLabel(target), kind });
     },
-    bytes(proxy, target, upstream, downstream) {
+    bytes({ id: proxy, provider }, target, upstream, downstream) {
       const t = targetLabel(target);
+      const entry = provider || EXTERNAL_PROVIDER_LABEL;
       m.proxyBytes.inc({ proxy, direction: 'upstream' }, upstream);
       m.proxyBytes.inc({ proxy, direction: 'downstream' }, downstream);
+      m.providerBytes.inc({ provider: entry, direction: 'upstream' }, upstream);
+      m.providerBytes.inc({ provider: entry, direction: 'downstream' }, downstream);
       m.targetBytes.inc({ target: t, direction: 'upstream' }, upstream);
       m.targetBytes.inc({ target: t, direction: 'downstream' }, downstream);
     },
@@ -124,6 +139,12 @@ function instruments(registry: Registry, sessions: () => number) {
     name: 'egress_gateway_proxy_bytes_total',
     help: 'Bytes relayed, by upstream proxy; direction upstream = from the crawler, downstream = to it.',
     labelNames: ['proxy', 'direction'] as const,
+    registers: reg,
+  });
+  const providerBytes = new Counter({
+    name: 'egress_gateway_provider_bytes_total',
+    help: 'Bytes relayed, by providers-config entry of the upstream proxy (_external: External Proxies); direction as for the proxy counter.',
+    labelNames: ['provider', 'direction'] as const,
     registers: reg,
   });
   const targetBytes = new Counter({
@@ -196,6 +217,7 @@ function instruments(registry: Registry, sessions: () => number) {
     proxyConnections,
     targetConnections,
     proxyBytes,
+    providerBytes,
     targetBytes,
     proxyErrors,
     targetErrors,

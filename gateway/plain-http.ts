@@ -19,7 +19,7 @@ import {
 import { handleGatewayApi } from './gateway-api.js';
 import { identityHeaders, type ConnectionLease } from './leases.js';
 import { Refusal, refuseRequest } from './refusal.js';
-import { reportAnswer } from './upstream-policy.js';
+import { passiveOutcomeOfStatus, reportAnswer } from './upstream-policy.js';
 import { forward } from './upstream-request.js';
 
 /** One request's state shared by its handlers: whether the crawler left, and the upstream request. */
@@ -100,6 +100,7 @@ async function carryRequest(
           countBody: (n) => (sent += n),
           authorization: upstreamAuthorization(ctx, proxy),
         }),
+      passive: (response) => passiveOutcomeOfStatus(response.statusCode ?? 502),
     });
   } catch (error) {
     if (!(error instanceof Refusal)) throw error;

@@ -45,6 +45,7 @@ import { createGatewayLeases } from './leases.js';
 import { registerGatewayMetrics } from './metrics.js';
 import { handleRequest } from './plain-http.js';
 import { createUpstreamAgents } from './upstream-request.js';
+import { createTrafficHealth, type TrafficHealth, type TrafficSink } from './traffic-health.js';
 import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
 
 export type { GatewaySettings } from './context.js';
@@ -62,6 +63,14 @@ export interface CreateGatewayOptions {
   demand?: Pick<PoolDemand, 'noteDenied' | 'noteBanned'>;
   /** The upstream proxies' credentials; none: the gateway sends none. */
   credentials?: CredentialsLookup;
+  /**
+   * Where traffic reports go (passive health): the prober in this process
+   * (`dev`). None: through the lease store when it is shared (the probing
+   * api replica takes them), else nowhere.
+   */
+  traffic?: TrafficSink;
+  /** How long traffic reports gather before they are sent (default 1 s). */
+  trafficFlushMs?: number;
 }
 
 export interface Gateway {
@@ -118,6 +127,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     resolver: createDestinationResolver(settings.egressResolver),
     agents: createUpstreamAgents(),
     credentials: opts.credentials,
+    traffic: trafficHealthFor(opts, log),
     carrying: {
       opened() {
         metrics.tunnelOpened();
@@ -158,6 +168,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
       for (const socket of open) socket.destroy();
       server.closeAllConnections();
       await closing;
+      await ctx.traffic.close();
       ctx.agents.destroy();
       if (ownTenants) tenants.close();
       await leases.close();
@@ -221,4 +232,15 @@ function poolEventsThrough(
     noteDenied: (selector, pool) =>
       send({ kind: 'denied', selector: [...selector], ...(pool !== undefined ? { pool } : {}) }),
   };
+}
+
+/** Where traffic reports go: the given sink, a shared store, or nowhere. */
+function trafficHealthFor(opts: CreateGatewayOptions, log: Logger): TrafficHealth {
+  const post = opts.leaseStore.postTraffic?.bind(opts.leaseStore);
+  const sink: TrafficSink = opts.traffic ?? post ?? (() => undefined);
+  return createTrafficHealth({
+    sink,
+    log,
+    ...(opts.trafficFlushMs !== undefined ? { flushMs: opts.trafficFlushMs } : {}),
+  });
 }

@@ -24,6 +24,7 @@ import type { ProxyView } from '../api/proxy-catalog.js';
 import { CatalogNotSyncedError, type ConnectionLease, type LeaseOutcome } from './leases.js';
 import type { ConnectionKind, GatewayMetrics, UpstreamErrorReason } from './metrics.js';
 import { Refusal } from './refusal.js';
+import type { ProxyFault, TrafficHealth } from './traffic-health.js';
 
 /** An upstream attempt failed in a way another proxy may not share. */
 export class UpstreamAttemptError extends Error {
@@ -31,6 +32,14 @@ export class UpstreamAttemptError extends Error {
   constructor(
     readonly reason: UpstreamErrorReason,
     message: string,
+    /**
+     * Set when the failure is the proxy's own whatever the target (it
+     * refused the TCP connection, did not complete it, closed before
+     * answering, refused its credentials): counted as a failed probe
+     * (passive health). A CONNECT answered 502 or a slow answer may be the
+     * target's doing: not counted.
+     */
+    readonly fault?: ProxyFault,
   ) {
     super(message);
   }
@@ -38,7 +47,26 @@ export class UpstreamAttemptError extends Error {
 
 /** A socket error while reaching the upstream proxy (before it carried anything): another may be tried. */
 export function dialFailure(error: NodeJS.ErrnoException): UpstreamAttemptError {
-  return new UpstreamAttemptError(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', socketFailure(error));
+  return new UpstreamAttemptError(
+    error.code === 'ECONNREFUSED' ? 'refused' : 'reset',
+    socketFailure(error),
+    'ConnectFailed',
+  );
+}
+
+/** What one carried exchange says of its proxy's health: `ok`, a fault of its own, or nothing either way. */
+export type PassiveOutcome = 'ok' | 'ambiguous' | { fault: ProxyFault; message: string };
+
+/**
+ * A plain-HTTP answer's status, judged as passive health: 407 is the proxy
+ * refusing its credentials; a 5xx may be the proxy's own error page or the
+ * target's answer (nothing either way, so the prober keeps probing); any
+ * other status means the proxy carried the exchange.
+ */
+export function passiveOutcomeOfStatus(status: number): PassiveOutcome {
+  if (status === 407) return { fault: 'AuthFailed', message: 'answered 407 (refused its credentials)' };
+  if (status >= 500) return 'ambiguous';
+  return 'ok';
 }
 
 /**
@@ -81,6 +109,10 @@ export interface UpstreamAttempts<T> {
   attempt(proxy: ProxyView): Promise<T>;
   metrics: Pick<GatewayMetrics, 'retry' | 'leaseWait' | 'upstreamError'>;
   log: Pick<Logger, 'warn'>;
+  /** Told each attempt's outcome for the prober (passive health); none: nobody is. */
+  traffic?: Pick<TrafficHealth, 'ok' | 'failed'>;
+  /** What a carried attempt's result says of the proxy (default: `ok`). */
+  passive?: (result: T) => PassiveOutcome;
 }
 
 export interface Carried<T> {
@@ -115,7 +147,9 @@ export async function attemptUpstream<T>(a: UpstreamAttempts<T>): Promise<Carrie
       return undefined;
     }
     try {
-      return { lease, result: await a.attempt(lease.proxy), attempts: n };
+      const result = await a.attempt(lease.proxy);
+      notePassive(a, lease.proxy, a.passive ? a.passive(result) : 'ok');
+      return { lease, result, attempts: n };
     } catch (error) {
       if (a.isAborted()) {
         await lease.done();
@@ -126,6 +160,7 @@ export async function attemptUpstream<T>(a: UpstreamAttempts<T>): Promise<Carrie
         throw error;
       }
       reportFailed(a, lease, error, n);
+      if (error.fault) notePassive(a, lease.proxy, { fault: error.fault, message: error.message });
       lastError = `${lease.proxy.id}: ${error.message}`;
       excluded.add(lease.proxy.id);
       await lease.failed(a.target);
@@ -133,6 +168,12 @@ export async function attemptUpstream<T>(a: UpstreamAttempts<T>): Promise<Carrie
     }
   }
   throw new Refusal(502, `no upstream proxy could carry the request (last: ${lastError})`, 'upstream_failed');
+}
+
+function notePassive<T>(a: UpstreamAttempts<T>, proxy: ProxyView, outcome: PassiveOutcome): void {
+  if (!a.traffic || outcome === 'ambiguous') return;
+  if (outcome === 'ok') a.traffic.ok(proxy);
+  else a.traffic.failed(proxy, outcome.fault, outcome.message);
 }
 
 async function leaseFor<T>(a: UpstreamAttempts<T>, excluded: ReadonlySet<string>): Promise<LeaseOutcome> {

@@ -73,7 +73,9 @@ export function forward(proxy: ProxyView, agent: Agent, r: ForwardedRequest): Pr
     let connected = false;
     const timer = setTimeout(() => {
       if (!connected)
-        upstream.destroy(new UpstreamAttemptError('timeout', `no connection within ${r.timeoutMs} ms`));
+        upstream.destroy(
+          new UpstreamAttemptError('timeout', `no connection within ${r.timeoutMs} ms`, 'ConnectTimeout'),
+        );
     }, r.timeoutMs);
     timer.unref();
     upstream.once('socket', (socket: Socket) => {

@@ -33,16 +33,30 @@ export function openTunnel(
       socket.destroy();
       reject(error);
     };
+    let connected = false;
     const timer = setTimeout(
-      () => fail(new UpstreamAttemptError('timeout', `no answer to CONNECT within ${timeoutMs} ms`)),
+      () =>
+        fail(
+          connected
+            ? // The proxy may be waiting on the target: not the proxy's fault for sure.
+              new UpstreamAttemptError('timeout', `no answer to CONNECT within ${timeoutMs} ms`)
+            : new UpstreamAttemptError(
+                'timeout',
+                `no TCP connection within ${timeoutMs} ms`,
+                'ConnectTimeout',
+              ),
+        ),
       timeoutMs,
     );
     socket.once('connect', () => {
+      connected = true;
       const credentials = authorization ? `Proxy-Authorization: ${authorization}\r\n` : '';
       socket.write(`CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${credentials}\r\n`);
     });
     socket.on('error', (error: NodeJS.ErrnoException) => fail(dialFailure(error)));
-    socket.once('close', () => fail(new UpstreamAttemptError('reset', 'closed before answering CONNECT')));
+    socket.once('close', () =>
+      fail(new UpstreamAttemptError('reset', 'closed before answering CONNECT', 'ProtocolError')),
+    );
     const onData = (chunk: Buffer) => {
       buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       const end = buffered.indexOf('\r\n\r\n');
@@ -57,7 +71,11 @@ export function openTunnel(
       const status = connectAnswerStatus(buffered);
       if (status !== '200') {
         return fail(
-          new UpstreamAttemptError('rejected', `answered CONNECT with ${status ?? 'no status line'}`),
+          new UpstreamAttemptError(
+            'rejected',
+            `answered CONNECT with ${status ?? 'no status line'}`,
+            status === '407' ? 'AuthFailed' : status === undefined ? 'ProtocolError' : undefined,
+          ),
         );
       }
       socket.removeAllListeners('close');

@@ -231,6 +231,7 @@ export const runDev: RunDev = async (plan, logger, env) => {
         tenants: api.tenants,
         demand: api.demand,
         credentials: api.credentials,
+        traffic: api.traffic,
       },
     });
     started(gateway);

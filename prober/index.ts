@@ -32,11 +32,15 @@ export {
   type HealthSignallerStats,
   type TemporalHealthSignallerOptions,
 } from './signaller.js';
+export { followGatewayTraffic } from './traffic-follower.js';
 export {
   createStaticProbeTargets,
   healthCheckSettings,
   proxyKey,
   targetFromProxy,
+  withEntryHealth,
+  type EntryHealth,
+  type EntryHealthLookup,
   type HealthCheckSettings,
   type ProbeTarget,
   type ProbeTargetSource,

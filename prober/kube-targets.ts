@@ -6,15 +6,25 @@
  */
 import type { ResilientInformer } from '../kube/informer.js';
 import type { Proxy } from '../resources/proxy-schema.js';
-import { TargetMap, proxyKey, targetFromProxy, type ProbeTargetSource } from './targets.js';
+import {
+  TargetMap,
+  proxyKey,
+  targetFromProxy,
+  type EntryHealthLookup,
+  type ProbeTargetSource,
+} from './targets.js';
 
-export function createProxyProbeTargets(informer: ResilientInformer<Proxy>): ProbeTargetSource {
+export function createProxyProbeTargets(
+  informer: ResilientInformer<Proxy>,
+  /** The providers-config entries' `health:` blocks, when the api was given the providers config. */
+  entryHealth?: EntryHealthLookup,
+): ProbeTargetSource {
   const map = new TargetMap();
   let unsubscribe: (() => void) | undefined;
   const put = (proxy: Proxy, gone: boolean): void => {
     const { name, namespace } = proxy.metadata ?? {};
     if (!name || !namespace) return;
-    map.put(proxyKey({ namespace, name }), gone ? undefined : targetFromProxy(proxy));
+    map.put(proxyKey({ namespace, name }), gone ? undefined : targetFromProxy(proxy, entryHealth));
   };
 
   return {

@@ -15,6 +15,8 @@ export interface ProberMetrics {
   forget(proxy: string): void;
   observeLag(seconds: number): void;
   signalled(kind: SignalKind): void;
+  /** A gateway traffic result folded in as a probe's (passive health). */
+  passive(result: 'ok' | 'failed'): void;
 }
 
 export function registerProberMetrics(
@@ -46,6 +48,13 @@ export function registerProberMetrics(
     registers: [registry],
   });
   for (const kind of ['transition', 'latency', 'resync', 'reason'] as const) signals.inc({ kind }, 0);
+  const passive = new Counter({
+    name: 'egress_prober_passive_results_total',
+    help: 'Gateway traffic counted as probes (passive health): ok = a due probe not sent because traffic through the proxy succeeded, failed = a traffic failure of the proxy counted as a failed probe.',
+    labelNames: ['result'] as const,
+    registers: [registry],
+  });
+  for (const result of ['ok', 'failed'] as const) passive.inc({ result }, 0);
   new Gauge({
     name: 'egress_prober_probes_in_flight',
     help: 'Probes running now.',
@@ -75,5 +84,6 @@ export function registerProberMetrics(
     },
     observeLag: (seconds) => lag.observe(seconds),
     signalled: (kind) => signals.inc({ kind }),
+    passive: (result) => passive.inc({ result }),
   };
 }

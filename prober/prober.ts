@@ -23,6 +23,16 @@
  * outage) costs one signal per proxy per 5 min at most. A workflow that is
  * not running yet is the signaller's to wait for (see signaller.ts).
  *
+ * Passive health (issue 58): the gateway reports each proxy's traffic
+ * (`observeTraffic`, a report a second per proxy carrying traffic). A proxy
+ * whose traffic succeeded within the last interval counts as probed: when
+ * its probe is due, a success is folded in and no probe is sent. Failures
+ * that are the proxy's own (refused, no TCP connection, closed, 407) are
+ * folded in as failed probes when they arrive, so real traffic failing
+ * turns a proxy Unhealthy by the same thresholds; a success reported
+ * after them ends the run, as a successful probe would. Traffic that
+ * stops (or only fails) leaves the next due probe to go out as usual.
+ *
  * Nothing a probe does can end a proxy's probe loop: a probe that throws
  * counts as a failed probe (reason ProberError, logged), a throwing metric or
  * `onProbe` hook is logged, and the next probe is always scheduled.
@@ -54,6 +64,7 @@ import { Scheduler, nextDue, seededFirstDelay, type ScheduledRun } from './sched
 import { sameHealthCheck, sameInstance, type ProbeTarget, type ProbeTargetSource } from './targets.js';
 import { initialThresholdState, recordProbe, type ThresholdState } from './thresholds.js';
 import { proxyAuthorization, type CredentialsLookup } from '../credentials/proxy-credentials.js';
+import type { TrafficReport } from '../api/lease-store.js';
 
 export type HealthSignal = (ref: ProxyRef, report: HealthReport) => void;
 
@@ -98,6 +109,10 @@ export interface ProberStats {
   inFlight: number;
   probes: number;
   failures: number;
+  /** Due probes not sent because the proxy's gateway traffic succeeded within the interval (each a success). */
+  passiveSuccesses: number;
+  /** Gateway traffic failures folded in as failed probes. */
+  passiveFailures: number;
   /** Probes that missed a whole period because the prober was behind. */
   skippedPeriods: number;
   signals: Record<SignalKind, number>;
@@ -110,6 +125,8 @@ export interface Prober {
   stop(): Promise<void>;
   /** The prober's verdict for `namespace/name`, undefined when it does not track the proxy. */
   verdict(key: string): HealthVerdict | undefined;
+  /** What a gateway saw of a proxy's traffic (passive health); never throws. */
+  observeTraffic(report: TrafficReport): void;
   stats(): ProberStats;
 }
 
@@ -128,6 +145,8 @@ interface Tracked {
   /** Wait before the next re-send while the condition disagrees: resyncFirstMs doubling to resyncAfterMs. */
   resyncDelayMs: number;
   running: boolean;
+  /** Clock time of the last traffic report whose traffic succeeded (and did not fail after). */
+  trafficOkAt: number | undefined;
 }
 
 const HEADER_SAFE = /^[\x20-\x7e]+$/;
@@ -160,6 +179,8 @@ export function createProber(options: ProberOptions): Prober {
   const counts = {
     probes: 0,
     failures: 0,
+    passiveSuccesses: 0,
+    passiveFailures: 0,
     skippedPeriods: 0,
     signals: { transition: 0, latency: 0, resync: 0, reason: 0 },
   };
@@ -191,6 +212,7 @@ export function createProber(options: ProberOptions): Prober {
       lastSignalAt: now,
       resyncDelayMs: resyncFirstMs,
       running: false,
+      trafficOkAt: undefined,
     };
   }
 
@@ -310,40 +332,62 @@ export function createProber(options: ProberOptions): Prober {
     }
   }
 
-  /** Counts a result, folds it into the thresholds and sends what the fold calls for. */
+  /** Counts a probe's result, then folds it in. */
   function record(run: ScheduledRun<string>, state: Tracked, result: ProbeResult, now: number): void {
     counts.probes++;
+    if (!result.ok) counts.failures++;
+    guarded(run.key, 'probe metrics', () =>
+      metrics.observeProbe(run.key, result.durationMs / 1000, result.ok),
+    );
+    guarded(run.key, 'onProbe', () => options.onProbe?.({ key: run.key, lagMs: run.lagMs, result }));
+    fold(run.key, state, result, now, Math.round(result.durationMs));
+  }
+
+  /**
+   * Folds a result into the thresholds and sends what the fold calls for.
+   * `latencyMillis` is undefined for a result from gateway traffic, which
+   * measured no probe: it adds no latency sample and reports none of its own.
+   */
+  function fold(
+    key: string,
+    state: Tracked,
+    result: { ok: boolean; reason?: string | undefined; message?: string | undefined },
+    now: number,
+    latencyMillis: number | undefined,
+  ): void {
     if (!result.ok) {
-      counts.failures++;
       state.lastFailure = {
         reason: result.reason ?? 'ProbeFailed',
         message: result.message ?? 'probe failed',
       };
     }
-    guarded(run.key, 'probe metrics', () =>
-      metrics.observeProbe(run.key, result.durationMs / 1000, result.ok),
-    );
-    guarded(run.key, 'onProbe', () => options.onProbe?.({ key: run.key, lagMs: run.lagMs, result }));
-
     // Settings may have changed while the probe ran: fold with the current ones.
     const settings = state.target.healthCheck;
-    const latencyMillis = Math.round(result.durationMs);
     const folded = recordProbe(state.threshold, result.ok, settings);
     state.threshold = folded.state;
     const verdict = folded.state.verdict;
     // A verdict change starts the samples afresh: latencies from before an outage say nothing now.
     if (folded.changed) state.recentLatencies = [];
-    if (result.ok) state.recentLatencies = withLatencySample(state.recentLatencies, latencyMillis);
+    if (result.ok && latencyMillis !== undefined)
+      state.recentLatencies = withLatencySample(state.recentLatencies, latencyMillis);
     const typicalMillis = medianLatency(state.recentLatencies) ?? latencyMillis;
     if (folded.changed) {
       log.info(
-        { proxy: run.key, host: state.target.host, verdict, reason: result.reason, message: result.message },
+        {
+          proxy: key,
+          host: state.target.host,
+          verdict,
+          reason: result.reason,
+          message: result.message,
+          ...(latencyMillis === undefined ? { from: 'gateway traffic' } : {}),
+        },
         'health verdict changed',
       );
       send(state, 'transition', now, result.ok ? latencyMillis : undefined);
       state.resyncDelayMs = resyncFirstMs;
     } else if (
       result.ok &&
+      typicalMillis !== undefined &&
       latencyWorthReporting({
         verdict,
         last: state.latency,
@@ -367,22 +411,32 @@ export function createProber(options: ProberOptions): Prober {
       state.resyncDelayMs = resyncFirstMs;
     } else if (now - state.lastSignalAt >= state.resyncDelayMs) {
       log.info(
-        { proxy: run.key, verdict, condition: state.target.condition },
+        { proxy: key, verdict, condition: state.target.condition },
         'condition disagrees with the verdict; re-sending',
       );
-      send(state, 'resync', now, result.ok ? typicalMillis : state.latency?.millis);
+      send(
+        state,
+        'resync',
+        now,
+        result.ok ? (typicalMillis ?? state.latency?.millis) : state.latency?.millis,
+      );
       state.resyncDelayMs = Math.min(state.resyncDelayMs * 2, resyncAfterMs);
     }
   }
 
-  /** The next probe, with the current settings; a period that is not a positive number falls back to the default. */
-  function reschedule(run: ScheduledRun<string>, state: Tracked, now: number): void {
+  /** The current interval; one that is not a positive number falls back to the default. */
+  function intervalOf(key: string, state: Tracked): number {
     let intervalMs = DEFAULT_INTERVAL_MS;
-    guarded(run.key, 'reading the interval', () => {
+    guarded(key, 'reading the interval', () => {
       const ms = state.target.healthCheck.intervalSeconds * 1000;
       if (Number.isFinite(ms) && ms > 0) intervalMs = ms;
     });
-    const next = nextDue(run.due, now, intervalMs, random);
+    return intervalMs;
+  }
+
+  /** The next probe, with the current settings. */
+  function reschedule(run: ScheduledRun<string>, state: Tracked, now: number): void {
+    const next = nextDue(run.due, now, intervalOf(run.key, state), random);
     if (next.skipped) counts.skippedPeriods++;
     scheduler.schedule(run.key, next.due);
   }
@@ -390,6 +444,7 @@ export function createProber(options: ProberOptions): Prober {
   async function probeOnce(run: ScheduledRun<string>): Promise<void> {
     const state = tracked.get(run.key);
     if (state === undefined || stopped) return;
+    if (passedByTraffic(run, state)) return;
     state.running = true;
     guarded(run.key, 'lag metric', () => metrics.observeLag(run.lagMs / 1000));
     let result: ProbeResult;
@@ -411,7 +466,81 @@ export function createProber(options: ProberOptions): Prober {
     }
   }
 
+  /**
+   * A due probe of a proxy whose gateway traffic succeeded within the last
+   * interval: counted as a successful probe, none sent, the next one
+   * scheduled. False when the probe is to go out.
+   */
+  function passedByTraffic(run: ScheduledRun<string>, state: Tracked): boolean {
+    const now = clock.now();
+    if (state.trafficOkAt === undefined || now - state.trafficOkAt > intervalOf(run.key, state)) return false;
+    try {
+      counts.passiveSuccesses++;
+      guarded(run.key, 'traffic metrics', () => metrics.passive('ok'));
+      fold(run.key, state, { ok: true }, now, undefined);
+    } catch (error) {
+      log.error(
+        { proxy: run.key, err: error },
+        'recording a traffic result threw; the proxy stays scheduled',
+      );
+    } finally {
+      reschedule(run, state, now);
+    }
+    return true;
+  }
+
+  function observeTraffic(report: TrafficReport): void {
+    if (stopped) return;
+    const state = tracked.get(report.proxy);
+    const target = state?.target;
+    // Another instance (a replacement, a new address) or a proxy not probed here: not ours to count.
+    if (
+      !state ||
+      !target ||
+      target.ref.uid !== report.uid ||
+      target.host !== report.host ||
+      target.port !== report.port
+    )
+      return;
+    const now = clock.now();
+    try {
+      if (report.ok > 0) {
+        // The traffic's last word was a success: it counts as probed until an interval passes.
+        if (report.failures === 0) state.trafficOkAt = now;
+        // A success ends a run of failures, as a successful probe would.
+        if (state.threshold.failures > 0) {
+          counts.passiveSuccesses++;
+          guarded(report.proxy, 'traffic metrics', () => metrics.passive('ok'));
+          fold(report.proxy, state, { ok: true }, now, undefined);
+        }
+      }
+      if (report.failures > 0) {
+        state.trafficOkAt = undefined;
+        // Past the threshold more failures change nothing: fold at most that many.
+        const n = Math.min(report.failures, Math.max(1, target.healthCheck.failureThreshold));
+        for (let i = 0; i < n; i++) {
+          counts.passiveFailures++;
+          guarded(report.proxy, 'traffic metrics', () => metrics.passive('failed'));
+          fold(
+            report.proxy,
+            state,
+            {
+              ok: false,
+              reason: report.reason ?? 'ConnectFailed',
+              message: `gateway traffic: ${report.message ?? 'failed'}`,
+            },
+            now,
+            undefined,
+          );
+        }
+      }
+    } catch (error) {
+      log.error({ proxy: report.proxy, err: error }, 'recording a traffic report threw; ignored');
+    }
+  }
+
   return {
+    observeTraffic,
     async start() {
       if (stopped) throw new Error('prober was stopped');
       unsubscribe = options.targets.subscribe(onTargetChanged);
@@ -437,6 +566,8 @@ export function createProber(options: ProberOptions): Prober {
       inFlight: scheduler.running,
       probes: counts.probes,
       failures: counts.failures,
+      passiveSuccesses: counts.passiveSuccesses,
+      passiveFailures: counts.passiveFailures,
       skippedPeriods: counts.skippedPeriods,
       signals: { ...counts.signals },
     }),

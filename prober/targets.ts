@@ -46,6 +46,34 @@ export interface ProbeTargetSource {
 
 export { proxyKey };
 
+/** Probe settings a providers-config entry gives its Proxies (its `health:` block). */
+export interface EntryHealth {
+  probeURL?: string;
+  intervalSeconds?: number;
+}
+
+/** The `health:` block of the providers-config entry named `provider`, if it has one. */
+export type EntryHealthLookup = (provider: string) => EntryHealth | undefined;
+
+/**
+ * The settings with the entry's applied: each of the entry's values
+ * replaces the Proxy's where the Proxy holds the shipped default (what the
+ * apiserver writes for a field left out), so a Proxy that says otherwise
+ * keeps its own.
+ */
+export function withEntryHealth(
+  hc: HealthCheckSettings,
+  entry: EntryHealth | undefined,
+): HealthCheckSettings {
+  if (!entry) return hc;
+  const out = { ...hc };
+  if (entry.probeURL !== undefined && hc.probeURL === DEFAULT_HEALTH_CHECK.probeURL)
+    out.probeURL = entry.probeURL;
+  if (entry.intervalSeconds !== undefined && hc.intervalSeconds === DEFAULT_HEALTH_CHECK.intervalSeconds)
+    out.intervalSeconds = entry.intervalSeconds;
+  return out;
+}
+
 function positiveInt(value: unknown, fallback: number): number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 ? value : fallback;
 }
@@ -79,9 +107,10 @@ export function conditionVerdict(proxy: Proxy): HealthVerdict {
  * The probe target of a Proxy, or undefined when it has nothing to probe:
  * no address yet (a Managed proxy before Running, or between instances), or
  * a deletionTimestamp. Accepts plain JSON from a watch, so every status
- * field may be missing.
+ * field may be missing. A Managed Proxy's settings take its providers-config
+ * entry's `health:` block (`entryHealth`) where it holds the defaults.
  */
-export function targetFromProxy(proxy: Proxy): ProbeTarget | undefined {
+export function targetFromProxy(proxy: Proxy, entryHealth?: EntryHealthLookup): ProbeTarget | undefined {
   const { metadata, spec } = proxy;
   if (!metadata?.namespace || !metadata.name || !metadata.uid || !spec) return undefined;
   if (metadata.deletionTimestamp) return undefined;
@@ -101,7 +130,10 @@ export function targetFromProxy(proxy: Proxy): ProbeTarget | undefined {
     ref,
     host,
     port,
-    healthCheck: healthCheckSettings(spec.healthCheck),
+    healthCheck: withEntryHealth(
+      healthCheckSettings(spec.healthCheck),
+      spec.mode === 'Managed' && spec.provider ? entryHealth?.(spec.provider) : undefined,
+    ),
     condition: conditionVerdict(proxy),
   };
   if (typeof proxy.status?.latencyMillis === 'number') target.latencyMillis = proxy.status.latencyMillis;

@@ -39,6 +39,7 @@ import { vendorConfigSchema, type VendorConfig } from './vendor/config.js';
 import { createVendorProvider } from './vendor/provider.js';
 import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
 import { withTracing } from './tracing.js';
+import { providerHealthSchema, type ProviderHealth } from './health-config.js';
 
 /** What a provider factory may use; passed in by the composition root. */
 export interface ProviderDeps {
@@ -187,9 +188,13 @@ export const PROVIDER_TYPE_NAMES = Object.keys(PROVIDER_TYPES) as [ProviderTypeN
 
 type ConfigOf<K extends ProviderTypeName> = z.output<(typeof PROVIDER_TYPES)[K]['configSchema']>;
 
-/** One validated entry: the type's block, parsed with its defaults, is `config`. */
+/**
+ * One validated entry: the type's block, parsed with its defaults, is
+ * `config`; `health` (optional) is the prober's settings for its Proxies
+ * (health-config.ts), which no provider reads.
+ */
 export type ProviderConfigEntry = {
-  [K in ProviderTypeName]: { name: string; type: K; config: ConfigOf<K> };
+  [K in ProviderTypeName]: { name: string; type: K; config: ConfigOf<K>; health?: ProviderHealth };
 }[ProviderTypeName];
 
 export interface ProvidersConfig {
@@ -220,7 +225,12 @@ const blockShape: Record<ProviderTypeName, z.ZodOptional<z.ZodType>> = Object.fr
 ) as Record<ProviderTypeName, z.ZodOptional<z.ZodType>>;
 
 const entrySchema = z
-  .strictObject({ name: providerNameSchema, type: z.enum(PROVIDER_TYPE_NAMES), ...blockShape })
+  .strictObject({
+    name: providerNameSchema,
+    type: z.enum(PROVIDER_TYPE_NAMES),
+    health: providerHealthSchema.optional(),
+    ...blockShape,
+  })
   .transform((entry, ctx) => {
     for (const other of PROVIDER_TYPE_NAMES) {
       if (other !== entry.type && entry[other] !== undefined) {
@@ -238,7 +248,12 @@ const entrySchema = z
         for (const issue of parsed.error.issues)
           ctx.addIssue({ code: 'custom', path: [entry.type, ...issue.path], message: issue.message });
     }
-    return { name: entry.name, type: entry.type, config } as ProviderConfigEntry;
+    return {
+      name: entry.name,
+      type: entry.type,
+      config,
+      ...(entry.health ? { health: entry.health } : {}),
+    } as ProviderConfigEntry;
   });
 
 const fileSchema = z.strictObject({ providers: z.array(entrySchema) }).superRefine((file, ctx) => {

@@ -11,6 +11,7 @@ import { Refusal } from '../../gateway/refusal.js';
 import {
   attemptUpstream,
   dialFailure,
+  passiveOutcomeOfStatus,
   reportAnswer,
   requestFailure,
   UpstreamAttemptError,
@@ -234,6 +235,44 @@ describe('attemptUpstream', () => {
     expect(await r.promise).toBeUndefined();
     expect(r.metrics.upstreamError).toHaveBeenCalledTimes(1);
     expect(r.acquire).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('passive health: what each attempt tells the prober', () => {
+  function traffic() {
+    const seen: string[] = [];
+    return {
+      seen,
+      ok: (p: ProxyView) => seen.push(`ok ${p.id}`),
+      failed: (p: ProxyView, reason: string) => seen.push(`failed ${p.id} ${reason}`),
+    };
+  }
+
+  it("a carried attempt is ok; a failure of the proxy's own is a failure; one that may be the target's is nothing", async () => {
+    const t = traffic();
+    await run(
+      (p) => {
+        if (p.id === 'p1')
+          return Promise.reject(dialFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' })));
+        if (p.id === 'p2')
+          return Promise.reject(new UpstreamAttemptError('rejected', 'answered CONNECT with 502'));
+        return Promise.resolve('carried');
+      },
+      { traffic: t },
+    ).promise;
+    expect(t.seen).toEqual(['failed p1 ConnectFailed', 'ok p3']);
+  });
+
+  it('plain HTTP: 407 is a failure (AuthFailed), a 5xx nothing either way, anything else ok', async () => {
+    for (const [status, expected] of [
+      [407, ['failed p1 AuthFailed']],
+      [502, []],
+      [404, ['ok p1']],
+    ] as const) {
+      const t = traffic();
+      await run(() => Promise.resolve(status), { traffic: t, passive: passiveOutcomeOfStatus }).promise;
+      expect(t.seen).toEqual(expected);
+    }
   });
 });
 

@@ -198,3 +198,67 @@ describe('prober loop', () => {
     expect(prober.stats().signals).toEqual({ transition: 0, latency: 2, resync: 0, reason: 0 });
   });
 });
+
+describe('prober loop: gateway traffic (passive health)', () => {
+  let prober: Prober | undefined;
+  afterEach(async () => {
+    await prober?.stop();
+    prober = undefined;
+  });
+
+  it('traffic that succeeded within the interval passes due probes; failures count as failed probes; another instance is ignored', async () => {
+    const clock = new ManualClock();
+    const signals: HealthReport[] = [];
+    const probes: ProbeEvent[] = [];
+    prober = createProber({
+      targets: createStaticProbeTargets([target({ condition: 'Healthy' })]),
+      signal: (_ref, report) => signals.push(report),
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+      clock,
+      random: () => 0.5,
+      onProbe: (e) => probes.push(e),
+      probe: () => Promise.resolve({ ok: true, durationMs: 5 }),
+    });
+    await prober.start();
+    const report = { proxy: 'ns/p1', uid: 'uid-1', host: '127.0.0.1', port: 3128, ok: 1, failures: 0 };
+    const runTo = async (t: number) => {
+      for (let now = clock.now() + 1_000; now <= t; now += 1_000) {
+        clock.advanceTo(now);
+        await settle();
+      }
+    };
+    // Traffic every 3 s for 40 s: the seeded probe (due at 5 s) and every one after are passed.
+    for (let t = 0; t <= 40_000; t += 3_000) {
+      await runTo(t);
+      prober.observeTraffic(report);
+    }
+    expect(probes).toEqual([]);
+    expect(prober.stats().passiveSuccesses).toBeGreaterThanOrEqual(3);
+    // Traffic stops: the next due probe goes out.
+    await runTo(65_000);
+    expect(probes.length).toBeGreaterThanOrEqual(1);
+    // A report for another instance (an old address) counts for nothing.
+    prober.observeTraffic({ ...report, host: '127.0.0.2', ok: 0, failures: 5, reason: 'ConnectFailed' });
+    expect(prober.verdict('ns/p1')).toBe('Healthy');
+    // A failure; then a window with a success and a failure after it: the success ends the first
+    // run and the failure starts another, which the next failure completes (failureThreshold 2).
+    prober.observeTraffic({ ...report, ok: 0, failures: 1, reason: 'ConnectFailed', message: 'refused' });
+    prober.observeTraffic({ ...report, ok: 1, failures: 1, reason: 'ConnectFailed', message: 'refused' });
+    expect(prober.verdict('ns/p1')).toBe('Healthy');
+    prober.observeTraffic({
+      ...report,
+      ok: 0,
+      failures: 1,
+      reason: 'ConnectTimeout',
+      message: 'no TCP connection',
+    });
+    expect(prober.verdict('ns/p1')).toBe('Unhealthy');
+    expect(signals.at(-1)).toMatchObject({
+      healthy: false,
+      reason: 'ConnectTimeout',
+      message: 'gateway traffic: no TCP connection',
+    });
+    expect(signals.at(-1)).not.toHaveProperty('latencyMillis');
+  });
+});

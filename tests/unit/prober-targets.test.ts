@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { API_VERSION } from '../../kube/coordinates.js';
 import { DEFAULT_HEALTH_CHECK, type Proxy } from '../../resources/proxy-schema.js';
-import { createStaticProbeTargets, targetFromProxy, type ProbeTarget } from '../../prober/targets.js';
+import {
+  createStaticProbeTargets,
+  targetFromProxy,
+  type EntryHealthLookup,
+  type ProbeTarget,
+} from '../../prober/targets.js';
 
 const hc = { ...DEFAULT_HEALTH_CHECK, expectedStatusCodes: [200, 204] };
 
@@ -35,6 +40,35 @@ const healthy = (status: 'True' | 'False' | 'Unknown') => ({
   reason: 'x',
   message: 'x',
   lastTransitionTime: '2026-01-01T00:00:00Z',
+});
+
+describe("targetFromProxy: the providers-config entry's health: block", () => {
+  const entries: EntryHealthLookup = (name) =>
+    name === 'vendor' ? { probeURL: 'http://cheap.example/204', intervalSeconds: 300 } : undefined;
+  const status = { ip: '127.9.0.1', conditions: [healthy('True')] };
+
+  it('applies to a Managed Proxy of the entry where the Proxy holds the shipped defaults', () => {
+    const t = targetFromProxy(proxy({ spec: { provider: 'vendor' }, status }), entries);
+    expect(t?.healthCheck).toEqual({ ...hc, probeURL: 'http://cheap.example/204', intervalSeconds: 300 });
+  });
+
+  it("a Proxy's own value wins, field by field", () => {
+    const t = targetFromProxy(
+      proxy({ spec: { provider: 'vendor', healthCheck: { ...hc, intervalSeconds: 10 } }, status }),
+      entries,
+    );
+    expect(t?.healthCheck).toEqual({ ...hc, probeURL: 'http://cheap.example/204', intervalSeconds: 10 });
+  });
+
+  it('another entry, an entry without a block and an External Proxy keep their own settings', () => {
+    expect(targetFromProxy(proxy({ spec: { provider: 'local' }, status }), entries)?.healthCheck).toEqual(hc);
+    expect(targetFromProxy(proxy({ spec: { provider: 'vendor' }, status }))?.healthCheck).toEqual(hc);
+    const external = proxy({
+      spec: { mode: 'External', provider: undefined, endpoint: { host: '127.9.0.2', port: 3128 } },
+    });
+    delete external.spec.provider;
+    expect(targetFromProxy(external, () => ({ intervalSeconds: 300 }))?.healthCheck).toEqual(hc);
+  });
 });
 
 describe('targetFromProxy', () => {

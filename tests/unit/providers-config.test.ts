@@ -181,6 +181,22 @@ describe('parseProvidersConfig: valid input', () => {
     ]);
   });
 
+  it("an entry's health: block (the prober's per-entry probe settings) is kept; bad values name their field", () => {
+    const cfg = parseProvidersConfig(
+      entry('    health:\n      probeURL: http://cheap.example/204\n      intervalSeconds: 300\n'),
+      'x',
+    );
+    expect(cfg.providers[0]!.health).toEqual({ probeURL: 'http://cheap.example/204', intervalSeconds: 300 });
+    expect(parseProvidersConfig(entry(''), 'x').providers[0]).not.toHaveProperty('health');
+    expect(issuesOf(entry('    health:\n      probeURL: ftp://x/\n      intervalSeconds: 0\n'))).toEqual([
+      'providers[0].health.probeURL: must be an absolute http:// or https:// URL',
+      'providers[0].health.intervalSeconds: must be at least 1',
+    ]);
+    expect(issuesOf(entry('    health:\n      timeout: 3\n'))).toEqual([
+      'providers[0].health.timeout: unknown field',
+    ]);
+  });
+
   it('the embedded dev config is one local provider named local', () => {
     expect(devProvidersConfig().providers.map((p) => [p.name, p.type])).toEqual([['local', 'local']]);
   });
