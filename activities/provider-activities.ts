@@ -157,8 +157,15 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     const outcome = await writeProviderCredentials(deps.kubeConfig, ref, secret, set);
     if (outcome === 'written')
       log.info(
-        { provider: provider.name, id, proxy: `${ref.namespace}/${ref.name}`, providerCredentials: Boolean(set) },
-        set ? "provider's credentials written to the proxy's Secret" : "provider's credentials taken out of the proxy's Secret",
+        {
+          provider: provider.name,
+          id,
+          proxy: `${ref.namespace}/${ref.name}`,
+          providerCredentials: Boolean(set),
+        },
+        set
+          ? "provider's credentials written to the proxy's Secret"
+          : "provider's credentials taken out of the proxy's Secret",
       );
   };
 

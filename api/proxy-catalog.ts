@@ -59,7 +59,9 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
   const status = proxy.status ?? {};
   const external = spec.mode === 'External';
   const host = external ? (spec.endpoint?.host ?? '') : (status.ip ?? '');
-  const port = external ? (spec.endpoint?.port ?? DEFAULT_PORT) : (proxy.status?.port ?? spec.port ?? DEFAULT_PORT);
+  const port = external
+    ? (spec.endpoint?.port ?? DEFAULT_PORT)
+    : (proxy.status?.port ?? spec.port ?? DEFAULT_PORT);
   const conditions = status.conditions ?? [];
   const healthy = conditions.some((c) => c.type === 'Healthy' && c.status === 'True');
   const draining = conditions.some((c) => c.type === 'Draining' && c.status === 'True');

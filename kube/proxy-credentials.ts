@@ -119,7 +119,8 @@ export function cachedCredentials(informer: ResilientInformer<V1Secret>): Creden
     const secret = informer.get(ref.secret, namespace);
     if (!secret && ref.generated) return undefined;
     const view = secret && secretViewOf(secret);
-    const presented = ref.generated && view && hasProviderCredentials(view) ? providerCredentialsRef(ref) : ref;
+    const presented =
+      ref.generated && view && hasProviderCredentials(view) ? providerCredentialsRef(ref) : ref;
     return credentialsFromSecret(namespace, presented, view);
   };
 }
@@ -142,15 +143,20 @@ export async function writeProviderCredentials(
 ): Promise<'written' | 'unchanged'> {
   const encode = (v: string) => Buffer.from(v, 'utf8').toString('base64');
   const want = credentials
-    ? { [PROVIDER_USERNAME_KEY]: encode(credentials.username), [PROVIDER_PASSWORD_KEY]: encode(credentials.password) }
+    ? {
+        [PROVIDER_USERNAME_KEY]: encode(credentials.username),
+        [PROVIDER_PASSWORD_KEY]: encode(credentials.password),
+      }
     : { [PROVIDER_USERNAME_KEY]: undefined, [PROVIDER_PASSWORD_KEY]: undefined };
   if (current && Object.entries(want).every(([k, v]) => current.data[k] === v)) return 'unchanged';
   const name = generatedCredentialsRef(ref.name).secret;
   const data = Object.fromEntries(Object.entries(want).map(([k, v]) => [k, v ?? null]));
-  await kc.makeApiClient(CoreV1Api).patchNamespacedSecret(
-    { namespace: ref.namespace, name, body: { data } },
-    setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-  );
+  await kc
+    .makeApiClient(CoreV1Api)
+    .patchNamespacedSecret(
+      { namespace: ref.namespace, name, body: { data } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
   return 'written';
 }
 

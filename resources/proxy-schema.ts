@@ -207,7 +207,7 @@ export const proxyStatusSchema = {
       minimum: 1,
       maximum: 65535,
       description:
-        'The port the instance is reached on, when its provider chose it (a vendor\'s super-proxy, a proxy list\'s entry); absent: spec.port.',
+        "The port the instance is reached on, when its provider chose it (a vendor's super-proxy, a proxy list's entry); absent: spec.port.",
     },
     latencyMillis: { type: 'integer', format: 'int64' },
     lastHealthReportTime: {

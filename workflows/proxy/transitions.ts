@@ -211,7 +211,8 @@ export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopp
   resetHealth(state);
 }
 
-export type Observation = { found: false } | { found: true; state: InstanceState; ip?: string; port?: number };
+export type Observation =
+  { found: false } | { found: true; state: InstanceState; ip?: string; port?: number };
 
 /** A provider's answer that counts as Running: the state, and an address to reach the instance at. */
 export function runsWithAddress(seen: { state: InstanceState; ip?: string }): boolean {
