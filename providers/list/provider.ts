@@ -97,8 +97,16 @@ class ListProvider implements Provider {
     return snapshot;
   }
 
+  /**
+   * The claim's entry in the list, as claimed: an entry whose credentials
+   * changed since counts as gone, so the Proxy is made again with the new
+   * ones (they are written at create).
+   */
   private entryOf(snapshot: ListSnapshot, claim: StoredClaim): ListEntry | undefined {
-    return snapshot.entries.find((e) => entryDigest(e) === claim.data.entry);
+    const entry = snapshot.entries.find((e) => entryDigest(e) === claim.data.entry);
+    if (entry && claim.data.credentials !== undefined && claim.data.credentials !== credentialsTag(entry))
+      return undefined;
+    return entry;
   }
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {
@@ -133,7 +141,11 @@ class ListProvider implements Provider {
             instanceName: req.name,
             uid: req.uid,
             installation: req.installation,
-            data: { entry: entryDigest(entry), proxy: `${req.namespace}/${req.proxyName}` },
+            data: {
+              entry: entryDigest(entry),
+              credentials: credentialsTag(entry),
+              proxy: `${req.namespace}/${req.proxyName}`,
+            },
           },
           s,
         );
@@ -239,4 +251,13 @@ class ListProvider implements Provider {
       ];
     }
   }
+}
+
+/** A short digest of an entry's credentials (none: ''), to notice a change; not reversible to a password. */
+function credentialsTag(entry: ListEntry): string {
+  if (entry.username === undefined) return '';
+  return createHash('sha256')
+    .update(`egress-proxies list entry\n${entry.username}:${entry.password ?? ''}`)
+    .digest('hex')
+    .slice(0, 16);
 }

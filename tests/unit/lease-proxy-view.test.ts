@@ -68,6 +68,7 @@ describe('proxyViewFromResource', () => {
       deleting: false,
       draining: false,
       pool: '',
+      provider: 'local',
       // Its generated Secret, by name: the view never holds the values.
       credentialsRef: {
         secret: 'm-proxy-auth',
@@ -76,6 +77,17 @@ describe('proxyViewFromResource', () => {
         generated: true,
       },
     });
+  });
+
+  it("uses the port the provider chose (status.port: a vendor's super-proxy, a list entry) over spec.port", () => {
+    const v = proxyViewFromResource(
+      proxy(
+        'v',
+        { mode: 'Managed', provider: 'vend', port: 3129 },
+        { ip: '127.0.0.1', port: 33335, phase: 'Ready', conditions: healthy },
+      ),
+    );
+    expect(v).toMatchObject({ host: '127.0.0.1', port: 33335, provider: 'vend' });
   });
 
   it('has no host for a Managed proxy before its IP is known, and no phase before the first status', () => {
