@@ -49,6 +49,7 @@ import { getThroughProxy, TcpRelay } from '../helpers/net.js';
 import { claimHooks } from '../helpers/claims.js';
 import { kubeConfigVia } from './gc-helpers.js';
 import { eventually } from '../helpers/temporal.js';
+import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { curlThrough, startGatewayCli } from './gateway-helpers.js';
 
 const SENTINEL = `sentinel-vendor-${randomBytes(9).toString('hex')}`;
@@ -206,6 +207,8 @@ describe('vendor proxies end to end', () => {
   let gateway: { cli: CliProcess; url: string };
   let core: CoreV1Api;
   let fakePort = 0;
+  /** The api and the gateway share leases and the gateway's traffic reports through it (passive health). */
+  let redis: RunningRedis;
 
   const lease = async (body: Record<string, unknown>) => {
     const res = await fetch(`${apiUrl}/v1/leases`, {
@@ -235,6 +238,7 @@ describe('vendor proxies end to end', () => {
   beforeAll(async () => {
     fake = await startFakeVendor({ templates: TEMPLATES, account: ACCOUNT, lifetimeSeconds: 600 });
     fakePort = fake.port;
+    redis = await startRedis();
     echo = await startIpEcho();
     cp = await startControlPlane({
       prefix: 'vendor',
@@ -274,6 +278,8 @@ describe('vendor proxies end to end', () => {
       cp.namespace,
       '--tenants-file',
       join(dir, 'tenants.yaml'),
+      '--lease-store',
+      redis.url,
       '--log-level',
       'debug',
     ]);
@@ -281,6 +287,8 @@ describe('vendor proxies end to end', () => {
     gateway = await startGatewayCli(cp.namespace, [
       '--tenants-file',
       join(dir, 'tenants.yaml'),
+      '--lease-store',
+      redis.url,
       '--log-level',
       'debug',
     ]);
@@ -292,6 +300,7 @@ describe('vendor proxies end to end', () => {
     await cp?.close();
     await fake?.close();
     await echo?.close();
+    await redis?.stop();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -426,6 +435,66 @@ describe('vendor proxies end to end', () => {
       echo,
     );
     expect(secondExit).not.toBe(firstExit);
+  });
+
+  it('while gateway traffic through a session succeeds, no active probe goes through it; when it stops, probing resumes', async () => {
+    await createProxy(cp.api, cp.namespace, 'busy', {
+      mode: 'Managed',
+      provider: 'vend',
+      attributes: { geo: 'it' },
+      healthCheck: { probeURL: `${echo.url}probe`, intervalSeconds: 2, timeoutSeconds: 2 },
+    });
+    await waitForProxy(cp.api, cp.namespace, 'busy', 'Ready', isReady, { timeoutMs: 60_000 });
+    // The fake vendor counts requests by kind: the busy session's probes, and its traffic.
+    const ofBusy = (path: string) =>
+      fake.requests().filter((r) => r.country === 'it' && r.status === 200 && r.target.endsWith(path)).length;
+    const passiveOk = async () => {
+      const text = await (await fetch(`${apiUrl}/metrics`)).text();
+      return Number(/^egress_prober_passive_results_total\{result="ok"\} (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    let flowing = true;
+    const traffic = (async () => {
+      while (flowing) {
+        const res = await curlThrough(gateway.url, 'geo-it', TOKEN, `${echo.url}traffic`);
+        expect(res.status, res.body).toBe(200);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
+    try {
+      // Once the prober has counted traffic as a probe, the count of probes is the baseline...
+      const start = await eventually(
+        'traffic counted as a probe',
+        async () => ((await passiveOk()) > 0 ? passiveOk() : undefined),
+        {
+          timeoutMs: 30_000,
+          intervalMs: 200,
+        },
+      );
+      const probesBefore = ofBusy('/probe');
+      // ...and three more due probes pass as traffic while none is sent.
+      await eventually(
+        'three more due probes answered by traffic',
+        async () => (await passiveOk()) >= start + 3 || undefined,
+        {
+          timeoutMs: 30_000,
+          intervalMs: 200,
+        },
+      );
+      expect(ofBusy('/probe')).toBe(probesBefore);
+      expect(ofBusy('/traffic')).toBeGreaterThan(3);
+    } finally {
+      flowing = false;
+      await traffic;
+    }
+    const stoppedAt = ofBusy('/probe');
+    await eventually(
+      'probing resumed',
+      () => Promise.resolve(ofBusy('/probe') >= stoppedAt + 2 || undefined),
+      {
+        timeoutMs: 30_000,
+        intervalMs: 200,
+      },
+    );
   });
 
   it('the account password is in no log, history, metric, Event or status', async () => {
