@@ -210,20 +210,27 @@ describe('vendor proxies end to end', () => {
   /** The api and the gateway share leases and the gateway's traffic reports through it (passive health). */
   let redis: RunningRedis;
 
-  const lease = async (body: Record<string, unknown>) => {
-    const res = await fetch(`${apiUrl}/v1/leases`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ ttlSeconds: 120, ...body }),
-    });
-    const answer = (await res.json()) as {
-      leaseID: string;
-      proxy: { id: string; ip: string; port: number };
-      proxyURL?: string;
-    };
-    expect(res.status, JSON.stringify(answer)).toBe(201);
-    return answer;
-  };
+  /** A lease, once the api (its catalog a moment behind the apiserver) has a proxy to give. */
+  const lease = (body: Record<string, unknown>) =>
+    eventually(
+      `a lease of ${JSON.stringify(body)}`,
+      async () => {
+        const res = await fetch(`${apiUrl}/v1/leases`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ ttlSeconds: 120, ...body }),
+        });
+        const answer = (await res.json()) as {
+          leaseID: string;
+          proxy: { id: string; ip: string; port: number };
+          proxyURL?: string;
+        };
+        if (res.status === 409 || res.status === 503) return undefined;
+        expect(res.status, JSON.stringify(answer)).toBe(201);
+        return answer;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
   const release = (leaseID: string) =>
     fetch(`${apiUrl}/v1/leases/${leaseID}`, {
       method: 'DELETE',
@@ -320,6 +327,17 @@ describe('vendor proxies end to end', () => {
       },
       { timeoutMs: 90_000, intervalMs: 250 },
     );
+    // The api's catalog follows the apiserver a moment behind: wait until it offers all five.
+    await eventually(
+      'the lease API offers 5 healthy members',
+      async () => {
+        const res = await fetch(`${apiUrl}/v1/proxies?healthy=true&pool=five`, {
+          headers: { authorization: `Bearer ${TOKEN}` },
+        });
+        return ((await res.json()) as { count: number }).count === 5 || undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
     const leases = [];
     for (let i = 0; i < 5; i++) leases.push(await lease({ pool: 'five' }));
     expect(new Set(leases.map((l) => l.proxy.id)).size).toBe(5);
@@ -347,12 +365,19 @@ describe('vendor proxies end to end', () => {
     for (const name of ['vendor-de', 'vendor-fr'])
       await waitForProxy(cp.api, cp.namespace, name, 'Ready', isReady, { timeoutMs: 60_000 });
     const before = fake.requests().length;
-    const res = await curlThrough(gateway.url, 'geo-fr', TOKEN, echo.url);
-    expect(res.status, res.body).toBe(200);
+    // The gateway's catalog follows the apiserver a moment behind: until it has seen vendor-fr Ready, geo-fr finds no proxy.
+    await eventually(
+      'the gateway routes geo-fr',
+      async () =>
+        (await curlThrough(gateway.url, 'geo-fr', TOKEN, `${echo.url}geo-fr`)).status === 200
+          ? true
+          : undefined,
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
     const forwarded = fake
       .requests()
       .slice(before)
-      .filter((r) => r.target.includes(`:${echo.port}`) && r.status === 200);
+      .filter((r) => r.target.endsWith(`:${echo.port}/geo-fr`) && r.status === 200);
     expect(forwarded.length).toBeGreaterThanOrEqual(1);
     expect(forwarded.every((r) => r.country === 'fr')).toBe(true);
   });
@@ -442,9 +467,19 @@ describe('vendor proxies end to end', () => {
       mode: 'Managed',
       provider: 'vend',
       attributes: { geo: 'it' },
-      healthCheck: { probeURL: `${echo.url}probe`, intervalSeconds: 2, timeoutSeconds: 2 },
+      // A probe ends (answered or timed out) within 1 s, well inside the 3 s interval.
+      healthCheck: { probeURL: `${echo.url}probe`, intervalSeconds: 3, timeoutSeconds: 1 },
     });
     await waitForProxy(cp.api, cp.namespace, 'busy', 'Ready', isReady, { timeoutMs: 60_000 });
+    // The gateway's catalog follows the apiserver a moment behind.
+    await eventually(
+      'the gateway routes geo-it',
+      async () =>
+        (await curlThrough(gateway.url, 'geo-it', TOKEN, `${echo.url}traffic`)).status === 200
+          ? true
+          : undefined,
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
     // The fake vendor counts requests by kind: the busy session's probes, and its traffic.
     const ofBusy = (path: string) =>
       fake.requests().filter((r) => r.country === 'it' && r.status === 200 && r.target.endsWith(path)).length;
@@ -470,11 +505,20 @@ describe('vendor proxies end to end', () => {
           intervalMs: 200,
         },
       );
+      // A probe sent before the first one traffic answered has ended by the next.
+      await eventually(
+        'one more due probe answered by traffic',
+        async () => (await passiveOk()) >= start + 1 || undefined,
+        {
+          timeoutMs: 30_000,
+          intervalMs: 200,
+        },
+      );
       const probesBefore = ofBusy('/probe');
       // ...and three more due probes pass as traffic while none is sent.
       await eventually(
         'three more due probes answered by traffic',
-        async () => (await passiveOk()) >= start + 3 || undefined,
+        async () => (await passiveOk()) >= start + 4 || undefined,
         {
           timeoutMs: 30_000,
           intervalMs: 200,
