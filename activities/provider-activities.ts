@@ -5,7 +5,7 @@
  * heartbeat timeout), and every error leaves here as an ApplicationFailure
  * with a stable type.
  */
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { classOf, providerError } from '../providers/errors.js';
@@ -20,8 +20,9 @@ import { createProxyClient } from '../kube/proxies.js';
 import { resolveCloudInit, resolveCredentials } from './kube-activities.js';
 import type { SecretView } from '../kube/cloud-init.js';
 import { writeProviderCredentials } from '../kube/proxy-credentials.js';
+import { apiErrorLine } from '../kube/errors.js';
 import type { ProxyRef } from '../kube/proxies.js';
-import { credentialsDigest } from '../credentials/proxy-credentials.js';
+import { credentialsDigest, generatedSecretName } from '../credentials/proxy-credentials.js';
 import { createProviderCircuits, type ProviderCircuits } from './provider-circuit.js';
 import type { GetInstanceResult, ProviderActivities } from './types.js';
 import type { EventRecorder } from '../kube/events.js';
@@ -154,7 +155,16 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
     const set = provider.credentialsOf
       ? await circuits.run(provider.name, 'get', id, () => provider.credentialsOf!(id, abortSignal()))
       : undefined;
-    const outcome = await writeProviderCredentials(deps.kubeConfig, ref, secret, set);
+    let outcome: 'written' | 'unchanged';
+    try {
+      outcome = await writeProviderCredentials(deps.kubeConfig, ref, secret, set);
+    } catch (error) {
+      // The apiserver's answer (a 403 names the verb and resource), never the request's values: retried.
+      throw ApplicationFailure.create({
+        type: FailureType.Transient,
+        message: `writing the provider's credentials into Secret ${ref.namespace}/${generatedSecretName(ref.name)}: ${apiErrorLine(error)}`,
+      });
+    }
     if (outcome === 'written')
       log.info(
         {

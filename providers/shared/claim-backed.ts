@@ -14,7 +14,7 @@ export function classifyClaimFailure(namespace: string) {
     if (code === 403)
       return {
         errorClass: 'Permanent',
-        summary: `the worker may not use ConfigMaps in namespace ${namespace} (RBAC: the claims)`,
+        summary: `forbidden: the worker may not use ConfigMaps in namespace ${namespace}, where its claims are (RBAC: infra/k8s/base/claims-rbac.yaml)`,
       };
     if (code === 404) return { errorClass: 'Permanent', summary: `claims namespace ${namespace} not found` };
     return {

@@ -280,6 +280,8 @@ describe('infra/k8s on an enforcing apiserver', () => {
   const temporalNamespace = `k8s-rbac-${suffix}`;
   const taskQueue = `k8s-rbac-${suffix}`;
   const localProvider = `rbac-local-${suffix}`;
+  /** A `list` entry: its claims live in the install's namespace (base/claims-rbac.yaml). */
+  const listProvider = `rbac-list-${suffix}`;
   const kubeProvider = `rbac-kube-${suffix}`;
   const proxyNs = `rbac-${suffix}`;
   const children: CliProcess[] = [];
@@ -444,6 +446,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'deployment.apps/egress-proxies-gateway',
         'deployment.apps/egress-proxies-worker',
         'role.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider',
+        'role.rbac.authorization.k8s.io/egress-proxies-worker-claims',
         'service/egress-proxies-api',
         'service/egress-proxies-gateway',
         'serviceaccount/egress-proxies-api',
@@ -497,6 +500,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
         'deployment.apps/egress-proxies-gateway',
         'deployment.apps/egress-proxies-worker',
         'role.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider',
+        'role.rbac.authorization.k8s.io/egress-proxies-worker-claims',
         'service/egress-proxies-api',
         'service/egress-proxies-gateway',
         'serviceaccount/egress-proxies-api',
@@ -553,6 +557,15 @@ describe('infra/k8s on an enforcing apiserver', () => {
             name: kubeProvider,
             type: 'kubernetes',
             kubernetes: { namespace: INSTALL_NS, kubeconfig: kubeconfigs.worker },
+          },
+          {
+            name: listProvider,
+            type: 'list',
+            // Never dialled: a list entry's instance is the entry.
+            list: {
+              entries: [1, 2, 3, 4].map((i) => `127.0.0.1:${9000 + i}:user${i}:rbac-list-password-${i}`),
+              claimsNamespace: INSTALL_NS,
+            },
           },
         ],
       }),
@@ -776,6 +789,70 @@ describe('infra/k8s on an enforcing apiserver', () => {
           ),
         { timeoutMs: 60_000, intervalMs: 250 },
       );
+    },
+  });
+  cases.push({
+    name: "worker: create configmaps (a list entry's claim)",
+    role: { kind: 'Role', name: 'egress-proxies-worker-claims', namespace: INSTALL_NS },
+    resource: 'configmaps',
+    verb: 'create',
+    async breakIt() {
+      await createProxy(objects, proxyNs, proxyNamed('claim'), { mode: 'Managed', provider: listProvider });
+      // A 403 is Permanent for the provider, as for pods: it shows in the Proxy's status.
+      const failed = await waitForProxy(
+        objects,
+        proxyNs,
+        proxyNamed('claim'),
+        'a forbidden claim in status',
+        (p) =>
+          (p.status?.conditions ?? []).some((c) =>
+            /forbidden: the worker may not use ConfigMaps in namespace egress-proxies/.test(c.message ?? ''),
+          ),
+        { timeoutMs: 60_000 },
+      );
+      expect(isProvisioned(failed)).toBe(false);
+    },
+    async healed() {
+      await deleteProxy(objects, proxyNs, proxyNamed('claim'));
+      await waitForProxyGone(objects, proxyNs, proxyNamed('claim'));
+      await createProxy(objects, proxyNs, proxyNamed('claim'), { mode: 'Managed', provider: listProvider });
+      await waitForProxy(objects, proxyNs, proxyNamed('claim'), 'provisioned', isProvisioned, {
+        timeoutMs: 90_000,
+      });
+    },
+  });
+  cases.push({
+    name: "worker: patch secrets (a list entry's credentials in the Proxy's Secret)",
+    role: { kind: 'ClusterRole', name: 'egress-proxies-worker' },
+    resource: 'secrets',
+    verb: 'patch',
+    async breakIt() {
+      const p = await createProxy(objects, proxyNs, proxyNamed('listcreds'), {
+        mode: 'Managed',
+        provider: listProvider,
+      });
+      const id = proxyWorkflowId({ namespace: proxyNs, name: p.metadata.name, uid: p.metadata.uid! });
+      await eventually(
+        'the credentials write retried as forbidden',
+        async () => {
+          const proxy = await getProxy(objects, proxyNs, p.metadata.name);
+          const seen = `${await pendingFailures(client, id)}\n${JSON.stringify(proxy.status ?? {})}`;
+          return forbidden('patch', 'secrets').test(seen) || undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 500 },
+      );
+      expect(isProvisioned(await getProxy(objects, proxyNs, p.metadata.name))).toBe(false);
+    },
+    async healed() {
+      const p = await waitForProxy(objects, proxyNs, proxyNamed('listcreds'), 'provisioned', isProvisioned, {
+        timeoutMs: 90_000,
+      });
+      // The entry's pair is where the prober and the gateway read it.
+      const secret = await core.readNamespacedSecret({
+        namespace: proxyNs,
+        name: `${p.metadata.name}-proxy-auth`,
+      });
+      expect(Buffer.from(secret.data!.providerUsername!, 'base64').toString()).toMatch(/^user[1-4]$/);
     },
   });
   cases.push({
