@@ -36,6 +36,8 @@ const SENTINEL = 'SENTINEL-trace-cloud-init-3c71b2';
 const TOKEN = 'SENTINEL-trace-token-9e04d1';
 /** The Proxy's password: its generated Secret is made ahead here, so the bridge uses this one. */
 const PASSWORD = 'SENTINEL-trace-proxy-password-51a7';
+/** A `list` entry's password: the worker writes it into the list Proxy's Secret; no span may carry it. */
+const LIST_PASSWORD = 'SENTINEL-trace-list-password-7d20';
 const NS = 'traced';
 
 describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
@@ -76,7 +78,8 @@ describe('tracing with OTEL_EXPORTER_OTLP_ENDPOINT set', () => {
     const providers = join(dir, 'providers.yaml');
     writeFileSync(
       providers,
-      `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n`,
+      `providers:\n  - name: local\n    type: local\n    local: { stateDir: ${dir}/local, addressRange: ${privateLoopbackRange()} }\n` +
+        `  - name: lst\n    type: list\n    list: { entries: ["127.0.0.1:9:listuser:${LIST_PASSWORD}"], claimsNamespace: ${NS} }\n`,
     );
     const taskQueue = uniqueTaskQueue('tracing');
     const temporalNamespace = await freshTemporalNamespace('tracing');
@@ -259,6 +262,32 @@ spec:
       expect(server.tags['span.kind']).toBe('server');
       expect(server.tags['http.response.status_code']).toBe(res.status);
 
+      // A list entry's Proxy: the worker claims the entry and writes its credentials into the Proxy's Secret.
+      execFileSync(kubectl, ['--kubeconfig', kube.kubeconfigPath, 'apply', '-f', '-'], {
+        input: `apiVersion: ${API_VERSION}
+kind: Proxy
+metadata: { name: traced-list, namespace: ${NS} }
+spec: { mode: Managed, provider: lst }
+`,
+      });
+      const core = loadKubeConfig(kube.kubeconfigPath).makeApiClient(CoreV1Api);
+      await eventually(
+        "the list entry's credentials in the Proxy's Secret",
+        async () => {
+          const secret = await core
+            .readNamespacedSecret({ namespace: NS, name: generatedSecretName('traced-list') })
+            .catch(() => undefined);
+          return secret?.data?.providerPassword ? true : undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 500 },
+      );
+      await eventually(
+        "the worker's span of the list create",
+        async () =>
+          (await backend.spans('egress-proxies-worker')).some((x) => x.name === 'list create') || undefined,
+        { timeoutMs: 60_000, intervalMs: 1_000 },
+      );
+
       // No secret in any span of any service: cloud-init text, the Secret's bytes, the token, the proxy's password.
       const everything = JSON.stringify(
         await Promise.all(
@@ -272,6 +301,8 @@ spec:
       expect(everything).not.toContain(Buffer.from(SENTINEL).toString('base64').slice(0, 16));
       expect(everything).not.toContain(TOKEN);
       expect(everything).not.toContain(PASSWORD);
+      expect(everything).not.toContain(LIST_PASSWORD);
+      expect(everything).not.toContain(Buffer.from(LIST_PASSWORD).toString('base64').slice(0, 16));
       expect(everything).not.toContain(
         Buffer.from(`traced-user:${PASSWORD}`).toString('base64').slice(0, 16),
       );
