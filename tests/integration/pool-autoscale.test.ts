@@ -125,7 +125,9 @@ describe('ProxyPool autoscaling on lease demand', () => {
       // back while the peak holds; the held leases then cover the demand.
       console.log(`last refusal ${((result.lastDenialAt ?? 20) - 20).toFixed(1)} s after the demand peaked`);
       expect(result.lastDenialAt ?? 0).toBeLessThan(20 + 2 * UP_WINDOW_S + 15);
-      expect(atPeak.filter((s) => s.denials > 0)).toEqual([]);
+      // At the peak, a refusal comes only while members the pool asked for are still on their way
+      // (ready below desired: a loaded machine makes them Ready later); never once it has them.
+      expect(atPeak.filter((s) => s.denials > 0 && s.ready >= s.desired)).toEqual([]);
       // Never flaps: direction changes at least a scale-down window apart.
       const changes = directionChanges(desiredSeen);
       for (let i = 1; i < changes.length; i++) {
