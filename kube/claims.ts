@@ -14,26 +14,13 @@ import type {
   StoredClaim,
 } from '../providers/shared/claims.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_MANAGED_VALUE, MARK_UID } from '../providers/types.js';
+import { untilAborted } from '../providers/shared/bounded-call.js';
+import { readSecretView } from './cloud-init.js';
 import { httpCode } from './errors.js';
 
 export const LABEL_CLAIM_PROVIDER = 'crawl.example.com/claim-provider';
 export const LABEL_CLAIM_INSTANCE = 'crawl.example.com/claim-instance';
 const CREATED_AT_KEY = 'createdAtMs';
-
-/** Races `call` with the caller's signal: the request is left to finish on its own. */
-async function untilAborted<T>(signal: AbortSignal, call: () => Promise<T>): Promise<T> {
-  if (signal.aborted) throw new Error('aborted by the caller');
-  let onAbort!: () => void;
-  const aborted = new Promise<never>((_resolve, reject) => {
-    onAbort = () => reject(new Error('aborted by the caller'));
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    return await Promise.race([call(), aborted]);
-  } finally {
-    signal.removeEventListener('abort', onAbort);
-  }
-}
 
 function claimOf(cm: V1ConfigMap): StoredClaim | undefined {
   const meta = cm.metadata;
@@ -133,17 +120,12 @@ export function kubeClaimStores(kc: KubeConfig): ClaimStoreFactory {
 
 /** Reads a Secret's keys for a provider (a vendor account's), decoded; undefined when it does not exist. */
 export function kubeSecretReader(kc: KubeConfig): SecretReader {
-  let api: CoreV1Api | undefined;
   return (namespace, name, signal) =>
     untilAborted(signal, async () => {
-      try {
-        const secret = await (api ??= kc.makeApiClient(CoreV1Api)).readNamespacedSecret({ namespace, name });
-        return Object.fromEntries(
-          Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
-        );
-      } catch (error) {
-        if (httpCode(error) === 404) return undefined;
-        throw error;
-      }
+      const view = await readSecretView(kc, namespace, name);
+      if (!view) return undefined;
+      return Object.fromEntries(
+        Object.entries(view.data).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
+      );
     });
 }

@@ -32,6 +32,10 @@ export const INSTANCE_NAME_PREFIX = 'proxy-';
 
 export function instanceNameFromUid(uid: string): string {
   if (uid === '') throw new Error('instanceNameFromUid: empty UID');
-  const digest = createHash('sha256').update(uid, 'utf8').digest();
-  return INSTANCE_NAME_PREFIX + base32Lower(digest).slice(0, 16);
+  return INSTANCE_NAME_PREFIX + shortDigest(uid);
+}
+
+/** The first 16 lowercase base32 characters of the SHA-256 of `text`: a DNS-safe name part (80 bits). */
+export function shortDigest(text: string): string {
+  return base32Lower(createHash('sha256').update(text, 'utf8').digest()).slice(0, 16);
 }

@@ -4,9 +4,8 @@
  * export), or JSON (an array of those strings, or of objects with host,
  * port, username, password). No I/O here.
  */
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { base32Lower } from '../names.js';
+import { shortDigest } from '../names.js';
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 
@@ -141,5 +140,5 @@ export function entryKey(e: ListEntry): string {
 
 /** The entry's digest in claims and IDs: no host, user or password in a name anyone lists. */
 export function entryDigest(e: ListEntry): string {
-  return base32Lower(createHash('sha256').update(entryKey(e), 'utf8').digest()).slice(0, 16);
+  return shortDigest(entryKey(e));
 }

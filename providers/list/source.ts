@@ -7,6 +7,7 @@
  * remembered for `check` (ProviderHealth says why). No timers: nothing runs
  * while nobody asks.
  */
+import { untilAborted } from '../shared/bounded-call.js';
 import { parseList, type ListConfig, type ListEntry } from './config.js';
 
 export interface ListSnapshot {
@@ -67,7 +68,8 @@ export class ListSource {
   async current(signal: AbortSignal): Promise<ListSnapshot | undefined> {
     if (this.config.url && this.due()) {
       this.inflight ??= this.refresh().finally(() => (this.inflight = undefined));
-      await raceAbort(this.inflight, signal);
+      const inflight = this.inflight;
+      await untilAborted(signal, () => inflight);
     }
     return this.snapshot;
   }
@@ -122,22 +124,4 @@ export class ListSource {
     this.lastModified = response.headers.get('last-modified') ?? undefined;
     this.problem = undefined;
   }
-}
-
-function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(new Error('aborted by the caller'));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new Error('aborted by the caller'));
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e instanceof Error ? e : new Error(String(e)));
-      },
-    );
-  });
 }

@@ -73,3 +73,23 @@ export function tracedCall<T>(
     classify: (err) => (err instanceof CallEnded ? 'Transient' : bound.classify(err)),
   });
 }
+
+/**
+ * `call` raced with the caller's signal only (no bound of its own): an
+ * abort rejects at once ("aborted by the caller"), the request is left to
+ * finish on its own. For calls already bounded elsewhere (a client's own
+ * timeout, a fetch's AbortSignal.timeout) that must still honour the caller.
+ */
+export async function untilAborted<T>(signal: AbortSignal, call: () => Promise<T>): Promise<T> {
+  if (signal.aborted) throw new Error('aborted by the caller');
+  let onAbort!: () => void;
+  const aborted = new Promise<never>((_resolve, reject) => {
+    onAbort = () => reject(new Error('aborted by the caller'));
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([call(), aborted]);
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}

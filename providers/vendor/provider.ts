@@ -21,10 +21,9 @@
  * rotates its sessions first, drained, so no held lease sees the end.
  */
 import { connect } from 'node:net';
-import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ProxyCredentials } from '../../credentials/proxy-credentials.js';
-import { base32Lower } from '../names.js';
+import { shortDigest } from '../names.js';
 import { claimIdPattern, classifyClaimFailure, instanceOfClaim } from '../shared/claim-backed.js';
 import type { ClaimStore, SecretReader, StoredClaim } from '../shared/claims.js';
 import { foreignOwner, parseIdOrFail } from '../shared/identity.js';
@@ -72,7 +71,7 @@ class VendorProvider implements Provider {
   }
 
   private claimName(instanceName: string): string {
-    return `${this.name}-${base32Lower(createHash('sha256').update(instanceName, 'utf8').digest()).slice(0, 16)}`;
+    return `${this.name}-${shortDigest(instanceName)}`;
   }
 
   private parse(operation: ProviderOperation, id: string): string {
