@@ -313,6 +313,13 @@ export class RedisLeaseStore implements LeaseStore {
   private readonly orderFor = new WeakMap<readonly Candidate[], Order>();
   /** The digest of the candidate list this replica registered last. */
   private registered: string | undefined;
+  /**
+   * Acquires of this replica in flight, by their list's digest: a list one
+   * of them still uses is not dropped when another registers a newer one
+   * (concurrent acquires with different candidate lists would otherwise
+   * delete each other's list until one gave up as "unavailable").
+   */
+  private readonly inFlight = new Map<string, number>();
   private downSince: number | undefined;
   /** The connection's last error: a refused password shows here, while the command only sees "Connection is closed". */
   private lastError: Error | undefined;
@@ -431,6 +438,22 @@ export class RedisLeaseStore implements LeaseStore {
     // The candidate list travels once per catalog change (REGISTER), not
     // with every acquire: an argument list of hundreds of strings was most
     // of an acquire's cost on both sides.
+    this.inFlight.set(order.digest, (this.inFlight.get(order.digest) ?? 0) + 1);
+    try {
+      return await this.acquireWith(order, attempt, id, target);
+    } finally {
+      const left = (this.inFlight.get(order.digest) ?? 1) - 1;
+      if (left > 0) this.inFlight.set(order.digest, left);
+      else this.inFlight.delete(order.digest);
+    }
+  }
+
+  private async acquireWith<C extends Candidate>(
+    order: Order,
+    attempt: () => Promise<Reply>,
+    id: string,
+    target: string,
+  ): Promise<AcquireOutcome<C>> {
     let reply = await attempt();
     for (let tries = 0; reply[1] === -2; tries++) {
       // Two tries cover a flush between registering and acquiring; more
@@ -602,7 +625,8 @@ export class RedisLeaseStore implements LeaseStore {
         ...this.head(),
         order.digest,
         String(CANDIDATES_TTL_MS),
-        this.registered ?? '',
+        // The previous list goes only when no acquire of this replica still uses it.
+        this.registered && !this.inFlight.has(this.registered) ? this.registered : '',
         ...order.args,
       ),
     );
