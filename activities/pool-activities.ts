@@ -74,6 +74,7 @@ export function memberOf(proxy: Proxy, pool: ProxyPool | undefined, currentHash:
     deleting: Boolean(proxy.metadata.deletionTimestamp),
     draining: condition(proxy, 'Draining'),
     createdAt: proxy.metadata.creationTimestamp ?? '',
+    ...(proxy.status?.expiresAt ? { expiresAt: proxy.status.expiresAt } : {}),
     // Only a member of the current template can be out of step with it; older ones are being replaced.
     matchesTemplate: !pool || hash !== currentHash || matchesTemplate(proxy, pool),
   };
@@ -178,7 +179,9 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
           const why =
             m.rotation === 'Banned'
               ? 'its ban reports reached spec.rotation.afterBans'
-              : 'it reached spec.rotation.maxAgeSeconds';
+              : m.rotation === 'Expiring'
+                ? 'its provider ends it soon (status.expiresAt)'
+                : 'it reached spec.rotation.maxAgeSeconds';
           await event(
             ref,
             'Normal',

@@ -114,6 +114,9 @@ export function createProviderActivities(deps: ProviderActivityDeps): ProviderAc
         state: instance.state,
         ...(instance.ip ? { ip: instance.ip } : {}),
         ...(instance.port ? { port: instance.port } : {}),
+        ...(instance.state === 'Running' && instance.expiresAt
+          ? { expiresAt: instance.expiresAt.toISOString() }
+          : {}),
       };
     } catch (error) {
       if (classOf(error) === 'NotFound') return { found: false };

@@ -41,8 +41,12 @@ export interface InstanceRef {
 
 export type GetInstanceResult =
   | { found: false }
-  /** `port`: the port the provider chose for the instance (absent: the Proxy's own). */
-  | { found: true; state: InstanceState; ip?: string; port?: number };
+  /**
+   * `port`: the port the provider chose for the instance (absent: the
+   * Proxy's own). `expiresAt` (RFC 3339): when the provider ends a Running
+   * instance by itself (a vendor session's lifetime).
+   */
+  | { found: true; state: InstanceState; ip?: string; port?: number; expiresAt?: string };
 
 export interface ProviderActivities {
   createInstance(input: CreateInstanceInput): Promise<CreateInstanceResult>;

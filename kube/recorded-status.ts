@@ -19,6 +19,8 @@ export function recordedStatusOf(status: ProxyStatus | undefined): RecordedStatu
   if (text(status.specHash)) out.specHash = status.specHash;
   if (text(status.ip)) out.ip = status.ip;
   if (Number.isInteger(status.port)) out.port = status.port;
+  if (typeof status.expiresAt === 'string' && Number.isFinite(Date.parse(status.expiresAt)))
+    out.expiresAt = status.expiresAt;
   if (Array.isArray(status.conditions)) out.conditions = status.conditions;
   if (typeof status.latencyMillis === 'number') out.latencyMillis = status.latencyMillis;
   if (text(status.lastHealthReportTime)) out.lastHealthReportTime = status.lastHealthReportTime;

@@ -74,6 +74,12 @@ export interface Instance {
   installation: string;
   /** Read back from the backend; undefined counts as very old for GC. */
   createdAt?: Date;
+  /**
+   * When the provider ends the instance by itself (a vendor session's
+   * lifetime), for a Running one; absent: it runs until deleted. A pool
+   * replaces such a member, drained, before then.
+   */
+  expiresAt?: Date;
 }
 
 export const CHECK_REASONS = [

@@ -209,6 +209,12 @@ export const proxyStatusSchema = {
       description:
         "The port the instance is reached on, when its provider chose it (a vendor's super-proxy, a proxy list's entry); absent: spec.port.",
     },
+    expiresAt: {
+      type: 'string',
+      format: 'date-time',
+      description:
+        "When the provider ends the instance by itself (a vendor session's lifetime): a pool replaces the member, drained, before then; a Proxy of its own is replaced in place when it ends.",
+    },
     latencyMillis: { type: 'integer', format: 'int64' },
     lastHealthReportTime: {
       type: 'string',

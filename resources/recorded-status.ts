@@ -19,6 +19,8 @@ export interface RecordedStatus {
   ip?: string;
   /** The port the provider chose (absent: spec.port). */
   port?: number;
+  /** RFC 3339: when the provider ends the instance by itself. */
+  expiresAt?: string;
   conditions?: Condition[];
   latencyMillis?: number;
   lastHealthReportTime?: string;

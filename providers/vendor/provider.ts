@@ -15,10 +15,11 @@
  * by every session: `Instance.port`); gc-mark the claim's labels;
  * created-at the claim's; not-found no claim; primary-key the instance
  * name's digest; quota none (the vendor's traffic quota shows as 407s the
- * prober reports); secondary-resources none. A session past its lifetime
- * is Terminated: the Proxy's workflow replaces it with a new session (a
- * new exit address). A pool whose `rotation.maxAge` is below the lifetime
- * rotates its sessions first, drained, so no held lease sees the end.
+ * prober reports); secondary-resources none. A Running session says when
+ * it ends (`Instance.expiresAt`): a pool replaces its member before then,
+ * a new member first and the old one drained, so no held lease sees the
+ * end. A session past its lifetime is Terminated: the Proxy's workflow
+ * replaces it in place with a new session (a new exit address).
  */
 import { connect } from 'node:net';
 import type { Logger } from 'pino';
@@ -118,15 +119,20 @@ class VendorProvider implements Provider {
     return { username, password };
   }
 
-  private expired(claim: StoredClaim): boolean {
+  /** When the vendor ends the session (epoch ms); undefined for a claim without a readable lifetime. */
+  private endsAtMs(claim: StoredClaim): number | undefined {
     const lifetime = Number(claim.data.lifetimeSeconds);
-    return Number.isFinite(lifetime) && Date.now() >= claim.createdAtMs + lifetime * 1000;
+    return Number.isFinite(lifetime) && lifetime > 0 ? claim.createdAtMs + lifetime * 1000 : undefined;
   }
 
   private instance(claim: StoredClaim): Instance {
-    return this.expired(claim)
-      ? instanceOfClaim(claim, 'Terminated')
-      : instanceOfClaim(claim, 'Running', { ip: this.config.endpoint.host, port: this.config.endpoint.port });
+    const endsAtMs = this.endsAtMs(claim);
+    if (endsAtMs !== undefined && Date.now() >= endsAtMs) return instanceOfClaim(claim, 'Terminated');
+    const running = instanceOfClaim(claim, 'Running', {
+      ip: this.config.endpoint.host,
+      port: this.config.endpoint.port,
+    });
+    return endsAtMs === undefined ? running : { ...running, expiresAt: new Date(endsAtMs) };
   }
 
   /** The session's credentials; a template that cannot be rendered for this account is Permanent (named, never quoted). */

@@ -8,9 +8,10 @@
  * - A pool of 5 vendor Proxies goes Ready with 5 distinct exit addresses;
  *   a lease keeps its exit address for 10 requests.
  * - The gateway's `geo-fr` lands on the Proxy whose session carries fr.
- * - A pool with `rotation.maxAgeSeconds` below the session lifetime
- *   replaces its session drained: a held lease keeps working (same exit)
- *   while its Proxy drains; the new member has a new exit address.
+ * - A pool (no rotation spec) replaces a session before its lifetime ends
+ *   (status.expiresAt): a new member first, then the old one drained; a
+ *   held lease keeps working (same exit) while its Proxy drains; the new
+ *   member has a new exit address.
  * - A session past its lifetime is replaced in place by a new session (new
  *   username, new exit address).
  * - The account password is a sentinel found in no log, history, metric,
@@ -61,6 +62,8 @@ const TEMPLATES: VendorTemplates = {
   session: CUSTOM_RULES.session,
   chars: CUSTOM_RULES.chars,
 };
+/** The lifetime of the sessions a pool rotates before their end. */
+const SESSION_SECONDS = 60;
 const TOKEN = `crawler-${randomBytes(12).toString('hex')}`;
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 const live = () => new AbortController().signal;
@@ -260,7 +263,7 @@ describe('vendor proxies end to end', () => {
     const { kubeClaimStores } = await import('../../kube/claims.js');
     const built = buildProviders(
       parseProvidersConfig(
-        `providers:\n${vendorEntry('vend', fakePort, cp.namespace, 600)}${vendorEntry('vend-short', fakePort, cp.namespace, 6)}`,
+        `providers:\n${vendorEntry('vend', fakePort, cp.namespace, 600)}${vendorEntry('vend-short', fakePort, cp.namespace, 6)}${vendorEntry('vend-mid', fakePort, cp.namespace, SESSION_SECONDS)}`,
         'vendor test',
       ),
       {
@@ -382,47 +385,68 @@ describe('vendor proxies end to end', () => {
     expect(forwarded.every((r) => r.country === 'fr')).toBe(true);
   });
 
-  it('a pool rotating below the session lifetime drains: a held lease keeps its exit; the new member has a new one', async () => {
+  it('a pool replaces a session before its lifetime ends, drained: a held lease keeps its exit; the new member has a new one', async () => {
     const pools = createProxyPoolClient(cp.kc);
-    await pools.create(cp.namespace, 'aging', {
+    // No rotation spec: the session's end (status.expiresAt) is what rotates
+    // it, a drain's length before (at most half its life: 30 s in).
+    await pools.create(cp.namespace, 'ending', {
       replicas: 1,
-      template: { spec: { mode: 'Managed', provider: 'vend', healthCheck: healthCheck() } },
-      strategy: { maxSurge: 1, maxUnavailable: 0, drainTimeoutSeconds: 120 },
-      rotation: { maxAgeSeconds: 10 },
+      template: { spec: { mode: 'Managed', provider: 'vend-mid', healthCheck: healthCheck() } },
+      strategy: { maxSurge: 1, maxUnavailable: 0, drainTimeoutSeconds: SESSION_SECONDS / 2 },
     });
     const members = () =>
-      cp.api.list(cp.namespace, { labelSelector: poolSelector('aging') }).then((l) => l.items);
-    await eventually(
-      'pool aging: its member Ready',
-      async () => (await members()).some(isReady) || undefined,
+      cp.api.list(cp.namespace, { labelSelector: poolSelector('ending') }).then((l) => l.items);
+    const first = await eventually(
+      'pool ending: its member Ready',
+      async () => (await members()).find(isReady),
       {
         timeoutMs: 60_000,
       },
     );
-    const held = await lease({ pool: 'aging' });
-    const first = await exitOfLease(held);
-    const heldName = held.proxy.id.split('/')[1]!;
-    // The member ages out: it drains while the lease is held, and a new one comes.
+    // The session's end, from its claim: within its lifetime of the Proxy's creation.
+    const endsMs = Date.parse(first.status!.expiresAt!);
+    const createdMs = Date.parse(first.metadata.creationTimestamp!);
+    expect(endsMs - createdMs).toBeGreaterThanOrEqual(SESSION_SECONDS * 1000 - 1000);
+    expect(endsMs - createdMs).toBeLessThanOrEqual(SESSION_SECONDS * 1000 + 60_000);
+    const held = await lease({ pool: 'ending' });
+    expect(held.proxy.id).toBe(`${cp.namespace}/${first.metadata.name}`);
+    const firstExit = await exitOfLease(held);
+    // The pool makes a successor, then drains the held member while the lease is held.
     await waitForProxy(
       cp.api,
       cp.namespace,
-      heldName,
+      first.metadata.name,
       'Draining',
       (p) => proxyCondition(p, 'Draining')?.status === 'True',
-      { timeoutMs: 60_000 },
+      { timeoutMs: 90_000 },
     );
-    for (let i = 0; i < 10; i++) expect(await exitOfLease(held)).toBe(first);
+    for (let i = 0; i < 10; i++) expect(await exitOfLease(held)).toBe(firstExit);
     const successor = await eventually(
       'a new member Ready',
-      async () => (await members()).find((m) => m.metadata.name !== heldName && isReady(m)),
+      async () => (await members()).find((m) => m.metadata.name !== first.metadata.name && isReady(m)),
       { timeoutMs: 60_000 },
     );
+    // The pool writes its status at its next look after the removal.
+    await eventually(
+      'the pool says it rotated the member as Expiring',
+      async () => {
+        const rotation = (await pools.get(cp.namespace, 'ending'))?.status?.rotation;
+        return rotation?.lastRotated === first.metadata.name ? rotation : undefined;
+      },
+      { timeoutMs: 30_000 },
+    ).then((rotation) => expect(rotation.lastRotationReason).toBe('Expiring'));
     await release(held.leaseID);
-    const next = await lease({ pool: 'aging' });
+    // Released: the drained member goes well before its session's end.
+    await eventually(
+      'the drained member gone',
+      async () => ((await members()).some((m) => m.metadata.name === first.metadata.name) ? undefined : true),
+      { timeoutMs: 30_000 },
+    );
+    const next = await lease({ pool: 'ending' });
     expect(next.proxy.id).toBe(`${cp.namespace}/${successor.metadata.name}`);
-    expect(await exitOfLease(next)).not.toBe(first);
+    expect(await exitOfLease(next)).not.toBe(firstExit);
     await release(next.leaseID);
-    await pools.delete(cp.namespace, 'aging');
+    await pools.delete(cp.namespace, 'ending');
   });
 
   it('a session past its lifetime is replaced in place by a new session on a new exit address', async () => {

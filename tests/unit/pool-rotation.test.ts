@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   ageDueAtMs,
   bannedOut,
+  expiryDueAtMs,
   initialRotation,
   markBanned,
   markDue,
@@ -42,11 +43,56 @@ describe('rotation by age', () => {
     const state = initialRotation();
     const old = member('a', T0);
     const young = member('b', T0 + 200_000);
-    const { nextDueAtMs } = markDue(state, [old, young], { maxAgeMs: 300_000 }, T0 + 301_000);
+    const { nextDueAtMs } = markDue(state, [old, young], { maxAgeMs: 300_000 }, T0 + 301_000, 60_000);
     expect(state.marked).toEqual({ a: 'MaxAge' });
     expect(nextDueAtMs).toBe(ageDueAtMs(young, 300_000));
-    markDue(state, [young, { ...old, deleting: true }], { maxAgeMs: 300_000 }, T0 + 302_000);
+    markDue(state, [young, { ...old, deleting: true }], { maxAgeMs: 300_000 }, T0 + 302_000, 60_000);
     expect(state.marked).toEqual({});
+  });
+});
+
+describe('rotation before the provider ends a member (status.expiresAt)', () => {
+  const ending = (uid: string, createdMs: number, lifeMs: number) =>
+    member(uid, createdMs, { expiresAt: new Date(createdMs + lifeMs).toISOString() });
+
+  it("falls due a drain's length before the end, at most half the life; never without an end", () => {
+    expect(expiryDueAtMs(ending('a', T0, 600_000), 120_000)).toBe(T0 + 480_000);
+    // A drain longer than half the life: half the life.
+    expect(expiryDueAtMs(ending('b', T0, 60_000), 3_600_000)).toBe(T0 + 30_000);
+    expect(expiryDueAtMs(member('c', T0), 120_000)).toBeUndefined();
+    expect(expiryDueAtMs({ createdAt: '', expiresAt: 'not a time' }, 120_000)).toBeUndefined();
+    // No readable creation time: the whole drain before the end.
+    expect(expiryDueAtMs({ createdAt: '', expiresAt: new Date(T0).toISOString() }, 120_000)).toBe(T0);
+  });
+
+  it('marks an ending member Expiring without a rotation spec, and keeps that mark while other marks go', () => {
+    const state = initialRotation();
+    state.marked['stale'] = 'MaxAge';
+    const soon = ending('a', T0, 600_000);
+    const later = ending('b', T0 + 100_000, 600_000);
+    const plain = member('c', T0);
+    const { nextDueAtMs } = markDue(
+      state,
+      [soon, later, plain, member('stale', T0)],
+      undefined,
+      T0 + 500_000,
+      120_000,
+    );
+    expect(state.marked).toEqual({ a: 'Expiring' });
+    expect(nextDueAtMs).toBe(T0 + 580_000);
+    markDue(state, [soon, later, plain], undefined, T0 + 501_000, 120_000);
+    expect(state.marked).toEqual({ a: 'Expiring' });
+  });
+
+  it('takes the earlier of age and end, and names that reason', () => {
+    const state = initialRotation();
+    const ends = ending('a', T0, 200_000); // by its end: T0 + 100 s (half its life); by age: after T0 + 270 s
+    const aged = ending('b', T0, 3_600_000); // by age: by T0 + 300 s; by its end: T0 + 3,480 s
+    const { nextDueAtMs } = markDue(state, [ends, aged], { maxAgeMs: 300_000 }, T0 + 150_000, 120_000);
+    expect(state.marked).toEqual({ a: 'Expiring' });
+    expect(nextDueAtMs).toBe(ageDueAtMs(aged, 300_000));
+    markDue(state, [ends, aged], { maxAgeMs: 300_000 }, T0 + 300_000, 120_000);
+    expect(state.marked).toEqual({ a: 'Expiring', b: 'MaxAge' });
   });
 });
 

@@ -10,8 +10,14 @@ import {
   observe,
 } from '../../workflows/proxy/transitions.js';
 import { buildStatus } from '../../workflows/proxy/status.js';
+import { scheduleLook } from '../../workflows/proxy/scheduling.js';
 import { nextStep } from '../../workflows/proxy/steps.js';
-import type { DesiredSpec, ProxyState } from '../../workflows/proxy/types.js';
+import {
+  DEFAULT_TIMING,
+  type DesiredSpec,
+  type ProxyState,
+  type WorkerTiming,
+} from '../../workflows/proxy/types.js';
 
 const T0 = Date.parse('2026-12-03T10:00:00Z');
 
@@ -92,5 +98,43 @@ describe('drain before a replacement', () => {
     const s = running();
     const status = buildStatus(s, new Date(T0));
     expect(status.conditions!.map((c) => c.type)).not.toContain('Draining');
+  });
+});
+
+describe('an instance its provider ends by itself (expiresAt)', () => {
+  const ENDS = new Date(T0 + 90_000).toISOString();
+  const timing: WorkerTiming = { ...DEFAULT_TIMING, swept: true };
+
+  it('records the end while Running, shows it in status, and forgets it when the instance goes', () => {
+    const s = running({ drainTimeoutSeconds: 600 });
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.5', port: 3128, expiresAt: ENDS });
+    expect(s.expiresAt).toBe(ENDS);
+    expect(buildStatus(s, new Date(T0)).expiresAt).toBe(ENDS);
+    observe(s, { found: true, state: 'Terminated' });
+    expect(s.expiresAt).toBeUndefined();
+    expect(buildStatus(s, new Date(T0)).expiresAt).toBeUndefined();
+  });
+
+  it('a drain ends with the instance: its deadline is the earlier of the timeout and the end', () => {
+    const s = running({ drainTimeoutSeconds: 600 });
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.5', expiresAt: ENDS });
+    beginDrain(s, 'deleting', T0);
+    expect(s.drain!.untilMs).toBe(T0 + 90_000);
+    expect(drainDone(s, T0 + 89_999)).toBe(false);
+    expect(drainDone(s, T0 + 90_000)).toBe(true);
+    // Without an end, the timeout alone.
+    const plain = running({ drainTimeoutSeconds: 600 });
+    beginDrain(plain, 'deleting', T0);
+    expect(plain.drain!.untilMs).toBe(T0 + 600_000);
+  });
+
+  it('the steady look falls at the end, not at the next steady poll', () => {
+    const s = running();
+    observe(s, { found: true, state: 'Running', ip: '127.0.0.5', expiresAt: ENDS });
+    scheduleLook(s, 'driftPollMs', T0, timing);
+    expect(s.nextLookAtMs).toBe(T0 + 90_000);
+    // Past the end (a clock a little ahead): the usual poll, never a look in the past.
+    scheduleLook(s, 'driftPollMs', T0 + 120_000, timing);
+    expect(s.nextLookAtMs).toBe(T0 + 120_000 + DEFAULT_TIMING.safetyPollMs);
   });
 });

@@ -37,6 +37,22 @@ export function ageDueAtMs(
   return created + Math.round(maxAgeMs * (1 - ROTATION_JITTER * jitterFraction(member.uid)));
 }
 
+/**
+ * When a member its provider ends by itself (status.expiresAt) falls due:
+ * a drain's length before the end, at most half its life (a short session
+ * still serves), or undefined for a member without an end.
+ */
+export function expiryDueAtMs(
+  member: Pick<PoolMember, 'createdAt' | 'expiresAt'>,
+  drainMs: number,
+): number | undefined {
+  const ends = member.expiresAt === undefined ? NaN : Date.parse(member.expiresAt);
+  if (!Number.isFinite(ends)) return undefined;
+  const created = Date.parse(member.createdAt);
+  const life = Number.isFinite(created) ? Math.max(0, ends - created) : 0;
+  return ends - Math.round(Math.min(drainMs, life / 2));
+}
+
 /** Records ban reports; drops reports older than the window. */
 export function recordBans(
   state: RotationState,
@@ -68,25 +84,34 @@ export function bannedOut(state: RotationState, rule: NonNullable<PoolRotation['
 }
 
 /**
- * Marks members due by age at `nowMs`; forgets marks and tallies of members
- * gone or deleting. Returns when the next unmarked member falls due.
+ * Marks members due at `nowMs`: by age (spec.rotation.maxAge), or because
+ * their provider ends them soon (status.expiresAt, with or without a
+ * rotation spec; `drainMs` is the pool's drain timeout). Forgets marks and
+ * tallies of members gone or deleting, and, without a rotation spec, every
+ * mark but Expiring. Returns when the next unmarked member falls due.
  */
 export function markDue(
   state: RotationState,
   members: readonly PoolMember[],
-  rotation: PoolRotation,
+  rotation: PoolRotation | undefined,
   nowMs: number,
+  drainMs: number,
 ): { nextDueAtMs?: number } {
   const live = new Set(members.filter((m) => !m.deleting).map((m) => m.uid));
-  for (const uid of Object.keys(state.marked)) if (!live.has(uid)) delete state.marked[uid];
+  for (const [uid, reason] of Object.entries(state.marked))
+    if (!live.has(uid) || (!rotation && reason !== 'Expiring')) delete state.marked[uid];
   for (const uid of Object.keys(state.bans)) if (!live.has(uid)) delete state.bans[uid];
   let nextDueAtMs: number | undefined;
-  if (rotation.maxAgeMs === undefined) return {};
   for (const m of members) {
     if (m.deleting || state.marked[m.uid]) continue;
-    const due = ageDueAtMs(m, rotation.maxAgeMs);
+    const byAge = rotation?.maxAgeMs === undefined ? undefined : ageDueAtMs(m, rotation.maxAgeMs);
+    const byEnd = expiryDueAtMs(m, drainMs);
+    const [due, reason]: [number | undefined, RotationReason] =
+      byEnd !== undefined && (byAge === undefined || byEnd <= byAge)
+        ? [byEnd, 'Expiring']
+        : [byAge, 'MaxAge'];
     if (due === undefined) continue;
-    if (due <= nowMs) state.marked[m.uid] = 'MaxAge';
+    if (due <= nowMs) state.marked[m.uid] = reason;
     else if (nextDueAtMs === undefined || due < nextDueAtMs) nextDueAtMs = due;
   }
   return nextDueAtMs === undefined ? {} : { nextDueAtMs };

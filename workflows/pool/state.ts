@@ -95,7 +95,9 @@ export function planPool(
         ? 'rollout'
         : reason === 'Banned'
           ? 'banned'
-          : 'max-age',
+          : reason === 'Expiring'
+            ? 'expiring'
+            : 'max-age',
     );
   }
   // Current members beyond replicas (a scale-down, or a surge that overshot).

@@ -66,6 +66,8 @@ export interface PoolMember {
   draining: boolean;
   /** RFC 3339 creationTimestamp. */
   createdAt: string;
+  /** RFC 3339 status.expiresAt: when its provider ends it by itself (a vendor session). */
+  expiresAt?: string;
   /** Spec, labels and annotations are what the pool's current template makes (false: edited by hand). */
   matchesTemplate: boolean;
 }
@@ -104,13 +106,18 @@ export interface PoolDemandReport {
   bans: Array<{ uid: string; target: string; atMs: number }>;
 }
 
-export type RotationReason = 'MaxAge' | 'Banned';
+/** Expiring: its provider ends it by itself soon (status.expiresAt), rotation spec or not. */
+export type RotationReason = 'MaxAge' | 'Banned' | 'Expiring';
 
 export interface PoolPlan {
   /** How many new members to make from the current template. */
   create: number;
   /** Members to delete (each drains first), in the order chosen. */
-  remove: Array<{ name: string; uid: string; why: 'scale-down' | 'rollout' | 'max-age' | 'banned' }>;
+  remove: Array<{
+    name: string;
+    uid: string;
+    why: 'scale-down' | 'rollout' | 'max-age' | 'banned' | 'expiring';
+  }>;
   /** Members edited by hand to put back to the template. */
   restore: Array<{ name: string; uid: string }>;
   /** What is still under way (a rollout, a scale, a drain): the pool looks again soon. */

@@ -163,7 +163,7 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     state.conditions = poolConditions(state, plan, seen, new Date(nowMs));
     const status = {
       ...plan.status,
-      ...extraStatus(state, nowMs, nextDueAtMs),
+      ...extraStatus(state, nowMs, nextDueAtMs, seen.members.some(ends)),
       conditions: state.conditions,
     };
     const serialised = JSON.stringify(status);
@@ -194,8 +194,10 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     const removeMembers = async (): Promise<void> => {
       if (plan.remove.length === 0) return;
       const batch = plan.remove.slice(0, MAX_MEMBERS_PER_STEP);
-      const rotated = batch.filter((r) => r.why === 'max-age' || r.why === 'banned');
-      const others = batch.filter((r) => r.why !== 'max-age' && r.why !== 'banned');
+      const isRotation = (r: (typeof batch)[number]) =>
+        r.why === 'max-age' || r.why === 'banned' || r.why === 'expiring';
+      const rotated = batch.filter(isRotation);
+      const others = batch.filter((r) => !isRotation(r));
       if (others.length > 0) {
         await pool.deletePoolMembers({
           pool: state.ref,
@@ -204,7 +206,8 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
         });
       }
       if (rotated.length > 0) {
-        const reasonOf = (why: string): RotationReason => (why === 'banned' ? 'Banned' : 'MaxAge');
+        const reasonOf = (why: string): RotationReason =>
+          why === 'banned' ? 'Banned' : why === 'expiring' ? 'Expiring' : 'MaxAge';
         await pool.deletePoolMembers({
           pool: state.ref,
           members: rotated.map(({ name, uid, why }) => ({ name, uid, rotation: reasonOf(why) })),
@@ -312,7 +315,13 @@ function lastStepReady(scale: { replicas: number }, available: number | undefine
   return available === undefined || available >= scale.replicas - Math.floor(scale.replicas / 10);
 }
 
-/** Members to replace for age or bans; none while the provider is not ready (rotation pauses). */
+/**
+ * Members to replace for age, bans or their provider's end; none while the
+ * provider is not ready (rotation pauses). A pool without a rotation spec
+ * still replaces members its provider ends by itself (vendor sessions):
+ * runs from before that saw no member with an end (the list activity's
+ * results in their histories carry none), so they take the same path.
+ */
 function markRotations(
   state: PoolState,
   members: readonly PoolMember[],
@@ -320,15 +329,24 @@ function markRotations(
   providerReady: boolean,
 ): { marked: Readonly<Record<string, RotationReason>>; nextDueAtMs?: number } {
   const spec = state.desired.rotation;
-  if (!spec) {
+  if (!spec && !members.some(ends)) {
     if (state.rotation) state.rotation.marked = {};
     return { marked: {} };
   }
   const rotation = (state.rotation ??= initialRotation());
   if (!providerReady) return { marked: {} };
-  const { nextDueAtMs } = markDue(rotation, members, spec, nowMs);
+  const { nextDueAtMs } = markDue(
+    rotation,
+    members,
+    spec,
+    nowMs,
+    state.desired.strategy.drainTimeoutSeconds * 1000,
+  );
   return nextDueAtMs === undefined ? { marked: rotation.marked } : { marked: rotation.marked, nextDueAtMs };
 }
+
+/** A live member its provider ends by itself. */
+const ends = (m: PoolMember): boolean => m.expiresAt !== undefined && !m.deleting;
 
 const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
@@ -337,6 +355,7 @@ function extraStatus(
   state: PoolState,
   nowMs: number,
   nextDueAtMs: number | undefined,
+  membersEnd: boolean,
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const scale = state.autoscale;
@@ -361,7 +380,9 @@ function extraStatus(
     };
   }
   const rotation = state.rotation;
-  if (state.desired.rotation && rotation) {
+  // Without a rotation spec, only a pool whose members end by themselves
+  // shows it (runs from before saw no such member: the same status).
+  if (rotation && (state.desired.rotation || membersEnd)) {
     const nextDue = nextDueAtMs;
     out.rotation = {
       rotatedTotal: rotation.rotatedTotal,

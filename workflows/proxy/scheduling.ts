@@ -32,7 +32,15 @@ export function scheduleLook(
   nowMs: number,
   timing: WorkerTiming,
 ): void {
-  state.nextLookAtMs = wait === 'now' ? undefined : nowMs + waitMs(wait, timing);
+  if (wait === 'now') {
+    state.nextLookAtMs = undefined;
+    return;
+  }
+  const atMs = nowMs + waitMs(wait, timing);
+  // An instance its provider ends by itself is looked at when it ends: the
+  // replacement follows at once rather than at the next steady look.
+  const endsAtMs = wait === 'driftPollMs' && state.expiresAt ? Date.parse(state.expiresAt) : NaN;
+  state.nextLookAtMs = Number.isFinite(endsAtMs) && endsAtMs > nowMs ? Math.min(atMs, endsAtMs) : atMs;
 }
 
 /**

@@ -223,6 +223,7 @@ export function buildStatus(state: ProxyState, now: Date): ProxyStatus {
   if (ip && state.desired.mode === 'Managed') {
     status.ip = ip;
     if (state.port) status.port = state.port;
+    if (state.expiresAt) status.expiresAt = state.expiresAt;
   }
   if (state.instanceSpecHash) status.specHash = state.instanceSpecHash;
   if (state.health.latencyMillis !== undefined && state.health.verdict === 'Healthy') {
@@ -240,6 +241,7 @@ export function view(state: ProxyState): ProxyStateView {
     providerID: state.instanceId,
     ip: effectiveIp(state),
     ...(state.port ? { port: state.port } : {}),
+    ...(state.expiresAt ? { expiresAt: state.expiresAt } : {}),
     instanceState: state.instanceState,
     replacing: state.replacing,
     observedGeneration: state.desired.generation,

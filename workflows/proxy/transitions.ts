@@ -57,6 +57,7 @@ export function resumeFromStatus(state: ProxyState, recorded: RecordedStatus): v
   state.instanceState = 'Running';
   state.ip = recorded.ip;
   if (recorded.port) state.port = recorded.port;
+  if (recorded.expiresAt) state.expiresAt = recorded.expiresAt;
   const healthy = recorded.conditions?.find((c) => c.type === 'Healthy');
   if (healthy?.status !== 'True' && healthy?.status !== 'False') return;
   const verdict = healthy.status === 'True' ? 'Healthy' : 'Unhealthy';
@@ -165,11 +166,14 @@ export function beginDrain(state: ProxyState, why: DrainWhy, nowMs: number): voi
     state.drain.why = why;
     return;
   }
+  // An instance its provider ends by itself has nothing to drain after that.
+  const endsAtMs = state.expiresAt === undefined ? NaN : Date.parse(state.expiresAt);
+  const timeoutAtMs = nowMs + (state.desired.drainTimeoutSeconds ?? 0) * 1000;
   state.drain = {
     why,
     ip: state.ip!,
     since: new Date(nowMs).toISOString(),
-    untilMs: nowMs + (state.desired.drainTimeoutSeconds ?? 0) * 1000,
+    untilMs: Number.isFinite(endsAtMs) ? Math.max(nowMs, Math.min(timeoutAtMs, endsAtMs)) : timeoutAtMs,
     drained: false,
   };
 }
@@ -208,11 +212,12 @@ export function beginReplacement(state: ProxyState, why: 'spec-changed' | 'stopp
   state.drain = undefined;
   state.ip = undefined;
   state.port = undefined;
+  state.expiresAt = undefined;
   resetHealth(state);
 }
 
 export type Observation =
-  { found: false } | { found: true; state: InstanceState; ip?: string; port?: number };
+  { found: false } | { found: true; state: InstanceState; ip?: string; port?: number; expiresAt?: string };
 
 /** A provider's answer that counts as Running: the state, and an address to reach the instance at. */
 export function runsWithAddress(seen: { state: InstanceState; ip?: string }): boolean {
@@ -257,6 +262,7 @@ export function observe(
     state.instanceState = undefined;
     state.ip = undefined;
     state.port = undefined;
+    state.expiresAt = undefined;
     state.replacing = undefined;
     resetHealth(state);
     return 'now';
@@ -279,6 +285,9 @@ export function observe(
   state.ip = ip;
   if (port === undefined) delete state.port;
   else state.port = port;
+  const expiresAt = running ? seen.expiresAt : undefined;
+  if (expiresAt === undefined) delete state.expiresAt;
+  else state.expiresAt = expiresAt;
   if (state.failure?.type === FailureType.Transient || state.failure?.type === FailureType.QuotaExceeded) {
     state.failure = undefined;
   }

@@ -154,6 +154,8 @@ export interface ProxyState {
   ip?: string;
   /** The port the provider chose for the instance (a vendor's super-proxy, a list entry); absent: the spec's. */
   port?: number;
+  /** RFC 3339: when the provider ends the running instance by itself (a vendor session's lifetime). */
+  expiresAt?: string;
   /** The instance is being deleted to be replaced (spec change, or Stopped/Terminated). */
   replacing?: 'spec-changed' | 'stopped';
   /** The instance is draining before its replacement or deletion. */
@@ -217,6 +219,7 @@ export interface ProxyStateView {
   providerID?: string;
   ip?: string;
   port?: number;
+  expiresAt?: string;
   instanceState?: InstanceState;
   replacing?: string;
   observedGeneration: number;
