@@ -6,7 +6,9 @@
  * ones get a label of their own; the rest are counted as `other`.
  *
  * Bytes are counted three ways: per Proxy (`egress_gateway_proxy_bytes_total`,
- * one series pair per proxy ever carried), per target, and per
+ * one series pair per proxy carried and still in the catalog: a Proxy gone
+ * from it loses its series at the next scrape, so rotating sessions do not
+ * grow the page without end), per target, and per
  * providers-config entry (`egress_gateway_provider_bytes_total{provider}`,
  * bounded by the entries in the config: what a vendor account costs, in one
  * series pair per account, whichever sessions came and went). External
@@ -50,7 +52,8 @@ export const GATEWAY_LIMITS = [
 export type GatewayLimit = (typeof GATEWAY_LIMITS)[number];
 
 /** Why an upstream attempt failed. */
-export type UpstreamErrorReason = 'refused' | 'timeout' | 'rejected' | 'reset' | 'lease_lost';
+export const UPSTREAM_ERROR_REASONS = ['refused', 'timeout', 'rejected', 'reset', 'lease_lost'] as const;
+export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
 
 /** The `provider` label of External Proxies' bytes (not a DNS label, so no entry is named so). */
 export const EXTERNAL_PROVIDER_LABEL = '_external';
@@ -73,9 +76,27 @@ export interface GatewayMetrics {
 
 export function registerGatewayMetrics(
   registry: Registry,
-  options: { maxTargetLabels: number; sessions: () => number },
+  options: {
+    maxTargetLabels: number;
+    sessions: () => number;
+    /** The ids of the Proxies in the catalog; undefined until it has loaded (nothing is pruned then). */
+    knownProxies?: () => ReadonlySet<string> | undefined;
+  },
 ): GatewayMetrics {
-  const m = instruments(registry, options.sessions);
+  /** Proxies with per-proxy series. */
+  const carried = new Set<string>();
+  const pruneGone = (): void => {
+    const known = options.knownProxies?.();
+    if (!known) return;
+    for (const proxy of carried) {
+      if (known.has(proxy)) continue;
+      carried.delete(proxy);
+      for (const kind of ['connect', 'http'] as const) m.proxyConnections.remove({ proxy, kind });
+      for (const direction of ['upstream', 'downstream'] as const) m.proxyBytes.remove({ proxy, direction });
+      for (const reason of UPSTREAM_ERROR_REASONS) m.proxyErrors.remove({ proxy, reason });
+    }
+  };
+  const m = instruments(registry, options.sessions, pruneGone);
   for (const kind of ['connect', 'http'] as const) m.requests.inc({ kind, outcome: 'ok' }, 0);
   // Every limit's series exists from the start, so rate() and alerts work before the first trip.
   for (const limit of GATEWAY_LIMITS) m.limits.inc({ limit }, 0);
@@ -92,12 +113,14 @@ export function registerGatewayMetrics(
 
   return {
     connection(kind, proxy, target) {
+      carried.add(proxy);
       m.proxyConnections.inc({ proxy, kind });
       m.targetConnections.inc({ target: targetLabel(target), kind });
     },
     bytes({ id: proxy, provider }, target, upstream, downstream) {
       const t = targetLabel(target);
       const entry = provider || EXTERNAL_PROVIDER_LABEL;
+      carried.add(proxy);
       m.proxyBytes.inc({ proxy, direction: 'upstream' }, upstream);
       m.proxyBytes.inc({ proxy, direction: 'downstream' }, downstream);
       m.providerBytes.inc({ provider: entry, direction: 'upstream' }, upstream);
@@ -106,6 +129,7 @@ export function registerGatewayMetrics(
       m.targetBytes.inc({ target: t, direction: 'downstream' }, downstream);
     },
     upstreamError(proxy, target, reason) {
+      carried.add(proxy);
       m.proxyErrors.inc({ proxy, reason });
       m.targetErrors.inc({ target: targetLabel(target), reason });
     },
@@ -121,13 +145,17 @@ export function registerGatewayMetrics(
 }
 
 /** The gateway's series, registered on `registry`. */
-function instruments(registry: Registry, sessions: () => number) {
+function instruments(registry: Registry, sessions: () => number, pruneGone: () => void) {
   const reg = [registry];
   const proxyConnections = new Counter({
     name: 'egress_gateway_proxy_connections_total',
     help: 'Tunnels and plain-HTTP requests carried, by upstream proxy (namespace/name) and kind.',
     labelNames: ['proxy', 'kind'] as const,
     registers: reg,
+    // Registered first and synchronous: it runs before the registry reads
+    // this counter or the other per-proxy ones, so a scrape sees none of a
+    // Proxy gone from the catalog.
+    collect: pruneGone,
   });
   const targetConnections = new Counter({
     name: 'egress_gateway_target_connections_total',

@@ -22,7 +22,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../api/lease-store.js';
-import type { ProxyCatalog } from '../api/proxy-catalog.js';
+import type { ProxyCatalog, ProxyView } from '../api/proxy-catalog.js';
 import type { TraceHook } from '../tracing/http.js';
 import type { PoolDemand } from '../api/pool-demand.js';
 import { createEgressPolicy } from '../forwarding/egress-policy.js';
@@ -92,9 +92,17 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     logger: log,
     defaultTtlSeconds: settings.defaultLeaseTtlSeconds,
   });
+  let knownOf: { list: readonly ProxyView[]; ids: ReadonlySet<string> } | undefined;
   const metrics = registerGatewayMetrics(opts.registry, {
     maxTargetLabels: settings.maxTargetLabels,
     sessions: () => leases.sessionCount(),
+    knownProxies: () => {
+      if (!opts.catalog.synced()) return undefined;
+      // The catalog hands out the same array until it changes.
+      const list = opts.catalog.list();
+      if (knownOf?.list !== list) knownOf = { list, ids: new Set(list.map((v) => v.id)) };
+      return knownOf.ids;
+    },
   });
   let active = 0;
   const ownTenants = opts.tenants === undefined;
