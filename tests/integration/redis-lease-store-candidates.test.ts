@@ -114,6 +114,37 @@ describe('Redis lease store: registered candidate lists', () => {
     expect(await lists()).toEqual(after);
   });
 
+  it('concurrent callers with different lists in one replica are all served; a sequential change still drops the old list', async () => {
+    // The gateway's selectors and sessions make different candidate lists at
+    // once (aad8c71: a list stays while an acquire of this replica uses it).
+    const a = await store();
+    const catalogs = [
+      [cand('p1', 5, 1000), cand('p2', 9, 1000)],
+      [cand('p3', 5, 1000), cand('p4', 9, 1000)],
+      [cand('p5', 5, 1000)],
+    ];
+    // Each caller acquires again as soon as its last acquire answered.
+    const failed: string[] = [];
+    let granted = 0;
+    const caller = async (candidates: Candidate[]) => {
+      for (let i = 0; i < 60; i++) {
+        try {
+          if ((await a.acquire({ candidates, target: 't', ttlMs: 60_000 })).granted) granted++;
+        } catch (err) {
+          failed.push(String(err));
+        }
+      }
+    };
+    await Promise.all(catalogs.map(caller));
+    expect(failed, failed.slice(0, 3).join('; ')).toEqual([]);
+    expect(granted).toBe(60 * catalogs.length);
+    // Sequential use still drops the list used before: p7's replaces p6's.
+    await a.acquire({ candidates: [cand('p6', 1)], target: 't', ttlMs: 60_000 });
+    const withP6 = (await lists()).length;
+    await a.acquire({ candidates: [cand('p7', 1)], target: 't', ttlMs: 60_000 });
+    expect((await lists()).length).toBe(withP6);
+  });
+
   it('an empty candidate list answers no match without registering anything', async () => {
     const a = await store();
     expect(await a.acquire({ candidates: [], target: 't', ttlMs: 60_000 })).toEqual({
