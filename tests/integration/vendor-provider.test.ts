@@ -33,6 +33,7 @@ import { createVendorProvider } from '../../providers/vendor/provider.js';
 import type { VendorTemplates } from '../../providers/vendor/template.js';
 import { CUSTOM_RULES } from '../../providers/vendor/presets.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
+import { poolWorkflowId } from '../../workflows/pool/ids.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
@@ -41,6 +42,7 @@ import { startFakeVendor, type FakeVendor } from '../helpers/fake-vendor.js';
 import {
   createNamespace,
   createProxy,
+  deleteProxy,
   getProxy,
   kubeConfig,
   proxyCondition,
@@ -49,7 +51,7 @@ import {
 import { getThroughProxy, TcpRelay } from '../helpers/net.js';
 import { claimHooks } from '../helpers/claims.js';
 import { kubeConfigVia } from './gc-helpers.js';
-import { eventually } from '../helpers/temporal.js';
+import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { startRedis, type RunningRedis } from '../../local-servers/redis.js';
 import { curlThrough, startGatewayCli } from './gateway-helpers.js';
 
@@ -446,7 +448,14 @@ describe('vendor proxies end to end', () => {
     expect(next.proxy.id).toBe(`${cp.namespace}/${successor.metadata.name}`);
     expect(await exitOfLease(next)).not.toBe(firstExit);
     await release(next.leaseID);
+    const poolUid = (await pools.get(cp.namespace, 'ending'))!.metadata.uid!;
     await pools.delete(cp.namespace, 'ending');
+    // The replay guard's history of this path: a member rotated Expiring without a rotation spec.
+    const poolRun = cp.client.workflow.getHandle(
+      poolWorkflowId({ namespace: cp.namespace, name: 'ending', uid: poolUid }),
+    );
+    await poolRun.result();
+    maybeRecord('pool-rotate-expiring', await poolRun.fetchHistory());
   });
 
   it('a session past its lifetime is replaced in place by a new session on a new exit address', async () => {
@@ -484,6 +493,13 @@ describe('vendor proxies end to end', () => {
       echo,
     );
     expect(secondExit).not.toBe(firstExit);
+    // The replay guard's history of this path: looks at the session's end, replaced in place.
+    const run = cp.client.workflow.getHandle(
+      proxyWorkflowId({ namespace: cp.namespace, name: 'short', uid: ready.metadata.uid! }),
+    );
+    await deleteProxy(cp.api, cp.namespace, 'short');
+    await run.result();
+    maybeRecord('proxy-vendor-session-replaced', await run.fetchHistory());
   });
 
   it('while gateway traffic through a session succeeds, no active probe goes through it; when it stops, probing resumes', async () => {
