@@ -25,6 +25,8 @@ import { localConfigSchema, type LocalConfig } from './local/config.js';
 import { createLocalProvider } from './local/provider.js';
 import { kubernetesConfigSchema, type KubernetesConfig } from './kubernetes/config.js';
 import { createKubernetesProvider } from './kubernetes/provider.js';
+import { awsConfigSchema, type AwsConfig } from './aws/config.js';
+import { createAwsProvider } from './aws/provider.js';
 import { gcpConfigSchema, type GcpConfig } from './gcp/config.js';
 import { createGcpProvider } from './gcp/provider.js';
 import { kvmConfigSchema, type KvmConfig } from './kvm/config.js';
@@ -144,6 +146,11 @@ export const PROVIDER_TYPES = {
         installation: deps.installation,
         entries: deps.entries,
       }),
+  }),
+  aws: defineType({
+    configSchema: awsConfigSchema,
+    build: (name: string, config: AwsConfig, deps: ProviderDeps) =>
+      createAwsProvider({ name, config, logger: deps.logger }),
   }),
   kvm: defineType({
     configSchema: kvmConfigSchema,

@@ -1,0 +1,509 @@
+/**
+ * The `aws` provider (issue 59): every instance is one EC2 instance, made
+ * through `@aws-sdk/client-ec2` (v3).
+ *
+ * Profile (contract §4): readiness provisioning-window (pending, then
+ * running with its address); create-return submit (RunInstances answers
+ * with the instance pending); delete-return returns-early (shutting-down is
+ * Terminated until EC2 says terminated, then NotFound); ip-source
+ * assigned-at-create (the public IPv4 address, or the private one with
+ * internalOnly); gc-mark native-tags (TagSpecifications, in the RunInstances
+ * call itself); created-at backend-timestamp (LaunchTime); list-partial
+ * none (one paged DescribeInstances for the entry's region: all or an
+ * error); quota detected (EC2's limit codes); not-found
+ * InvalidInstanceID.NotFound or the terminated state, except for an
+ * instance this process made within `visibilityGraceMs` (EC2's eventual
+ * consistency: "not visible yet", Transient, never "gone", which would make
+ * a second instance); primary-key generated id (`<region>/<i-...>`; the
+ * contract's name is the Name tag); provisioning-state native (pending);
+ * async-ops none; secondary-resources cascade (the root volume and the
+ * network interface go with the instance); credentials environment (the
+ * SDK's default chain or `aws.profile`, resolved on each request by the
+ * SDK); client-kind vendor-sdk; timeouts per-call.
+ *
+ * Create exactly once: a create first looks for a live instance with the
+ * request's Name tag (one DescribeInstances; adopted when its UID tag is
+ * the request's, refused when another's), then calls RunInstances with a
+ * ClientToken from the Proxy UID, the spec hash and a generation: a create
+ * retried after a lost answer sends the same token and gets the same
+ * instance from EC2, across workers. The generation is the first whose
+ * token no ended instance of this name carries (DescribeInstances shows
+ * each instance's ClientToken), so replacing a terminated instance with
+ * the same spec is a new instance, not the dead one again. Creates of one
+ * name in this process run one after the other.
+ */
+import type { Filter, Instance as Ec2Instance } from '@aws-sdk/client-ec2';
+import type { Logger } from 'pino';
+import { ProviderError } from '../errors.js';
+import { CallEnded } from '../shared/bounded-call.js';
+import { foreignOwner, parseIdOrFail } from '../shared/identity.js';
+import { providerOperations, type Operations } from '../shared/operation.js';
+import {
+  MARK_MANAGED,
+  MARK_MANAGED_VALUE,
+  MARK_UID,
+  type CreateRequest,
+  type Instance,
+  type Listing,
+  type Provider,
+  type ProviderOperation,
+  type TargetStatus,
+} from '../types.js';
+import { checkReason, classify, ec2ErrorCode, httpStatus } from './classify.js';
+import { Ec2Clients, type AwsCredentials } from './client.js';
+import { AMI_ID, INSTANCE_TYPE, type AwsConfig } from './config.js';
+import {
+  candidates,
+  clientToken,
+  formatProviderId,
+  LIVE_STATES,
+  NAME_TAG,
+  parseProviderId,
+  requestSpecHash,
+  runInstancesInput,
+  tagValue,
+  toInstance,
+  validZone,
+  vmUserData,
+  MARK_SPEC_HASH,
+} from './instance.js';
+
+export const AWS_PROVIDER_TYPE = 'aws';
+
+/** Generations a create walks at most (each one a token whose instance has ended). */
+const MAX_GENERATIONS = 64;
+
+export interface AwsProviderOptions {
+  /** The configured name. */
+  name: string;
+  config: AwsConfig;
+  logger: Logger;
+  /** Credentials instead of the SDK's default chain (tests: static fake keys). */
+  credentials?: AwsCredentials;
+  /** Bound on each EC2 request (default 30 s; the caller's signal can only shorten it). */
+  callTimeoutMs?: number;
+  /**
+   * How long after this process made an instance an InvalidInstanceID.NotFound
+   * for it means "not visible yet" (Transient) rather than gone. EC2
+   * documents the delay without a bound ("a couple of seconds" up to "a few
+   * minutes"); default 5 min.
+   */
+  visibilityGraceMs?: number;
+  /** Instances per DescribeInstances page in listByTag (5 to 1000; default 1000). */
+  listPageSize?: number;
+}
+
+export interface AwsProvider extends Provider {
+  readonly config: AwsConfig;
+  check(signal: AbortSignal): Promise<TargetStatus[]>;
+  close(): Promise<void>;
+}
+
+export function createAwsProvider(options: AwsProviderOptions): AwsProvider {
+  return new AwsProviderImpl(options);
+}
+
+const PROVIDER_ID_FORM = '<region>/i-<8 or 17 hex digits>';
+
+class AwsProviderImpl implements AwsProvider {
+  readonly type = AWS_PROVIDER_TYPE;
+  /** listByTag is one filtered, paged DescribeInstances. */
+  readonly capabilities = { cheapListByTag: true };
+  readonly name: string;
+  readonly config: AwsConfig;
+  private readonly ops: Operations;
+  private readonly ec2: Ec2Clients;
+  private readonly visibilityGraceMs: number;
+  private readonly pageSize: number;
+  /** Instances this process made, by instance id: when, for the visibility grace. */
+  private readonly made = new Map<string, number>();
+  /** The create of each name in flight in this process: the next one waits for it. */
+  private readonly creating = new Map<string, Promise<unknown>>();
+
+  constructor(options: AwsProviderOptions) {
+    this.name = options.name;
+    this.config = options.config;
+    this.visibilityGraceMs = options.visibilityGraceMs ?? 300_000;
+    this.pageSize = Math.max(5, Math.min(1000, options.listPageSize ?? 1000));
+    this.ops = providerOperations({
+      name: options.name,
+      type: AWS_PROVIDER_TYPE,
+      logger: options.logger,
+      classify: (err, operation, instance) => this.logged(operation, instance, err, 'EC2'),
+    });
+    this.ec2 = new Ec2Clients({
+      provider: { type: AWS_PROVIDER_TYPE, name: options.name },
+      config: options.config,
+      credentials: options.credentials,
+      callTimeoutMs: options.callTimeoutMs ?? 30_000,
+    });
+  }
+
+  /** The class of an EC2 failure, with its raw code and status logged at debug (the class collapses them). */
+  private logged(operation: ProviderOperation, instance: string, err: unknown, action: string) {
+    const c = classify(err, action);
+    this.ops.log.debug(
+      {
+        operation,
+        instance,
+        action,
+        ec2Code: ec2ErrorCode(err),
+        httpStatus: httpStatus(err),
+        errorClass: c.errorClass,
+      },
+      'EC2 call failed',
+    );
+    return c;
+  }
+
+  /** An EC2 failure of `action` as this provider's ProviderError. */
+  private failed(
+    operation: ProviderOperation,
+    instance: string,
+    err: unknown,
+    action: string,
+    signal: AbortSignal,
+  ) {
+    if (err instanceof ProviderError || signal.aborted)
+      return this.ops.wrap(operation, instance, err, signal);
+    const c = this.logged(operation, instance, err, action);
+    return this.ops.fail(c.errorClass, operation, instance, c.summary, err);
+  }
+
+  // -- create ------------------------------------------------------------------
+
+  create(req: CreateRequest, signal: AbortSignal): Promise<string> {
+    const instance = typeof req.name === 'string' ? req.name : '';
+    return this.ops.run('create', instance, signal, async (s) => {
+      const imageId = this.validate(req, instance);
+      // One create per name at a time here: a second one sees the first's instance when it looks.
+      const before = this.creating.get(instance) ?? Promise.resolve();
+      const mine = before.catch(() => undefined).then(() => this.createOnce(req, instance, imageId, s));
+      const settled = mine.catch(() => undefined);
+      this.creating.set(instance, settled);
+      try {
+        return await mine;
+      } finally {
+        if (this.creating.get(instance) === settled) this.creating.delete(instance);
+      }
+    });
+  }
+
+  /** The request checked before any call; the AMI to launch. */
+  private validate(req: CreateRequest, instance: string): string {
+    const bad = (message: string) => this.ops.fail('Permanent', 'create', instance, message);
+    if (instance === '') throw bad('the request has no instance name');
+    if (typeof req.uid !== 'string' || req.uid === '') throw bad('the request has no Proxy UID');
+    const { region, zone, machineType, image } = req.placement;
+    if (region !== undefined && region !== this.config.region)
+      throw bad(`placement.region "${region.slice(0, 64)}" is not this entry's region ${this.config.region}`);
+    if (zone !== undefined && !validZone(zone))
+      throw bad('placement.zone must be an availability zone such as eu-west-1a');
+    if (zone !== undefined && !zone.startsWith(this.config.region))
+      throw bad(`placement.zone is not in this entry's region ${this.config.region}`);
+    if (machineType !== undefined && !INSTANCE_TYPE.test(machineType))
+      throw bad('placement.machineType must be an EC2 instance type such as t3.micro');
+    const imageId = image ?? this.config.imageId;
+    if (imageId === undefined) throw bad('no AMI: set placement.image or aws.imageId');
+    if (!AMI_ID.test(imageId)) throw bad('placement.image must be an AMI id (ami-...)');
+    return imageId;
+  }
+
+  private async createOnce(
+    req: CreateRequest,
+    instance: string,
+    imageId: string,
+    signal: AbortSignal,
+  ): Promise<string> {
+    const region = this.config.region;
+    const named = await this.byName(req.name, signal);
+    const adopted = this.adopt(req, instance, named);
+    if (adopted !== undefined) return adopted;
+    const spec = requestSpecHash(req);
+    // Tokens EC2 would answer with an instance that has ended: skip their generations.
+    const endedTokens = new Set(
+      named
+        .filter((i) => !isLive(i))
+        .map((i) => i.ClientToken ?? '')
+        .filter((t) => t !== ''),
+    );
+    // Made once: every candidate gets the same user data (one salt for the htpasswd).
+    const userData = vmUserData(req);
+    const tried = candidates(req, this.config);
+    let generation = 0;
+    while (endedTokens.has(clientToken(req.uid, spec, generation))) generation++;
+    generations: for (; generation < MAX_GENERATIONS; generation++) {
+      const token = clientToken(req.uid, spec, generation);
+      const refused: string[] = [];
+      for (const candidate of tried) {
+        const input = runInstancesInput(req, this.config, candidate, imageId, spec, token, userData);
+        let made: Ec2Instance | undefined;
+        try {
+          const out = await this.ec2.send(region, 'RunInstances', 'create', signal, (c, sdk, abortSignal) =>
+            c.send(new sdk.RunInstancesCommand(input), { abortSignal }),
+          );
+          made = out.Instances?.[0];
+        } catch (err) {
+          const code = ec2ErrorCode(err);
+          if (code === 'IdempotentInstanceTerminated') continue generations;
+          if (code === 'IdempotentParameterMismatch') return this.madeWithToken(req, instance, signal, err);
+          const c = signal.aborted ? undefined : this.logged('create', instance, err, 'RunInstances');
+          if (c?.capacity) {
+            refused.push(describeCandidate(candidate));
+            this.ops.log.warn(
+              { instance, ...candidate, ec2Code: c.code, next: tried[tried.indexOf(candidate) + 1] },
+              'create: no capacity for this candidate',
+            );
+            continue;
+          }
+          throw this.failed('create', instance, err, 'RunInstances', signal);
+        }
+        const instanceId = made?.InstanceId;
+        if (instanceId === undefined)
+          throw this.ops.fail('Transient', 'create', instance, 'RunInstances answered without an instance');
+        // The token's instance, already ended (EC2 answering an old token as it did then): a new generation.
+        if (!isLive(made!) || named.some((i) => i.InstanceId === instanceId && !isLive(i)))
+          continue generations;
+        this.made.set(instanceId, Date.now());
+        this.forgetOldMade();
+        this.ops.log.info(
+          { instance, id: formatProviderId(region, instanceId), ...candidate, generation },
+          'instance launched',
+        );
+        return formatProviderId(region, instanceId);
+      }
+      throw this.ops.fail(
+        'Transient',
+        'create',
+        instance,
+        `no capacity for any candidate tried (${refused.join(', ')}); retried with backoff`,
+      );
+    }
+    throw this.ops.fail(
+      'Transient',
+      'create',
+      instance,
+      `every client token up to generation ${MAX_GENERATIONS} names an ended instance`,
+    );
+  }
+
+  /**
+   * IdempotentParameterMismatch: this token already made an instance, with
+   * other parameters (another candidate, or a new htpasswd salt in the user
+   * data of a retried create). That instance is the one: adopt it by name,
+   * or wait until it is visible.
+   */
+  private async madeWithToken(
+    req: CreateRequest,
+    instance: string,
+    signal: AbortSignal,
+    cause: unknown,
+  ): Promise<string> {
+    const adopted = this.adopt(req, instance, await this.byName(req.name, signal));
+    if (adopted !== undefined) return adopted;
+    throw this.ops.fail(
+      'Transient',
+      'create',
+      instance,
+      'this create was made before (IdempotentParameterMismatch) and its instance is not visible yet',
+      cause,
+    );
+  }
+
+  /** The live instance of this name, when its UID tag is the request's; Permanent when another's. */
+  private adopt(req: CreateRequest, instance: string, named: Ec2Instance[]): string | undefined {
+    const live = named.filter(isLive);
+    if (live.length === 0) return undefined;
+    const mine = live.filter((i) => tagValue(i, MARK_UID) === req.uid);
+    if (mine.length === 0) {
+      const owner = tagValue(live[0]!, MARK_UID) ?? '';
+      throw foreignOwner(this.ops, instance, 'an EC2 instance', owner, req.uid, 'uid tag');
+    }
+    // Two of ours (made before the token was in use, or by hand): the oldest, as a create retried saw first.
+    mine.sort((a, b) => (a.LaunchTime?.getTime() ?? 0) - (b.LaunchTime?.getTime() ?? 0));
+    const id = mine[0]!.InstanceId ?? '';
+    this.ops.log.debug({ instance, id, specHash: tagValue(mine[0]!, MARK_SPEC_HASH) }, 'create: adopted');
+    return formatProviderId(this.config.region, id);
+  }
+
+  /** Every instance carrying this Name tag and the managed mark, in any state (ended ones for their tokens). */
+  private byName(name: string, signal: AbortSignal): Promise<Ec2Instance[]> {
+    return this.describeAll('create', name, signal, [
+      { Name: `tag:${NAME_TAG}`, Values: [name] },
+      { Name: `tag:${MARK_MANAGED}`, Values: [MARK_MANAGED_VALUE] },
+    ]);
+  }
+
+  private forgetOldMade(): void {
+    const cutoff = Date.now() - this.visibilityGraceMs;
+    for (const [id, at] of this.made) if (at < cutoff) this.made.delete(id);
+  }
+
+  /** Whether this process made the instance so recently that EC2 may not show it yet. */
+  private justMade(instanceId: string): boolean {
+    const at = this.made.get(instanceId);
+    return at !== undefined && Date.now() - at < this.visibilityGraceMs;
+  }
+
+  // -- get, delete, list -------------------------------------------------------
+
+  get(id: string, signal: AbortSignal): Promise<Instance> {
+    return this.ops.run('get', String(id), signal, async (s) => {
+      const { region, instanceId } = parseIdOrFail(this.ops, 'get', id, parseProviderId, PROVIDER_ID_FORM);
+      let found: Ec2Instance | undefined;
+      try {
+        const out = await this.ec2.send(region, 'DescribeInstances', 'get', s, (c, sdk, abortSignal) =>
+          c.send(new sdk.DescribeInstancesCommand({ InstanceIds: [instanceId] }), { abortSignal }),
+        );
+        found = out.Reservations?.flatMap((r) => r.Instances ?? []).find((i) => i.InstanceId === instanceId);
+      } catch (err) {
+        if (ec2ErrorCode(err) !== 'InvalidInstanceID.NotFound')
+          throw this.failed('get', id, err, 'DescribeInstances', s);
+        this.logged('get', id, err, 'DescribeInstances');
+      }
+      if (found === undefined) throw this.notFound('get', id, instanceId);
+      if (found.State?.Name === 'terminated') throw this.ops.fail('NotFound', 'get', id, 'terminated');
+      const out = toInstance(found, region, this.config.internalOnly);
+      this.ops.log.debug({ instance: id, ec2State: found.State?.Name, state: out.state, ip: out.ip }, 'get');
+      return out;
+    });
+  }
+
+  /** NotFound, unless this process made the instance moments ago (not visible yet: Transient). */
+  private notFound(operation: ProviderOperation, id: string, instanceId: string): ProviderError {
+    if (this.justMade(instanceId))
+      return this.ops.fail(
+        'Transient',
+        operation,
+        id,
+        `not visible yet (made ${Math.round((Date.now() - this.made.get(instanceId)!) / 1000)} s ago; EC2 is eventually consistent)`,
+      );
+    return this.ops.fail('NotFound', operation, id, 'no such instance');
+  }
+
+  delete(id: string, signal: AbortSignal): Promise<void> {
+    return this.ops.run('delete', String(id), signal, async (s) => {
+      const { region, instanceId } = parseIdOrFail(this.ops, 'delete', id, parseProviderId, PROVIDER_ID_FORM);
+      try {
+        // Idempotent in EC2 itself: an instance already shutting down or terminated answers with its state.
+        await this.ec2.send(region, 'TerminateInstances', 'delete', s, (c, sdk, abortSignal) =>
+          c.send(new sdk.TerminateInstancesCommand({ InstanceIds: [instanceId] }), { abortSignal }),
+        );
+      } catch (err) {
+        if (ec2ErrorCode(err) !== 'InvalidInstanceID.NotFound')
+          throw this.failed('delete', id, err, 'TerminateInstances', s);
+        this.logged('delete', id, err, 'TerminateInstances');
+        // Gone, unless made moments ago: then EC2 may not show it yet, and "gone" would leak it.
+        const gone = this.notFound('delete', id, instanceId);
+        if (gone.errorClass !== 'NotFound') throw gone;
+      }
+    });
+  }
+
+  listByTag(signal: AbortSignal): Promise<Listing> {
+    return this.ops.run('list', '', signal, async (s) => {
+      const found = await this.describeAll('list', '', s, [
+        { Name: `tag:${MARK_MANAGED}`, Values: [MARK_MANAGED_VALUE] },
+        // Terminated instances stay listed for about an hour: gone for the contract.
+        { Name: 'instance-state-name', Values: LIVE_STATES },
+      ]);
+      return found.map((i) => toInstance(i, this.config.region, this.config.internalOnly));
+    });
+  }
+
+  /** Every page of a filtered DescribeInstances in the entry's region. */
+  private async describeAll(
+    operation: ProviderOperation,
+    instance: string,
+    signal: AbortSignal,
+    filters: Filter[],
+  ): Promise<Ec2Instance[]> {
+    const out: Ec2Instance[] = [];
+    let nextToken: string | undefined;
+    for (let page = 0; ; page++) {
+      // A listing that never ends is a bug or a broken endpoint, not a fleet: 1,000 pages of 1,000.
+      if (page >= 1000)
+        throw this.ops.fail('Transient', operation, instance, 'DescribeInstances did not stop paging');
+      let answer;
+      try {
+        answer = await this.ec2.send(
+          this.config.region,
+          'DescribeInstances',
+          operation,
+          signal,
+          (c, sdk, abortSignal) =>
+            c.send(
+              new sdk.DescribeInstancesCommand({
+                Filters: filters,
+                MaxResults: this.pageSize,
+                ...(nextToken !== undefined ? { NextToken: nextToken } : {}),
+              }),
+              { abortSignal },
+            ),
+        );
+      } catch (err) {
+        throw this.failed(operation, instance, err, 'DescribeInstances', signal);
+      }
+      for (const r of answer.Reservations ?? []) out.push(...(r.Instances ?? []));
+      nextToken = answer.NextToken || undefined;
+      if (nextToken === undefined) return out;
+    }
+  }
+
+  // -- check -------------------------------------------------------------------
+
+  /**
+   * One target, the region: one DescribeInstances page of at most 5
+   * managed instances proves the credentials, the endpoint and
+   * ec2:DescribeInstances (what get, listByTag and GC rely on); not the
+   * rights to launch or terminate (a DryRun RunInstances is a later slice).
+   */
+  async check(signal: AbortSignal): Promise<TargetStatus[]> {
+    const started = Date.now();
+    const target = { name: this.config.region, address: this.ec2.address() };
+    if (signal.aborted)
+      return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    try {
+      await this.ec2.send(this.config.region, 'DescribeInstances', 'check', signal, (c, sdk, abortSignal) =>
+        c.send(
+          new sdk.DescribeInstancesCommand({
+            Filters: [{ Name: `tag:${MARK_MANAGED}`, Values: [MARK_MANAGED_VALUE] }],
+            MaxResults: 5,
+          }),
+          { abortSignal },
+        ),
+      );
+      return [{ ...target, ready: true, reason: 'Reachable', latencyMillis: Date.now() - started }];
+    } catch (err) {
+      const ended = err instanceof CallEnded;
+      const reason = checkReason(err, ended || signal.aborted);
+      const message = ended
+        ? err.message
+        : `DescribeInstances (managed filter, 5 results): ${this.logged('check', '', err, 'DescribeInstances').summary}`;
+      return [
+        {
+          ...target,
+          ready: false,
+          reason,
+          message: message.slice(0, 1024),
+          latencyMillis: Date.now() - started,
+        },
+      ];
+    }
+  }
+
+  close(): Promise<void> {
+    this.ec2.close();
+    return Promise.resolve();
+  }
+}
+
+/** Not ended: an instance shutting down or terminated answers its token with itself, never as a new one. */
+function isLive(inst: Ec2Instance): boolean {
+  const state = inst.State?.Name;
+  return state !== 'terminated' && state !== 'shutting-down';
+}
+
+function describeCandidate(c: { instanceType: string; subnetId?: string }): string {
+  return c.subnetId === undefined ? c.instanceType : `${c.instanceType} in ${c.subnetId}`;
+}
