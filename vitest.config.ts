@@ -7,8 +7,10 @@ import LongestFirstSequencer from './tests/harness/longest-first.js';
 // No test may find Google credentials by accident or probe a GCE metadata
 // server (169.254.169.254): nothing leaves the machine. A test that wants a
 // token source starts one on the loopback (tests/helpers/gcp-token-source.ts).
-// Child processes (the CLI tests) inherit it.
-const env = { METADATA_SERVER_DETECTION: 'none' };
+// Child processes (the CLI tests) inherit it. The same for AWS: the SDK never
+// asks an instance metadata service for a role (the aws tests give static keys
+// and point every client at moto on the loopback).
+const env = { METADATA_SERVER_DETECTION: 'none', AWS_EC2_METADATA_DISABLED: 'true' };
 
 export default defineConfig({
   test: {

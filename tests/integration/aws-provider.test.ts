@@ -1,0 +1,400 @@
+/**
+ * The `aws` provider (issue 59, first slice) against moto's EC2 server,
+ * started here on the loopback (tests/helpers/moto.ts), through the real
+ * `@aws-sdk/client-ec2` with real SigV4 signing and static fake keys; the
+ * endpoint is always the loopback, and the instance metadata service is
+ * off for the SDK (AWS_EC2_METADATA_DISABLED), so nothing can reach AWS.
+ *
+ * - The conformance suite (a relay in front of moto holds requests for the
+ *   stall hook).
+ * - What RunInstances carries, read back from moto: the marks as tags at
+ *   launch, IMDSv2 required with hop limit 1, the cloud-init as user data,
+ *   a ClientToken.
+ * - A replacement with the same spec after the instance was terminated is
+ *   a new instance with a new ClientToken (EC2 would answer the old token
+ *   with the dead instance).
+ * - EC2's refusals of a bad AMI or subnet end Permanent naming the field.
+ * - A capacity refusal (injected by the relay as EC2 writes it) moves on to
+ *   the next subnet; a quota refusal is QuotaExceeded.
+ * - listByTag pages through DescribeInstances and leaves terminated
+ *   instances out.
+ * - A registered `type: aws` entry builds from the providers config.
+ */
+import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
+import {
+  DescribeImagesCommand,
+  DescribeInstanceAttributeCommand,
+  DescribeInstancesCommand,
+  DescribeSubnetsCommand,
+  EC2Client,
+  RunInstancesCommand,
+  TerminateInstancesCommand,
+  type Instance as Ec2Instance,
+} from '@aws-sdk/client-ec2';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { awsConfigSchema, type AwsConfig } from '../../providers/aws/config.js';
+import {
+  clientToken,
+  MARK_SPEC_HASH,
+  parseProviderId,
+  requestSpecHash,
+} from '../../providers/aws/instance.js';
+import {
+  createAwsProvider,
+  type AwsProvider,
+  type AwsProviderOptions,
+} from '../../providers/aws/provider.js';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
+import { ProviderError } from '../../providers/errors.js';
+import { instanceNameFromUid } from '../../providers/names.js';
+import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
+import { describeProviderConformance } from '../conformance/provider-conformance.js';
+import { Ec2Relay } from '../helpers/ec2-relay.js';
+import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+
+// The SDK must never look for an instance role on 169.254.169.254.
+process.env.AWS_EC2_METADATA_DISABLED = 'true';
+
+const live = () => new AbortController().signal;
+
+function capturedLogger(): { logger: pino.Logger; lines: string[] } {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      lines.push(
+        ...chunk
+          .toString('utf8')
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
+      cb();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, stream), lines };
+}
+
+/** A raw client on moto: the tests' hands in the backend, as a user with the console would be. */
+function rawClient(endpoint: string): EC2Client {
+  return new EC2Client({ region: MOTO_REGION, endpoint, credentials: MOTO_CREDENTIALS, maxAttempts: 1 });
+}
+
+async function firstImage(ec2: EC2Client): Promise<string> {
+  const images = await ec2.send(new DescribeImagesCommand({}));
+  const id = images.Images?.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i));
+  if (id === undefined) throw new Error('moto lists no AMI');
+  return id;
+}
+
+async function describe1(ec2: EC2Client, instanceId: string): Promise<Ec2Instance> {
+  const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] }));
+  const inst = out.Reservations?.[0]?.Instances?.[0];
+  if (inst === undefined) throw new Error(`moto does not show ${instanceId}`);
+  return inst;
+}
+
+function providerOn(
+  endpoint: string,
+  config: Partial<AwsConfig>,
+  logger: pino.Logger,
+  extra: Partial<AwsProviderOptions> = {},
+): AwsProvider {
+  return createAwsProvider({
+    name: 'aws-test',
+    config: awsConfigSchema.parse({ region: MOTO_REGION, endpoint, ...config }),
+    logger,
+    credentials: MOTO_CREDENTIALS,
+    callTimeoutMs: 10_000,
+    ...extra,
+  });
+}
+
+function instanceIdOf(id: string): string {
+  const parsed = parseProviderId(id);
+  if (parsed === undefined) throw new Error(`not an aws providerID: ${id}`);
+  return parsed.instanceId;
+}
+
+// -- the conformance suite ---------------------------------------------------
+
+let conformanceMoto: RunningMoto | undefined;
+let conformanceRelay: Ec2Relay | undefined;
+describeProviderConformance('aws (moto)', async () => {
+  const moto = (conformanceMoto = await startMoto());
+  const relay = (conformanceRelay = await Ec2Relay.start(moto.endpoint));
+  const ec2 = rawClient(moto.endpoint);
+  const imageId = await firstImage(ec2);
+  const { logger, lines } = capturedLogger();
+  const provider = providerOn(relay.endpoint, { imageId }, logger);
+  const rawRun = async (tags: { Key: string; Value: string }[]): Promise<string> => {
+    const out = await ec2.send(
+      new RunInstancesCommand({
+        ImageId: imageId,
+        MinCount: 1,
+        MaxCount: 1,
+        InstanceType: 't3.micro',
+        TagSpecifications: [{ ResourceType: 'instance', Tags: tags }],
+      }),
+    );
+    return `${MOTO_REGION}/${out.Instances![0]!.InstanceId!}`;
+  };
+  return {
+    provider,
+    logLines: () => lines,
+    malformedIds: [
+      'us-east-1/',
+      '/i-0123456789abcdef0',
+      'us-east-1/i-0123',
+      'us-east-1/i-0123456789ABCDEF0',
+      'us-east-1/sg-0123456789abcdef0',
+      'nowhere/i-0123456789abcdef0',
+      'us-east-1/i-0123456789abcdef0/x',
+      'i-0123456789abcdef0',
+    ],
+    hooks: {
+      createUnmarked: (name) => rawRun([{ Key: 'Name', Value: name }]),
+      createMarkedWithEmptyUid: (name) =>
+        rawRun([
+          { Key: 'Name', Value: name },
+          { Key: MARK_MANAGED, Value: 'true' },
+          { Key: MARK_UID, Value: '' },
+        ]),
+      // Every request naming the instance hangs in the relay until released.
+      stall: (id) => {
+        const instanceId = instanceIdOf(id);
+        const release = relay.hold((r) => r.body.includes(instanceId));
+        return Promise.resolve(() => {
+          release();
+          return Promise.resolve();
+        });
+      },
+      // EC2 shows a terminating instance as shutting-down for a while; moto goes straight to
+      // terminated, so the relay shows it as EC2 would (state code 32) from here on.
+      startDeleteInProgress: async (id) => {
+        const instanceId = instanceIdOf(id);
+        await ec2.send(new TerminateInstancesCommand({ InstanceIds: [instanceId] }));
+        relay.rewriteAnswers(
+          (r) => r.action === 'DescribeInstances' && r.body.includes(instanceId),
+          (body) =>
+            body.replace(
+              /<instanceState>\s*<code>48<\/code>\s*<name>terminated<\/name>\s*<\/instanceState>/g,
+              '<instanceState><code>32</code><name>shutting-down</name></instanceState>',
+            ),
+        );
+      },
+    },
+    cleanup: async () => {
+      ec2.destroy();
+      await provider.close();
+      await relay.close();
+      await moto.stop();
+    },
+  };
+});
+
+// -- what the aws provider adds ------------------------------------------------
+
+describe('aws provider on moto', () => {
+  let moto: RunningMoto;
+  let relay: Ec2Relay;
+  let ec2: EC2Client;
+  let imageId: string;
+  let subnets: string[];
+  const { logger, lines } = capturedLogger();
+  const installation = `aws-test-${randomUUID().slice(0, 8)}`;
+  const sentinel = `sentinel-${randomUUID()}`;
+
+  const request = (overrides: Partial<CreateRequest> = {}): CreateRequest => {
+    const uid = overrides.uid ?? randomUUID();
+    return {
+      name: instanceNameFromUid(uid),
+      uid,
+      namespace: 'aws',
+      proxyName: `p-${uid.slice(0, 8)}`,
+      placement: {},
+      cloudInit: `#cloud-config\n# ${sentinel}\n`,
+      port: 3128,
+      installation,
+      ...overrides,
+    };
+  };
+
+  beforeAll(async () => {
+    moto = await startMoto();
+    relay = await Ec2Relay.start(moto.endpoint);
+    ec2 = rawClient(moto.endpoint);
+    imageId = await firstImage(ec2);
+    const out = await ec2.send(new DescribeSubnetsCommand({}));
+    subnets = (out.Subnets ?? [])
+      .filter((s) => s.DefaultForAz)
+      .sort((a, b) => (a.AvailabilityZone ?? '').localeCompare(b.AvailabilityZone ?? ''))
+      .map((s) => s.SubnetId!);
+    expect(subnets.length).toBeGreaterThanOrEqual(2);
+  });
+
+  afterAll(async () => {
+    ec2?.destroy();
+    await relay?.close();
+    await moto?.stop();
+  });
+
+  it('launches with the marks as tags, IMDSv2 required with hop limit 1, the cloud-init as user data and a ClientToken', async () => {
+    const provider = providerOn(moto.endpoint, { imageId, tags: { team: 'crawl' } }, logger);
+    try {
+      const req = request();
+      const id = await provider.create(req, live());
+      const inst = await describe1(ec2, instanceIdOf(id));
+      const tags: Record<string, string | undefined> = Object.fromEntries(
+        (inst.Tags ?? []).map((t) => [t.Key ?? '', t.Value]),
+      );
+      expect(tags).toMatchObject({
+        Name: req.name,
+        [MARK_MANAGED]: 'true',
+        [MARK_UID]: req.uid,
+        [MARK_INSTALLATION]: installation,
+        [MARK_SPEC_HASH]: requestSpecHash(req),
+        team: 'crawl',
+      });
+      expect(inst.MetadataOptions).toMatchObject({ HttpTokens: 'required', HttpPutResponseHopLimit: 1 });
+      expect(inst.ClientToken).toBe(clientToken(req.uid, requestSpecHash(req), 0));
+      expect(inst.ImageId).toBe(imageId);
+      const attr = await ec2.send(
+        new DescribeInstanceAttributeCommand({ InstanceId: inst.InstanceId!, Attribute: 'userData' }),
+      );
+      expect(Buffer.from(attr.UserData?.Value ?? '', 'base64').toString('utf8')).toBe(req.cloudInit);
+      const got = await provider.get(id, live());
+      expect(got).toMatchObject({ state: 'Running', uid: req.uid, installation, ip: inst.PublicIpAddress });
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('a same-spec replacement after the instance was terminated is a new instance with a new ClientToken', async () => {
+    const provider = providerOn(moto.endpoint, { imageId }, logger);
+    try {
+      const req = request();
+      const first = await provider.create(req, live());
+      // Terminated behind the provider's back (a user, a Spot interruption): the Proxy's workflow creates again.
+      await ec2.send(new TerminateInstancesCommand({ InstanceIds: [instanceIdOf(first)] }));
+      const err = await provider.get(first, live()).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProviderError);
+      expect((err as ProviderError).errorClass).toBe('NotFound');
+      const second = await provider.create(req, live());
+      expect(second).not.toBe(first);
+      const a = await describe1(ec2, instanceIdOf(first));
+      const b = await describe1(ec2, instanceIdOf(second));
+      expect(a.ClientToken).toBe(clientToken(req.uid, requestSpecHash(req), 0));
+      expect(b.ClientToken).toBe(clientToken(req.uid, requestSpecHash(req), 1));
+      // And a repeat now adopts the second: nothing new is launched.
+      expect(await provider.create(req, live())).toBe(second);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('EC2 refusing the AMI or the subnet ends Permanent, naming the setting', async () => {
+    const badImage = providerOn(moto.endpoint, { imageId: 'ami-0123456789abcdef0' }, logger);
+    const badSubnet = providerOn(moto.endpoint, { imageId, subnetIds: ['subnet-0123456789abcdef0'] }, logger);
+    try {
+      const e1 = await badImage.create(request(), live()).catch((e: unknown) => e);
+      expect(e1).toBeInstanceOf(ProviderError);
+      expect((e1 as ProviderError).errorClass).toBe('Permanent');
+      expect((e1 as ProviderError).message).toMatch(
+        /InvalidAMIID\.NotFound.*check placement\.image or aws\.imageId/,
+      );
+      const e2 = await badSubnet.create(request(), live()).catch((e: unknown) => e);
+      expect((e2 as ProviderError).errorClass).toBe('Permanent');
+      expect((e2 as ProviderError).message).toMatch(/InvalidSubnetID\.NotFound.*check aws\.subnetIds/);
+      for (const e of [e1, e2]) expect(JSON.stringify(e) + String(e)).not.toContain(sentinel);
+    } finally {
+      await badImage.close();
+      await badSubnet.close();
+    }
+  });
+
+  it('a capacity refusal moves on to the next subnet; a quota refusal is QuotaExceeded', async () => {
+    const provider = providerOn(relay.endpoint, { imageId, subnetIds: subnets.slice(0, 2) }, logger);
+    try {
+      const first = subnets[0]!;
+      // As EC2 writes it (500, which the SDK retries: sdkMaxAttempts 2, so twice).
+      relay.failNext(
+        (r) => r.action === 'RunInstances' && r.body.includes(first),
+        {
+          status: 500,
+          code: 'InsufficientInstanceCapacity',
+          message: `We currently do not have sufficient t3.micro capacity in the Availability Zone you requested (${MOTO_REGION}a).`,
+        },
+        2,
+      );
+      const id = await provider.create(request(), live());
+      const inst = await describe1(ec2, instanceIdOf(id));
+      expect(inst.SubnetId).toBe(subnets[1]);
+      const runs = relay.seen.filter((r) => r.action === 'RunInstances');
+      expect(runs.map((r) => (r.body.includes(first) ? 'first' : 'second'))).toEqual([
+        'first',
+        'first',
+        'second',
+      ]);
+
+      relay.failNext((r) => r.action === 'RunInstances', {
+        status: 400,
+        code: 'VcpuLimitExceeded',
+        message: 'You have requested more vCPU capacity than your current vCPU limit of 32 allows.',
+      });
+      const e = await provider.create(request(), live()).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(ProviderError);
+      expect((e as ProviderError).errorClass).toBe('QuotaExceeded');
+      expect((e as ProviderError).message).toContain('VcpuLimitExceeded');
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('listByTag pages through every managed instance and leaves terminated ones out', async () => {
+    const provider = providerOn(relay.endpoint, { imageId }, logger, { listPageSize: 5 });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 7; i++) ids.push(await provider.create(request(), live()));
+      await provider.delete(ids[0]!, live());
+      const before = relay.seen.length;
+      const listed = (await provider.listByTag(live())).filter((i) => i.installation === installation);
+      const pages = relay.seen.slice(before).filter((r) => r.action === 'DescribeInstances');
+      const listedIds = listed.map((i) => i.id);
+      for (const id of ids.slice(1)) expect(listedIds).toContain(id);
+      expect(listedIds).not.toContain(ids[0]);
+      expect(new Set(listedIds).size).toBe(listedIds.length);
+      // At least 6 of ours (and the earlier tests' instances) at 5 a page: more than one page was read.
+      expect(pages.length).toBeGreaterThanOrEqual(2);
+      expect(pages.slice(1).every((p) => p.body.includes('NextToken='))).toBe(true);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('a `type: aws` entry builds from the providers config, dialling nothing', async () => {
+    const cfg = parseProvidersConfig(
+      `providers:\n  - name: aws-eu\n    type: aws\n    aws:\n      region: ${MOTO_REGION}\n      endpoint: ${moto.endpoint}\n      imageId: ${imageId}\n`,
+      'test.yaml',
+    );
+    const registry = buildProviders(cfg, { logger, stateRoot: '/nonexistent' });
+    try {
+      const provider = registry.get('aws-eu');
+      expect(provider?.type).toBe('aws');
+      expect(registry.unbuilt?.('aws-eu')).toBeUndefined();
+    } finally {
+      await registry.close();
+    }
+  });
+
+  it('no cloud-init text in any log line', () => {
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) expect(line).not.toContain(sentinel);
+  });
+});
+
+// Conformance's own moto and relay are stopped by its cleanup; these guard a failed factory.
+afterAll(async () => {
+  await conformanceRelay?.close().catch(() => undefined);
+  await conformanceMoto?.stop().catch(() => undefined);
+});
