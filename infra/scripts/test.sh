@@ -14,13 +14,15 @@ bash infra/scripts/check-prereqs.sh
 # the kvm end-to-end test's Debian guest image (mmdebstrap, 1.5-2 minutes) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
 # tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
-# for the alert rules' test (Go, minutes), and for the kubernetes provider's
+# for the alert rules' test (Go, minutes), moto's EC2 server for the aws
+# provider's tests (pip, about 40 s), and for the kubernetes provider's
 # real node: containerd, runc and the CNI plugins (apt-get), kubelet and
 # kube-scheduler (Go, a minute or two after the apiserver's build) and the
 # Squid and pause images (mmdebstrap, 1-2 minutes) into the cache; later
 # runs reuse them.
 start=$(date +%s)
 bash infra/scripts/install-temporal.sh >/dev/null
+bash infra/scripts/install-moto.sh >/dev/null
 bash infra/scripts/install-squid.sh >/dev/null
 bash infra/scripts/install-libvirt.sh >/dev/null
 bash infra/scripts/build-kvm-guest.sh >/dev/null
