@@ -7,8 +7,21 @@
  * `Response/Errors/Error/Code` with `RequestID`, and the
  * `X-Amzn-Requestid` header the SDK reads the request id from.
  *
- * This is the start of issue 59's relay: ClientToken emulation, a pending
- * phase and the eventual-consistency NotFound are later slices.
+ * With `emulate` it also behaves as EC2 does where moto does not (issue 59,
+ * item 8; docs/providers/aws.md):
+ *
+ * - ClientToken: a RunInstances with a token seen before and the same
+ *   parameters gets the first call's answer again (no new instance); other
+ *   parameters get `IdempotentParameterMismatch`; a token whose instance was
+ *   terminated gets `IdempotentInstanceTerminated`.
+ * - Eventual consistency: for `invisibleMs` after a launch, DescribeInstances
+ *   and TerminateInstances naming the instance answer
+ *   `InvalidInstanceID.NotFound`, and filtered listings leave it out.
+ * - A pending phase: for `pendingMs` after a launch the instance is
+ *   `pending` (state code 0) in DescribeInstances.
+ *
+ * And a test can drop an answer after moto has acted on the request (a lost
+ * answer: the connection closes with nothing sent).
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -26,10 +39,28 @@ export interface InjectedError {
   message: string;
 }
 
+/** EC2 behaviour moto lacks, emulated here; all off unless set. */
+export interface Ec2Emulation {
+  clientToken?: boolean;
+  /** How long a launched instance is invisible (InvalidInstanceID.NotFound, left out of listings). */
+  invisibleMs?: number;
+  /** How long a launched instance shows as pending. */
+  pendingMs?: number;
+}
+
+interface TokenRecord {
+  /** The whole form body of the first call: EC2 compares every parameter. */
+  body: string;
+  answer: string;
+  instanceIds: string[];
+  terminated: boolean;
+}
+
 type Rule =
   | { kind: 'hold'; match: (r: RelayedRequest) => boolean; released: Promise<void>; release: () => void }
   | { kind: 'error'; match: (r: RelayedRequest) => boolean; error: InjectedError; times: number }
-  | { kind: 'rewrite'; match: (r: RelayedRequest) => boolean; rewrite: (body: string) => string };
+  | { kind: 'rewrite'; match: (r: RelayedRequest) => boolean; rewrite: (body: string) => string }
+  | { kind: 'drop'; match: (r: RelayedRequest) => boolean; times: number };
 
 /** EC2's error body for `error` (the shape of AWS's documented example, RequestID spelled as EC2 does). */
 export function ec2ErrorXml(error: InjectedError, requestId: string): string {
@@ -37,8 +68,53 @@ export function ec2ErrorXml(error: InjectedError, requestId: string): string {
   return `<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>${esc(error.code)}</Code><Message>${esc(error.message)}</Message></Error></Errors><RequestID>${requestId}</RequestID></Response>`;
 }
 
+/** The values of a query-API list parameter (`InstanceId.1`, `InstanceId.2`...). */
+function listParam(params: URLSearchParams, name: string): string[] {
+  const out: string[] = [];
+  for (const [k, v] of params) if (k === name || k.startsWith(`${name}.`)) out.push(v);
+  return out;
+}
+
+/**
+ * The top-level `<item>` spans of the first `<set>` element: a reservation
+ * each in a DescribeInstances answer (items nest, so depth is counted).
+ */
+function topLevelItems(xml: string, set: string): { start: number; end: number }[] {
+  const open = xml.indexOf(`<${set}>`);
+  const close = xml.indexOf(`</${set}>`);
+  if (open < 0 || close < 0) return [];
+  const spans: { start: number; end: number }[] = [];
+  const tag = /<(\/?)item>/g;
+  tag.lastIndex = open;
+  let depth = 0;
+  let start = -1;
+  for (let m = tag.exec(xml); m !== null && m.index < close; m = tag.exec(xml)) {
+    if (m[1] === '') {
+      if (depth++ === 0) start = m.index;
+    } else if (--depth === 0) {
+      spans.push({ start, end: m.index + m[0].length });
+    }
+  }
+  return spans;
+}
+
+/** A DescribeInstances answer without the reservations holding any of `instanceIds` (gone from listings). */
+export function withoutInstances(xml: string, instanceIds: readonly string[]): string {
+  let out = xml;
+  for (const span of topLevelItems(xml, 'reservationSet').reverse()) {
+    const item = out.slice(span.start, span.end);
+    if (instanceIds.some((id) => item.includes(`<instanceId>${id}</instanceId>`)))
+      out = out.slice(0, span.start) + out.slice(span.end);
+  }
+  return out;
+}
+
 export class Ec2Relay {
   private rules: Rule[] = [];
+  private emulation: Ec2Emulation = {};
+  private readonly tokens = new Map<string, TokenRecord>();
+  /** Instances launched through the relay: when. */
+  private readonly launched = new Map<string, number>();
   /** Every action relayed or answered, in order (the test's evidence of what the provider sent). */
   readonly seen: RelayedRequest[] = [];
 
@@ -57,6 +133,129 @@ export class Ec2Relay {
 
   get endpoint(): string {
     return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** Turns EC2's behaviours on or off (see the top of this file); returns the relay. */
+  emulate(emulation: Ec2Emulation): this {
+    this.emulation = { ...emulation };
+    return this;
+  }
+
+  /**
+   * Sends the next `times` matching requests on to moto and closes the
+   * connection instead of answering: moto has acted, the caller never hears.
+   */
+  dropAnswers(match: (r: RelayedRequest) => boolean, times = 1): void {
+    this.rules.push({ kind: 'drop', match, times });
+  }
+
+  private isInvisible(instanceId: string): boolean {
+    const at = this.launched.get(instanceId);
+    return at !== undefined && Date.now() - at < (this.emulation.invisibleMs ?? 0);
+  }
+
+  private isPending(instanceId: string): boolean {
+    const at = this.launched.get(instanceId);
+    return at !== undefined && Date.now() - at < (this.emulation.pendingMs ?? 0);
+  }
+
+  private answerError(res: ServerResponse, error: InjectedError): void {
+    const requestId = randomUUID();
+    res.writeHead(error.status, {
+      'Content-Type': 'text/xml;charset=UTF-8',
+      Server: 'AmazonEC2',
+      'X-Amzn-Requestid': requestId,
+      'Cache-Control': 'no-cache, no-store',
+    });
+    res.end(ec2ErrorXml(error, requestId));
+  }
+
+  /** An answer of ours to a request EC2 would answer without moto (a token's replay, a not-yet-visible instance). */
+  private emulated(
+    action: string,
+    params: URLSearchParams,
+    body: string,
+  ): InjectedError | { replay: string } | undefined {
+    if (action === 'RunInstances' && this.emulation.clientToken) {
+      const token = params.get('ClientToken');
+      const record = token === null ? undefined : this.tokens.get(token);
+      if (record === undefined) return undefined;
+      if (record.terminated)
+        return {
+          status: 400,
+          code: 'IdempotentInstanceTerminated',
+          message:
+            'The client token you have provided is associated with a terminated instance. Please use a different client token.',
+        };
+      if (record.body !== body)
+        return {
+          status: 400,
+          code: 'IdempotentParameterMismatch',
+          message:
+            'Arguments on this idempotent request are inconsistent with arguments used in previous request(s).',
+        };
+      return { replay: record.answer };
+    }
+    if (action === 'DescribeInstances' || action === 'TerminateInstances') {
+      const hidden = listParam(params, 'InstanceId').filter((id) => this.isInvisible(id));
+      if (hidden.length === 1)
+        return {
+          status: 400,
+          code: 'InvalidInstanceID.NotFound',
+          message: `The instance ID '${hidden[0]}' does not exist`,
+        };
+      if (hidden.length > 1)
+        return {
+          status: 400,
+          code: 'InvalidInstanceID.NotFound',
+          message: `The instance IDs '${hidden.join(', ')}' do not exist`,
+        };
+    }
+    return undefined;
+  }
+
+  /** moto's answer as EC2 would give it now, and what the relay learns from it. */
+  private observed(
+    action: string,
+    params: URLSearchParams,
+    body: string,
+    status: number,
+    answer: string,
+  ): string {
+    if (status !== 200) return answer;
+    if (action === 'RunInstances') {
+      const ids = [...answer.matchAll(/<instanceId>(i-[0-9a-f]+)<\/instanceId>/g)].map((m) => m[1]!);
+      const now = Date.now();
+      for (const id of ids) this.launched.set(id, now);
+      const token = params.get('ClientToken');
+      if (this.emulation.clientToken && token !== null)
+        this.tokens.set(token, { body, answer, instanceIds: ids, terminated: false });
+      return answer;
+    }
+    if (action === 'TerminateInstances') {
+      const ids = listParam(params, 'InstanceId');
+      for (const record of this.tokens.values())
+        if (record.instanceIds.some((id) => ids.includes(id))) record.terminated = true;
+      return answer;
+    }
+    if (action === 'DescribeInstances') {
+      let out = answer;
+      // From the end, so earlier spans keep their offsets.
+      for (const span of topLevelItems(answer, 'reservationSet').reverse()) {
+        const item = out.slice(span.start, span.end);
+        const ids = [...item.matchAll(/<instanceId>(i-[0-9a-f]+)<\/instanceId>/g)].map((m) => m[1]!);
+        let replaced = item;
+        if (ids.some((id) => this.isInvisible(id))) replaced = '';
+        else if (ids.some((id) => this.isPending(id)))
+          replaced = item.replace(
+            /<instanceState><code>16<\/code><name>running<\/name><\/instanceState>/g,
+            '<instanceState><code>0</code><name>pending</name></instanceState>',
+          );
+        out = out.slice(0, span.start) + replaced + out.slice(span.end);
+      }
+      return out;
+    }
+    return answer;
   }
 
   /** Holds every matching request until the returned function is called (then they go on to moto). */
@@ -94,10 +293,12 @@ export class Ec2Relay {
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks);
     const text = body.toString('utf8');
-    const action = new URLSearchParams(text).get('Action') ?? '';
+    const params = new URLSearchParams(text);
+    const action = params.get('Action') ?? '';
     const seen = { action, body: text };
     this.seen.push(seen);
     let rewrite: ((body: string) => string) | undefined;
+    let drop = false;
     for (const rule of [...this.rules]) {
       if (!rule.match(seen)) continue;
       if (rule.kind === 'rewrite') {
@@ -106,17 +307,44 @@ export class Ec2Relay {
       }
       if (rule.kind === 'hold') {
         await rule.released;
-        break;
+        continue;
       }
       if (--rule.times <= 0) this.rules = this.rules.filter((r) => r !== rule);
-      const requestId = randomUUID();
-      res.writeHead(rule.error.status, {
-        'Content-Type': 'text/xml;charset=UTF-8',
-        Server: 'AmazonEC2',
-        'X-Amzn-Requestid': requestId,
-        'Cache-Control': 'no-cache, no-store',
-      });
-      res.end(ec2ErrorXml(rule.error, requestId));
+      if (rule.kind === 'drop') {
+        drop = true;
+        continue;
+      }
+      this.answerError(res, rule.error);
+      return;
+    }
+    const ours = this.emulated(action, params, text);
+    if (ours !== undefined && !('replay' in ours)) {
+      this.answerError(res, ours);
+      return;
+    }
+    const answered = (
+      status: number,
+      headers: Record<string, string | string[] | undefined>,
+      raw: string,
+    ) => {
+      let answer = 'replay' in (ours ?? {}) ? raw : this.observed(action, params, text, status, raw);
+      if (rewrite !== undefined) answer = rewrite(answer);
+      if (drop) {
+        // moto has acted; the caller hears nothing (as when EC2's answer is lost on the way).
+        res.socket?.destroy();
+        return;
+      }
+      const out = Buffer.from(answer, 'utf8');
+      const sent: Record<string, string | string[] | undefined> = {
+        ...headers,
+        'content-length': String(out.length),
+      };
+      delete sent['transfer-encoding'];
+      res.writeHead(status, sent);
+      res.end(out);
+    };
+    if (ours !== undefined && 'replay' in ours) {
+      answered(200, { 'content-type': 'text/xml', 'x-amzn-requestid': randomUUID() }, ours.replay);
       return;
     }
     const upstream = request(
@@ -128,20 +356,11 @@ export class Ec2Relay {
         headers: { ...req.headers, host: this.target.host, 'content-length': String(body.length) },
       },
       (answer) => {
-        if (rewrite === undefined) {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-          return;
-        }
         const parts: Buffer[] = [];
         answer.on('data', (d: Buffer) => parts.push(d));
-        answer.once('end', () => {
-          const out = Buffer.from(rewrite(Buffer.concat(parts).toString('utf8')), 'utf8');
-          const headers = { ...answer.headers, 'content-length': String(out.length) };
-          delete headers['transfer-encoding'];
-          res.writeHead(answer.statusCode ?? 502, headers);
-          res.end(out);
-        });
+        answer.once('end', () =>
+          answered(answer.statusCode ?? 502, answer.headers, Buffer.concat(parts).toString('utf8')),
+        );
       },
     );
     upstream.once('error', () => {

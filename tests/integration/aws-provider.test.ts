@@ -19,6 +19,15 @@
  * - listByTag pages through DescribeInstances and leaves terminated
  *   instances out.
  * - A registered `type: aws` entry builds from the providers config.
+ * - Behind a relay that behaves as EC2 where moto does not (ClientToken,
+ *   eventual consistency, pending): a create whose answer is lost after
+ *   EC2 acted, retried, ends with exactly one instance; an instance
+ *   invisible for 10 s after its launch is "not visible yet", never gone,
+ *   a repeat create in that window launches nothing, and it goes pending
+ *   then Running; a retried create whose user data changed (a new htpasswd
+ *   salt) adopts the first one's instance through IdempotentParameterMismatch;
+ *   a token whose instance was terminated (and has aged out of listings)
+ *   moves to the next generation on IdempotentInstanceTerminated.
  */
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
@@ -51,8 +60,9 @@ import { ProviderError } from '../../providers/errors.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
-import { Ec2Relay } from '../helpers/ec2-relay.js';
+import { Ec2Relay, withoutInstances } from '../helpers/ec2-relay.js';
 import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+import { eventually } from '../helpers/temporal.js';
 
 // The SDK must never look for an instance role on 169.254.169.254.
 process.env.AWS_EC2_METADATA_DISABLED = 'true';
@@ -384,6 +394,142 @@ describe('aws provider on moto', () => {
       expect(registry.unbuilt?.('aws-eu')).toBeUndefined();
     } finally {
       await registry.close();
+    }
+  });
+
+  /** The instances moto holds with this Name tag, in any state, asked of moto directly. */
+  const namedInMoto = async (name: string): Promise<Ec2Instance[]> => {
+    const out = await ec2.send(
+      new DescribeInstancesCommand({ Filters: [{ Name: 'tag:Name', Values: [name] }] }),
+    );
+    return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
+  };
+
+  it('a create whose answer is lost after EC2 launched it, retried, ends with exactly one instance (ClientToken)', async () => {
+    const emulating = (await Ec2Relay.start(moto.endpoint)).emulate({
+      clientToken: true,
+      invisibleMs: 5_000,
+    });
+    // No SDK retry: the provider's caller (Temporal) retries the create.
+    const provider = providerOn(emulating.endpoint, { imageId, sdkMaxAttempts: 1 }, logger);
+    try {
+      const req = request();
+      emulating.dropAnswers((r) => r.action === 'RunInstances');
+      const lost = await provider.create(req, live()).catch((e: unknown) => e);
+      expect(lost).toBeInstanceOf(ProviderError);
+      expect((lost as ProviderError).errorClass).toBe('Transient');
+      expect(await namedInMoto(req.name)).toHaveLength(1); // EC2 did launch it
+      // The retry cannot see it yet (eventual consistency): only the token keeps it from launching another.
+      const id = await provider.create(req, live());
+      const all = await namedInMoto(req.name);
+      expect(all).toHaveLength(1);
+      expect(id).toBe(`${MOTO_REGION}/${all[0]!.InstanceId}`);
+      const runs = emulating.seen.filter((r) => r.action === 'RunInstances');
+      expect(runs).toHaveLength(2);
+      expect(new Set(runs.map((r) => new URLSearchParams(r.body).get('ClientToken'))).size).toBe(1);
+    } finally {
+      await provider.close();
+      await emulating.close();
+    }
+  });
+
+  it('an instance invisible for 10 s after its launch is "not visible yet" (never gone), then pending, then Running', async () => {
+    const emulating = (await Ec2Relay.start(moto.endpoint)).emulate({
+      clientToken: true,
+      invisibleMs: 10_000,
+      pendingMs: 12_000,
+    });
+    const provider = providerOn(emulating.endpoint, { imageId }, logger);
+    try {
+      const req = request();
+      const id = await provider.create(req, live());
+      const early = await provider.get(id, live()).catch((e: unknown) => e);
+      expect(early).toBeInstanceOf(ProviderError);
+      expect((early as ProviderError).errorClass).toBe('Transient');
+      expect((early as ProviderError).message).toMatch(/not visible yet/);
+      // A repeat create in the window (the workflow retrying) launches nothing.
+      expect(await provider.create(req, live())).toBe(id);
+      const seen: string[] = [];
+      const running = await eventually(
+        `${id} Running`,
+        async () => {
+          try {
+            const got = await provider.get(id, live());
+            seen.push(got.state);
+            return got.state === 'Running' ? got : undefined;
+          } catch (err) {
+            expect((err as ProviderError).errorClass).toBe('Transient');
+            seen.push('not visible');
+            return undefined;
+          }
+        },
+        { timeoutMs: 30_000, intervalMs: 500 },
+      );
+      expect(running.ip).toBeTruthy();
+      expect(seen).toContain('not visible');
+      expect(seen).toContain('Provisioning');
+      expect(seen.indexOf('Provisioning')).toBeGreaterThan(seen.lastIndexOf('not visible'));
+      expect(await namedInMoto(req.name)).toHaveLength(1);
+    } finally {
+      await provider.close();
+      await emulating.close();
+    }
+  });
+
+  it('a retried create whose user data changed (a new htpasswd salt) adopts the first instance through IdempotentParameterMismatch', async () => {
+    const emulating = (await Ec2Relay.start(moto.endpoint)).emulate({
+      clientToken: true,
+      invisibleMs: 3_000,
+    });
+    const provider = providerOn(emulating.endpoint, { imageId, sdkMaxAttempts: 1 }, logger);
+    try {
+      const req = request({ credentials: { username: 'crawler', password: `pw-${sentinel}` } });
+      emulating.dropAnswers((r) => r.action === 'RunInstances');
+      await expect(provider.create(req, live())).rejects.toBeInstanceOf(ProviderError);
+      const again = await provider.create(req, live()).catch((e: unknown) => e);
+      expect((again as ProviderError).errorClass).toBe('Transient');
+      expect((again as ProviderError).message).toMatch(/IdempotentParameterMismatch.*not visible yet/);
+      expect(emulating.seen.filter((r) => r.action === 'RunInstances')).toHaveLength(2);
+      const id = await eventually('the first instance adopted', () => provider.create(req, live()), {
+        timeoutMs: 20_000,
+        intervalMs: 500,
+      });
+      const all = await namedInMoto(req.name);
+      expect(all).toHaveLength(1);
+      expect(id).toBe(`${MOTO_REGION}/${all[0]!.InstanceId}`);
+      for (const e of [again]) expect(JSON.stringify(e) + String(e)).not.toContain(sentinel);
+    } finally {
+      await provider.close();
+      await emulating.close();
+    }
+  });
+
+  it('a token whose instance was terminated and aged out of listings moves to the next generation (IdempotentInstanceTerminated)', async () => {
+    const emulating = (await Ec2Relay.start(moto.endpoint)).emulate({ clientToken: true });
+    const provider = providerOn(emulating.endpoint, { imageId }, logger);
+    try {
+      const req = request();
+      const first = await provider.create(req, live());
+      await provider.delete(first, live());
+      // EC2 lists a terminated instance for about an hour; after that only the token remembers it.
+      emulating.rewriteAnswers(
+        (r) => r.action === 'DescribeInstances',
+        (xml) => withoutInstances(xml, [instanceIdOf(first)]),
+      );
+      const second = await provider.create(req, live());
+      expect(second).not.toBe(first);
+      expect((await describe1(ec2, instanceIdOf(second))).ClientToken).toBe(
+        clientToken(req.uid, requestSpecHash(req), 1),
+      );
+      const runs = emulating.seen.filter((r) => r.action === 'RunInstances');
+      expect(runs.map((r) => new URLSearchParams(r.body).get('ClientToken'))).toEqual([
+        clientToken(req.uid, requestSpecHash(req), 0),
+        clientToken(req.uid, requestSpecHash(req), 0),
+        clientToken(req.uid, requestSpecHash(req), 1),
+      ]);
+    } finally {
+      await provider.close();
+      await emulating.close();
     }
   });
 
