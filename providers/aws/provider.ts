@@ -48,6 +48,7 @@ import {
   type Provider,
   type ProviderOperation,
   type TargetStatus,
+  type UnlistedScope,
 } from '../types.js';
 import { checkReason, classify, ec2ErrorCode, httpStatus } from './classify.js';
 import { Ec2Clients, type AwsCredentials } from './client.js';
@@ -117,6 +118,8 @@ class AwsProviderImpl implements AwsProvider {
   private readonly pageSize: number;
   /** Instances this process made, by instance id: when, for the visibility grace. */
   private readonly made = new Map<string, number>();
+  /** Regions listByTag lists: the configured one, and any a providerID named since the start. */
+  private readonly regions: Set<string>;
   /** The create of each name in flight in this process: the next one waits for it. */
   private readonly creating = new Map<string, Promise<unknown>>();
 
@@ -124,6 +127,7 @@ class AwsProviderImpl implements AwsProvider {
     this.name = options.name;
     this.config = options.config;
     this.visibilityGraceMs = options.visibilityGraceMs ?? 300_000;
+    this.regions = new Set([options.config.region]);
     this.pageSize = Math.max(5, Math.min(1000, options.listPageSize ?? 1000));
     this.ops = providerOperations({
       name: options.name,
@@ -363,6 +367,8 @@ class AwsProviderImpl implements AwsProvider {
       }
       if (found === undefined) throw this.notFound('get', id, instanceId);
       if (found.State?.Name === 'terminated') throw this.ops.fail('NotFound', 'get', id, 'terminated');
+      // A live instance in a region EC2 answered for: listed from now on (see listByTag).
+      this.regions.add(region);
       const out = toInstance(found, region, this.config.internalOnly);
       this.ops.log.debug({ instance: id, ec2State: found.State?.Name, state: out.state, ip: out.ip }, 'get');
       return out;
@@ -400,23 +406,54 @@ class AwsProviderImpl implements AwsProvider {
     });
   }
 
+  /**
+   * The configured region, and every other region where a get found a live
+   * instance since the worker started (Proxies made before
+   * `aws.region` changed): their instances stay in the listing, for orphan
+   * GC and the drift sweep. The configured region must list; another one
+   * that cannot is named in `unlisted` (its instances unknown, never gone).
+   */
   listByTag(signal: AbortSignal): Promise<Listing> {
     return this.ops.run('list', '', signal, async (s) => {
-      const found = await this.describeAll('list', '', s, [
-        { Name: `tag:${MARK_MANAGED}`, Values: [MARK_MANAGED_VALUE] },
-        // Terminated instances stay listed for about an hour: gone for the contract.
-        { Name: 'instance-state-name', Values: LIVE_STATES },
-      ]);
-      return found.map((i) => toInstance(i, this.config.region, this.config.internalOnly));
+      const listing: Listing = await this.listRegion(this.config.region, s);
+      const unlisted: UnlistedScope[] = [];
+      for (const region of [...this.regions].filter((r) => r !== this.config.region).sort()) {
+        try {
+          listing.push(...(await this.listRegion(region, s)));
+        } catch (err) {
+          if (s.aborted) throw err;
+          const message = err instanceof ProviderError ? err.message : 'listing failed';
+          this.ops.log.warn({ region }, 'listByTag: a region named by a providerID could not be listed');
+          unlisted.push({ target: region, idPrefix: `${region}/`, message });
+        }
+      }
+      if (unlisted.length > 0) listing.unlisted = unlisted;
+      return listing;
     });
   }
 
-  /** Every page of a filtered DescribeInstances in the entry's region. */
+  private async listRegion(region: string, signal: AbortSignal): Promise<Instance[]> {
+    const found = await this.describeAll(
+      'list',
+      '',
+      signal,
+      [
+        { Name: `tag:${MARK_MANAGED}`, Values: [MARK_MANAGED_VALUE] },
+        // Terminated instances stay listed for about an hour: gone for the contract.
+        { Name: 'instance-state-name', Values: LIVE_STATES },
+      ],
+      region,
+    );
+    return found.map((i) => toInstance(i, region, this.config.internalOnly));
+  }
+
+  /** Every page of a filtered DescribeInstances in `region` (default: the entry's). */
   private async describeAll(
     operation: ProviderOperation,
     instance: string,
     signal: AbortSignal,
     filters: Filter[],
+    region = this.config.region,
   ): Promise<Ec2Instance[]> {
     const out: Ec2Instance[] = [];
     let nextToken: string | undefined;
@@ -426,20 +463,15 @@ class AwsProviderImpl implements AwsProvider {
         throw this.ops.fail('Transient', operation, instance, 'DescribeInstances did not stop paging');
       let answer;
       try {
-        answer = await this.ec2.send(
-          this.config.region,
-          'DescribeInstances',
-          operation,
-          signal,
-          (c, sdk, abortSignal) =>
-            c.send(
-              new sdk.DescribeInstancesCommand({
-                Filters: filters,
-                MaxResults: this.pageSize,
-                ...(nextToken !== undefined ? { NextToken: nextToken } : {}),
-              }),
-              { abortSignal },
-            ),
+        answer = await this.ec2.send(region, 'DescribeInstances', operation, signal, (c, sdk, abortSignal) =>
+          c.send(
+            new sdk.DescribeInstancesCommand({
+              Filters: filters,
+              MaxResults: this.pageSize,
+              ...(nextToken !== undefined ? { NextToken: nextToken } : {}),
+            }),
+            { abortSignal },
+          ),
         );
       } catch (err) {
         throw this.failed(operation, instance, err, 'DescribeInstances', signal);

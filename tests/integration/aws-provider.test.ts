@@ -42,7 +42,7 @@ import {
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { awsConfigSchema, type AwsConfig } from '../../providers/aws/config.js';
 import {
   clientToken,
@@ -530,6 +530,68 @@ describe('aws provider on moto', () => {
     } finally {
       await provider.close();
       await emulating.close();
+    }
+  });
+
+  it('after aws.region changes, an instance in the old region is listed again once a get has found it', async () => {
+    const before = providerOn(moto.endpoint, { imageId }, logger);
+    const moved = providerOn(moto.endpoint, { region: 'us-west-2' }, logger);
+    try {
+      const id = await before.create(request(), live());
+      expect(id.startsWith(`${MOTO_REGION}/`)).toBe(true);
+      expect((await moved.listByTag(live())).map((i) => i.id)).not.toContain(id);
+      expect((await moved.get(id, live())).state).toBe('Running');
+      const listed = await moved.listByTag(live());
+      expect(listed.map((i) => i.id)).toContain(id);
+      expect(listed.unlisted ?? []).toEqual([]);
+    } finally {
+      await before.close();
+      await moved.close();
+    }
+  });
+
+  it('with no credentials anywhere, each call fails Transient saying so and check says Unauthorized', async () => {
+    // The SDK's default chain with nothing to find: no keys, no profile files, no web identity,
+    // no container endpoint, no instance metadata (AWS_EC2_METADATA_DISABLED).
+    for (const name of [
+      'AWS_ACCESS_KEY_ID',
+      'AWS_SECRET_ACCESS_KEY',
+      'AWS_SESSION_TOKEN',
+      'AWS_PROFILE',
+      'AWS_WEB_IDENTITY_TOKEN_FILE',
+      'AWS_ROLE_ARN',
+      'AWS_CONTAINER_CREDENTIALS_RELATIVE_URI',
+      'AWS_CONTAINER_CREDENTIALS_FULL_URI',
+    ])
+      vi.stubEnv(name, undefined);
+    vi.stubEnv('AWS_SHARED_CREDENTIALS_FILE', '/nonexistent/egress-proxies/credentials');
+    vi.stubEnv('AWS_CONFIG_FILE', '/nonexistent/egress-proxies/config');
+    vi.stubEnv('AWS_EC2_METADATA_DISABLED', 'true');
+    const provider = createAwsProvider({
+      name: 'aws-nocreds',
+      // Through the relay: it counts what reaches "EC2" (nothing may, unsigned).
+      config: awsConfigSchema.parse({ region: MOTO_REGION, endpoint: relay.endpoint, imageId }),
+      logger,
+      callTimeoutMs: 10_000,
+    });
+    const before = relay.seen.length;
+    try {
+      const started = Date.now();
+      const err = await provider.create(request(), live()).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProviderError);
+      expect((err as ProviderError).errorClass).toBe('Transient');
+      expect((err as ProviderError).message).toMatch(/no AWS credentials/);
+      const listErr = await provider.listByTag(live()).catch((e: unknown) => e);
+      expect((listErr as ProviderError).errorClass).toBe('Transient');
+      const [target] = await provider.check(live());
+      expect(target).toMatchObject({ name: MOTO_REGION, ready: false, reason: 'Unauthorized' });
+      expect(target!.message).toMatch(/no AWS credentials/);
+      // Found out at once, without waiting on anything (no metadata service was asked).
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(relay.seen.length).toBe(before);
+    } finally {
+      vi.unstubAllEnvs();
+      await provider.close();
     }
   });
 
