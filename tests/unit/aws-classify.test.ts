@@ -5,12 +5,17 @@
  * sources) parsed by the real `@aws-sdk/client-ec2` deserializer, then
  * classified: what the provider sees is what the SDK makes of EC2's bytes.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { pino } from 'pino';
+import { parse as parseYaml } from 'yaml';
 import { DescribeInstancesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkReason, classify, encodedAuthorizationMessage } from '../../providers/aws/classify.js';
 import { clientToken, mapState, parseProviderId } from '../../providers/aws/instance.js';
 import { awsConfigSchema } from '../../providers/aws/config.js';
+import { buildProviders, parseProvidersConfig } from '../../providers/config.js';
 import { ProviderError, safeCause } from '../../providers/errors.js';
 
 function ec2Error(code: string, message: string): string {
@@ -300,5 +305,27 @@ describe('aws instance pieces', () => {
     expect(bad.success).toBe(false);
     const paths = bad.error!.issues.map((i) => i.path.join('.')).sort();
     expect(paths).toEqual(['endpoint', 'imageId', 'sdkMaxAttempts', 'subnetIds.0', 'tags.Name']);
+  });
+});
+
+describe('the aws samples', () => {
+  const ROOT = join(import.meta.dirname, '..', '..');
+  const read = (name: string) => readFileSync(join(ROOT, 'infra/samples', name), 'utf8');
+
+  it('infra/samples/providers-aws.yaml loads and builds, dialling nothing', async () => {
+    const cfg = parseProvidersConfig(read('providers-aws.yaml'), 'providers-aws.yaml');
+    expect(cfg.providers.map((p) => `${p.name}:${p.type}`)).toEqual(['aws-eu:aws']);
+    const registry = buildProviders(cfg, { logger: pino({ level: 'silent' }), stateRoot: '/nonexistent' });
+    expect(registry.get('aws-eu')?.type).toBe('aws');
+    await registry.close();
+  });
+
+  it("infra/samples/proxy-aws.yaml names that entry and carries the gcp sample's cloud-init byte for byte", () => {
+    type Sample = { spec: { provider: string; cloudInit: { inline: string } } };
+    const aws = parseYaml(read('proxy-aws.yaml')) as Sample;
+    const gcp = parseYaml(read('proxy-gcp.yaml')) as Sample;
+    expect(aws.spec.provider).toBe('aws-eu');
+    // The gcp sample's egress policy is checked against forwarding/egress-squid.ts (egress-squid.test.ts).
+    expect(aws.spec.cloudInit.inline).toBe(gcp.spec.cloudInit.inline);
   });
 });
