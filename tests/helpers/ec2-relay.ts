@@ -149,6 +149,11 @@ export class Ec2Relay {
     this.rules.push({ kind: 'drop', match, times });
   }
 
+  /** Stops every injected error still pending (failNext's remaining answers). */
+  stopFailing(): void {
+    this.rules = this.rules.filter((r) => r.kind !== 'error');
+  }
+
   private isInvisible(instanceId: string): boolean {
     const at = this.launched.get(instanceId);
     return at !== undefined && Date.now() - at < (this.emulation.invisibleMs ?? 0);
