@@ -82,6 +82,7 @@ export class Domains {
     const id = formatProviderId(h.config.name, name);
     const state = (await this.state(h, name, signal)).trim();
     if (state === 'running' || state === 'idle' || state === 'blocked') return;
+    let refusal: VirshError | undefined;
     try {
       await this.hosts.virsh(h, ['start', name], signal);
     } catch (err) {
@@ -95,10 +96,17 @@ export class Domains {
           err,
         );
       if (!(err instanceof VirshError && err.kind === 'other')) throw err;
+      refusal = err;
     }
     const after = (await this.state(h, name, signal)).trim();
     if (after !== 'running' && after !== 'idle' && after !== 'blocked')
-      throw this.ops.fail('Transient', 'create', id, `domain did not start (state "${after.slice(0, 32)}")`);
+      throw this.ops.fail(
+        'Transient',
+        'create',
+        id,
+        // virsh's own line says why (QEMU's refusal): the operator's first question.
+        `domain did not start (state "${after.slice(0, 32)}")${refusal ? `: ${refusal.firstLine()}` : ''}`,
+      );
   }
 
   /**

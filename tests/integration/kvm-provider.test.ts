@@ -328,7 +328,7 @@ describe('kvm provider against libvirtd over sshd', () => {
     try {
       const req = request();
       const err = await rejection(huge.create(req, live()));
-      expect(err.errorClass).toBe('QuotaExceeded');
+      expect(err.errorClass, err.message).toBe('QuotaExceeded');
       expect(err.message).toContain(`host "${HOST}"`);
       expect(err.message).toMatch(/MiB of memory/);
       expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
@@ -346,7 +346,7 @@ describe('kvm provider against libvirtd over sshd', () => {
       false,
     );
     const refused = await rejection(provider.create(req, live()));
-    expect(refused.errorClass).toBe('QuotaExceeded');
+    expect(refused.errorClass, refused.message).toBe('QuotaExceeded');
     expect(refused.message).toContain(`host "${HOST}"`);
     await provider.delete(formatProviderId(HOST, req.name), live());
     expect(await virsh('list', '--all', '--name')).not.toContain(req.name);
