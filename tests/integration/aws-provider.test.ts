@@ -38,7 +38,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import {
   DescribeImagesCommand,
   DescribeInstanceAttributeCommand,
@@ -49,7 +48,7 @@ import {
   TerminateInstancesCommand,
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
-import { pino } from 'pino';
+import type { pino } from 'pino';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { awsConfigSchema, type AwsConfig } from '../../providers/aws/config.js';
@@ -75,27 +74,12 @@ import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kub
 import { Ec2Relay, withoutInstances } from '../helpers/ec2-relay.js';
 import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
 import { eventually } from '../helpers/temporal.js';
+import { capturedLogger } from '../helpers/captured-logger.js';
 
 // The SDK must never look for an instance role on 169.254.169.254.
 process.env.AWS_EC2_METADATA_DISABLED = 'true';
 
 const live = () => new AbortController().signal;
-
-function capturedLogger(): { logger: pino.Logger; lines: string[] } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      lines.push(
-        ...chunk
-          .toString('utf8')
-          .split('\n')
-          .filter((l) => l !== ''),
-      );
-      cb();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), lines };
-}
 
 /** A raw client on moto: the tests' hands in the backend, as a user with the console would be. */
 function rawClient(endpoint: string): EC2Client {

@@ -12,11 +12,10 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { InstancesClient, ZoneOperationsClient } from '@google-cloud/compute';
 import { Compute, OAuth2Client } from 'google-auth-library';
 import { KubeConfig } from '@kubernetes/client-node';
-import { pino } from 'pino';
+import type { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { createGcActivities } from '../../activities/gc-activities.js';
@@ -47,28 +46,13 @@ import { createProxy, deleteProxy, generatedCredentials, getProxy, waitForProxy 
 import { eventually, maybeRecord } from '../helpers/temporal.js';
 import { stateQuery } from '../../workflows/proxy/messages.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { capturedLogger } from '../helpers/captured-logger.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const ZONE = 'europe-west1-b';
 const IMAGE = 'projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64';
 const PLACEMENT = { zone: ZONE, machineType: 'e2-micro', image: IMAGE };
 const live = () => new AbortController().signal;
-
-function capturedLogger(): { logger: pino.Logger; lines: string[] } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      lines.push(
-        ...chunk
-          .toString('utf8')
-          .split('\n')
-          .filter((l) => l !== ''),
-      );
-      cb();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), lines };
-}
 
 /** An OAuth2 client holding the fake's token: the real auth path, minus Google's token endpoint. */
 function fakeAuth(fake: FakeCompute): OAuth2Client {

@@ -25,7 +25,6 @@ import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import {
   CoreV1Api,
   NetworkingV1Api,
@@ -36,7 +35,6 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import { temporal } from '@temporalio/proto';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { classOf, ProviderError } from '../../providers/errors.js';
@@ -67,28 +65,13 @@ import {
 } from '../helpers/kube.js';
 import { TcpRelay } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
+import { capturedLogger } from '../helpers/captured-logger.js';
 
 const live = () => new AbortController().signal;
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 const jsonPatch = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
 /** The finalizer tests use to hold a pod in the middle of its deletion. */
 const HOLD = 'egress-proxies.test/hold';
-
-function capturedLogger(): { logger: pino.Logger; lines: string[] } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      lines.push(
-        ...chunk
-          .toString('utf8')
-          .split('\n')
-          .filter((l) => l !== ''),
-      );
-      cb();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), lines };
-}
 
 function request(overrides: Partial<CreateRequest> = {}): CreateRequest {
   const uid = overrides.uid ?? randomUUID();

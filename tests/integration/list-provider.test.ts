@@ -3,9 +3,7 @@
  * the conformance suite, with a static list, and the list's own rules.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createKubeClaimStore } from '../../kube/claims.js';
 import { listConfigSchema, type ListConfig } from '../../providers/list/config.js';
@@ -36,19 +34,9 @@ import { eventually } from '../helpers/temporal.js';
 import { startForwardProxies } from './gateway-helpers.js';
 import { mutableRegistry, nthResult, startScheduleWorker, type ScheduleWorker } from './gc-helpers.js';
 import { kubeConfigVia } from './gc-helpers.js';
+import { capturedLogger } from '../helpers/captured-logger.js';
 
 const live = () => new AbortController().signal;
-
-function capturedLogger(): { logger: pino.Logger; lines: string[] } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-      cb();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), lines };
-}
 
 /** `count` static entries on distinct loopback hosts, each with a user and a password. */
 function entries(count: number, secret = 'pw'): string[] {

@@ -13,9 +13,7 @@ import { createServer as createHttpServer, request as httpRequest, type Server }
 import { connect, createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { egressIpThrough } from '../../cli/egress-ip.js';
 import { startIpEcho } from '../../local-servers/ip-echo.js';
@@ -27,27 +25,12 @@ import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { eventually } from '../helpers/temporal.js';
+import { capturedLogger } from '../helpers/captured-logger.js';
 
 const run = promisify(execFile);
 const live = () => new AbortController().signal;
 
 /** A pino logger whose lines are kept in memory. */
-function capturedLogger(): { logger: pino.Logger; lines: string[] } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      lines.push(
-        ...chunk
-          .toString('utf8')
-          .split('\n')
-          .filter((l) => l !== ''),
-      );
-      cb();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), lines };
-}
-
 function makeProvider(stateDir: string, overrides: Partial<LocalConfig> = {}, name = 'local-test') {
   const { logger, lines } = capturedLogger();
   const config = localConfigSchema.parse({ addressRange: '127.78.0.0/16', ...overrides });
