@@ -85,6 +85,7 @@ function recordedOf(proxy: Proxy): RecordedProxy {
     deleting: Boolean(proxy.metadata.deletionTimestamp),
     providerID: proxy.status?.providerID,
     ip: proxy.status?.ip,
+    ...(proxy.status?.expiresAt ? { expiresAt: proxy.status.expiresAt } : {}),
     ...(provisioned ? { provisioned: { status: provisioned.status, reason: provisioned.reason } } : {}),
   };
 }
@@ -163,7 +164,12 @@ export function createDriftActivities(deps: DriftActivityDeps): DriftActivities 
           listing.name,
           comparable,
           withIdAliases(
-            listing.instances.map((x) => ({ id: x.id, state: x.state, ...(x.ip ? { ip: x.ip } : {}) })),
+            listing.instances.map((x) => ({
+              id: x.id,
+              state: x.state,
+              ...(x.ip ? { ip: x.ip } : {}),
+              ...(x.expiresAt instanceof Date ? { expiresAt: x.expiresAt.toISOString() } : {}),
+            })),
             provider?.idAliases?.bind(provider),
           ),
         );

@@ -1,8 +1,9 @@
 /**
  * ProxyPool object (+ its members in the cache) → the PoolDesired signal.
  * Pure. A member counts only by what the pool decides on (existence,
- * readiness, drain, template hash, spec, labels), so a member's routine
- * status write (a latency report) changes nothing the bridge sends.
+ * readiness, drain, template hash, spec, labels, the end its provider
+ * announced), so a member's routine status write (a latency report)
+ * changes nothing the bridge sends.
  */
 import { createHash } from 'node:crypto';
 import {
@@ -28,6 +29,8 @@ function memberLine(p: Proxy): string {
     p.metadata.generation ?? 0,
     p.metadata.labels ?? {},
     p.metadata.annotations ?? {},
+    // An end announced after the member was Ready (a Spot notice) is a reason to look now.
+    p.status?.expiresAt ?? '',
   ]);
 }
 

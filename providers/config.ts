@@ -150,7 +150,12 @@ export const PROVIDER_TYPES = {
   aws: defineType({
     configSchema: awsConfigSchema,
     build: (name: string, config: AwsConfig, deps: ProviderDeps) =>
-      createAwsProvider({ name, config, logger: deps.logger }),
+      createAwsProvider({
+        name,
+        config,
+        logger: deps.logger,
+        onInterruption: () => deps.requestMetrics?.interrupted(name),
+      }),
   }),
   kvm: defineType({
     configSchema: kvmConfigSchema,

@@ -25,10 +25,13 @@ const RESULT: Record<ErrorClass, ProviderRequestResult> = {
 
 export interface ProviderRequestMetrics {
   observe(provider: string, op: ProviderOperation, result: ProviderRequestResult, seconds: number): void;
+  /** One instance the backend interrupted (a Spot notice or an instance it ended), counted by its provider. */
+  interrupted(provider: string): void;
 }
 
 export const PROVIDER_REQUESTS_TOTAL = 'proxy_operator_provider_requests_total';
 export const PROVIDER_REQUEST_DURATION = 'egress_provider_request_duration_seconds';
+export const PROVIDER_INTERRUPTIONS_TOTAL = 'egress_provider_interruptions_total';
 
 /** The counter and histogram on `registry` (reused when already there: one set per process). */
 export function registerProviderRequestMetrics(registry: Registry): ProviderRequestMetrics {
@@ -50,10 +53,21 @@ export function registerProviderRequestMetrics(registry: Registry): ProviderRequ
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: [registry],
     });
+  const interruptions =
+    (registry.getSingleMetric(PROVIDER_INTERRUPTIONS_TOTAL) as Counter<'provider'> | undefined) ??
+    new Counter({
+      name: PROVIDER_INTERRUPTIONS_TOTAL,
+      help: 'Instances the backend interrupted (EC2 Spot: the notice, or the instance found ended by one), each counted once',
+      labelNames: ['provider'] as const,
+      registers: [registry],
+    });
   return {
     observe(provider, op, result, seconds) {
       requests.inc({ provider, op, result });
       duration.observe({ provider, op }, seconds);
+    },
+    interrupted(provider) {
+      interruptions.inc({ provider });
     },
   };
 }

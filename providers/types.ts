@@ -76,7 +76,7 @@ export interface Instance {
   createdAt?: Date;
   /**
    * When the provider ends the instance by itself (a vendor session's
-   * lifetime), for a Running one; absent: it runs until deleted. A pool
+   * lifetime, a Spot interruption EC2 announced), for a Running one; absent: it runs until deleted. A pool
    * replaces such a member, drained, before then.
    */
   expiresAt?: Date;

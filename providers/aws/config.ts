@@ -11,6 +11,8 @@
  *     internalOnly: false               # true: no public IPv4; the address is the private IP
  *     tags: { team: crawl }             # extra tags on every instance (cost allocation)
  *     profile: crawl-eu                 # a named profile of the shared config; unset: the SDK's default chain
+ *     market: spot                      # on-demand (default) or spot (interrupted instances are replaced)
+ *     spotFallbackToOnDemand: false     # spot only: after every candidate refused for capacity, try them on-demand
  *     sdkMaxAttempts: 2                 # the SDK's own attempts per call (see below)
  *     endpoint: http://127.0.0.1:5000   # tests only: an EC2 endpoint instead of ec2.<region>.amazonaws.com
  *
@@ -87,6 +89,16 @@ export const awsConfigSchema = z.strictObject({
     )
     .refine((t) => Object.keys(t).length <= 40, 'must have at most 40 tags (EC2 allows 50, we write 5)')
     .default({}),
+  /**
+   * `spot`: every instance is a one-time Spot instance that EC2 terminates
+   * on interruption (InstanceInterruptionBehavior terminate: a stopped
+   * proxy is no use to anyone). The two-minute notice becomes the
+   * instance's `expiresAt`, so a pool replaces it drained first; the
+   * instance EC2 then terminates is replaced like any other gone instance.
+   */
+  market: z.enum(['on-demand', 'spot'], { error: 'must be on-demand or spot' }).default('on-demand'),
+  /** Spot only (ignored on-demand): when every candidate refused for capacity, try the same candidates on-demand. */
+  spotFallbackToOnDemand: z.boolean({ error: 'must be true or false' }).default(false),
   /** A named profile of the shared config and credentials files; unset: the SDK's default chain. */
   profile: z.string().regex(PROFILE, 'must be a profile name of the shared AWS config').optional(),
   /**

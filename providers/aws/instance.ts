@@ -89,23 +89,63 @@ export function tagValue(inst: Ec2Instance, key: string): string | undefined {
   return inst.Tags?.find((t) => t.Key === key)?.Value;
 }
 
-/** One candidate of a create: an instance type, and a subnet when configured. */
+/** One candidate of a create: an instance type, a market, and a subnet when configured. */
 export interface Candidate {
   instanceType: string;
+  market: 'on-demand' | 'spot';
   subnetId?: string;
 }
 
 /**
  * The candidates a create tries in order on a capacity refusal: each
  * subnet (zone) for the first instance type, then the next type, so a
- * Proxy keeps its type while any zone has room.
+ * Proxy keeps its type while any zone has room. A Spot entry with
+ * `spotFallbackToOnDemand` then tries the same list on-demand: Spot
+ * capacity anywhere first, the dearer market only when there is none.
  */
 export function candidates(req: CreateRequest, config: AwsConfig): Candidate[] {
   const types = req.placement.machineType !== undefined ? [req.placement.machineType] : config.instanceTypes;
   const subnets = config.subnetIds ?? [undefined];
-  return types.flatMap((instanceType) =>
-    subnets.map((subnetId) => (subnetId === undefined ? { instanceType } : { instanceType, subnetId })),
+  const markets: Candidate['market'][] =
+    config.market === 'spot'
+      ? config.spotFallbackToOnDemand
+        ? ['spot', 'on-demand']
+        : ['spot']
+      : ['on-demand'];
+  return markets.flatMap((market) =>
+    types.flatMap((instanceType) =>
+      subnets.map((subnetId) =>
+        subnetId === undefined ? { instanceType, market } : { instanceType, market, subnetId },
+      ),
+    ),
   );
+}
+
+/**
+ * EC2's notice before it interrupts a Spot instance: the Spot request's
+ * status code turns to one of these two minutes before the instance is
+ * stopped or terminated (the status's updateTime is when the notice was
+ * given).
+ */
+export const INTERRUPTION_NOTICE_CODES = [
+  'marked-for-termination',
+  'marked-for-stop',
+  'marked-for-hibernation',
+];
+/** How long EC2 gives between the notice and the interruption. */
+export const INTERRUPTION_NOTICE_MS = 120_000;
+/** The StateReason codes of an instance EC2 interrupted (terminated, stopped). */
+export const INTERRUPTED_STATE_REASONS = ['Server.SpotInstanceTermination', 'Server.SpotInstanceShutdown'];
+
+/** When an interruption noticed at `noticedAt` ends the instance (EC2: two minutes after the notice). */
+export function interruptionEndsAt(noticedAt: Date | undefined, nowMs: number): Date {
+  const at = noticedAt instanceof Date && !Number.isNaN(noticedAt.getTime()) ? noticedAt.getTime() : nowMs;
+  return new Date(at + INTERRUPTION_NOTICE_MS);
+}
+
+/** Whether EC2 ended (or stopped) this instance by a Spot interruption. */
+export function wasInterrupted(inst: Ec2Instance): boolean {
+  return INTERRUPTED_STATE_REASONS.includes(inst.StateReason?.Code ?? '');
 }
 
 /** The user data: the cloud-init text, with the htpasswd part when the Proxy has credentials. */
@@ -141,6 +181,12 @@ export function runInstancesInput(
     InstanceInitiatedShutdownBehavior: 'terminate',
     TagSpecifications: [{ ResourceType: 'instance', Tags: instanceTags(req, spec, config) }],
   };
+  if (candidate.market === 'spot')
+    input.InstanceMarketOptions = {
+      MarketType: 'spot',
+      // One-time, terminated on interruption: no request left behind to relaunch a proxy nobody tracks.
+      SpotOptions: { SpotInstanceType: 'one-time', InstanceInterruptionBehavior: 'terminate' },
+    };
   if (userData !== undefined && userData !== '')
     input.UserData = Buffer.from(userData, 'utf8').toString('base64');
   if (candidate.subnetId !== undefined) {
@@ -203,8 +249,16 @@ export function mapState(state: string | undefined, ip: string): InstanceState {
   }
 }
 
-/** UID, installation and CreatedAt are read back from the instance every time. */
-export function toInstance(inst: Ec2Instance, region: string, internalOnly: boolean): Instance {
+/**
+ * UID, installation and CreatedAt are read back from the instance every
+ * time; `expiresAt` is the end of an interruption EC2 has announced.
+ */
+export function toInstance(
+  inst: Ec2Instance,
+  region: string,
+  internalOnly: boolean,
+  expiresAt?: Date,
+): Instance {
   const ip = instanceAddress(inst, internalOnly);
   const state = mapState(inst.State?.Name, ip);
   const out: Instance = {
@@ -217,5 +271,6 @@ export function toInstance(inst: Ec2Instance, region: string, internalOnly: bool
   // LaunchTime is the last start: a stopped and started instance looks younger to GC, the safe direction.
   const created = inst.LaunchTime instanceof Date ? inst.LaunchTime : undefined;
   if (created !== undefined && !Number.isNaN(created.getTime())) out.createdAt = created;
+  if (expiresAt !== undefined && state !== 'Terminated') out.expiresAt = expiresAt;
   return out;
 }

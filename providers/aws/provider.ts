@@ -57,6 +57,8 @@ import {
   candidates,
   clientToken,
   formatProviderId,
+  INTERRUPTION_NOTICE_CODES,
+  interruptionEndsAt,
   LIVE_STATES,
   NAME_TAG,
   parseProviderId,
@@ -66,6 +68,7 @@ import {
   toInstance,
   validZone,
   vmUserData,
+  wasInterrupted,
   MARK_SPEC_HASH,
 } from './instance.js';
 
@@ -92,6 +95,12 @@ export interface AwsProviderOptions {
   visibilityGraceMs?: number;
   /** Instances per DescribeInstances page in listByTag (5 to 1000; default 1000). */
   listPageSize?: number;
+  /**
+   * Called once per instance EC2 interrupts (a Spot notice seen, or an
+   * instance found ended by one): the worker counts
+   * `egress_provider_interruptions_total`.
+   */
+  onInterruption?: () => void;
 }
 
 export interface AwsProvider extends Provider {
@@ -122,6 +131,9 @@ class AwsProviderImpl implements AwsProvider {
   private readonly regions: Set<string>;
   /** The create of each name in flight in this process: the next one waits for it. */
   private readonly creating = new Map<string, Promise<unknown>>();
+  /** Instances whose interruption was counted, by instance id: when (kept an hour, so each counts once). */
+  private readonly interrupted = new Map<string, number>();
+  private readonly onInterruption: () => void;
 
   constructor(options: AwsProviderOptions) {
     this.name = options.name;
@@ -129,6 +141,7 @@ class AwsProviderImpl implements AwsProvider {
     this.visibilityGraceMs = options.visibilityGraceMs ?? 300_000;
     this.regions = new Set([options.config.region]);
     this.pageSize = Math.max(5, Math.min(1000, options.listPageSize ?? 1000));
+    this.onInterruption = options.onInterruption ?? (() => undefined);
     this.ops = providerOperations({
       name: options.name,
       type: AWS_PROVIDER_TYPE,
@@ -366,10 +379,23 @@ class AwsProviderImpl implements AwsProvider {
         this.logged('get', id, err, 'DescribeInstances');
       }
       if (found === undefined) throw this.notFound('get', id, instanceId);
-      if (found.State?.Name === 'terminated') throw this.ops.fail('NotFound', 'get', id, 'terminated');
+      if (wasInterrupted(found)) this.countInterruption(instanceId, found.StateReason?.Code);
+      if (found.State?.Name === 'terminated')
+        throw this.ops.fail(
+          'NotFound',
+          'get',
+          id,
+          wasInterrupted(found)
+            ? `terminated by a Spot interruption (${found.StateReason?.Code})`
+            : 'terminated',
+        );
       // A live instance in a region EC2 answered for: listed from now on (see listByTag).
       this.regions.add(region);
-      const out = toInstance(found, region, this.config.internalOnly);
+      const notices =
+        found.State?.Name === 'running' && found.SpotInstanceRequestId
+          ? await this.interruptionNotices(region, s, [found.SpotInstanceRequestId])
+          : undefined;
+      const out = toInstance(found, region, this.config.internalOnly, this.noticeOf(found, notices));
       this.ops.log.debug({ instance: id, ec2State: found.State?.Name, state: out.state, ip: out.ip }, 'get');
       return out;
     });
@@ -444,7 +470,80 @@ class AwsProviderImpl implements AwsProvider {
       ],
       region,
     );
-    return found.map((i) => toInstance(i, region, this.config.internalOnly));
+    const spot = found.filter((i) => i.State?.Name === 'running' && i.SpotInstanceRequestId);
+    const notices = spot.length > 0 ? await this.interruptionNotices(region, signal) : undefined;
+    return found.map((i) => toInstance(i, region, this.config.internalOnly, this.noticeOf(i, notices)));
+  }
+
+  // -- Spot interruptions --------------------------------------------------------
+
+  /**
+   * The Spot requests EC2 has marked for interruption, by request id: when
+   * each instance ends (two minutes after the notice). `requestIds`: only
+   * those (a get); unset: every noticed request of the region, one filtered
+   * call (a listing). A failure leaves the notices unknown, logged: the
+   * instance is then replaced when EC2 ends it, not drained before.
+   */
+  private async interruptionNotices(
+    region: string,
+    signal: AbortSignal,
+    requestIds?: string[],
+  ): Promise<Map<string, Date> | undefined> {
+    const out = new Map<string, Date>();
+    let nextToken: string | undefined;
+    try {
+      for (let page = 0; page < 100; page++) {
+        const answer = await this.ec2.send(
+          region,
+          'DescribeSpotInstanceRequests',
+          requestIds ? 'get' : 'list',
+          signal,
+          (c, sdk, abortSignal) =>
+            c.send(
+              new sdk.DescribeSpotInstanceRequestsCommand({
+                ...(requestIds
+                  ? { SpotInstanceRequestIds: requestIds }
+                  : {
+                      Filters: [{ Name: 'status-code', Values: INTERRUPTION_NOTICE_CODES }],
+                      MaxResults: 1000,
+                      ...(nextToken !== undefined ? { NextToken: nextToken } : {}),
+                    }),
+              }),
+              { abortSignal },
+            ),
+        );
+        for (const r of answer.SpotInstanceRequests ?? []) {
+          if (!r.SpotInstanceRequestId || !INTERRUPTION_NOTICE_CODES.includes(r.Status?.Code ?? '')) continue;
+          out.set(r.SpotInstanceRequestId, interruptionEndsAt(r.Status?.UpdateTime, Date.now()));
+        }
+        nextToken = requestIds ? undefined : answer.NextToken || undefined;
+        if (nextToken === undefined) return out;
+      }
+      return out;
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.ops.log.warn(
+        { region, ec2Code: ec2ErrorCode(err), httpStatus: httpStatus(err) },
+        'DescribeSpotInstanceRequests failed: Spot interruption notices unknown until the next look',
+      );
+      return undefined;
+    }
+  }
+
+  /** The end of an interruption announced for this instance, counted the first time it is seen. */
+  private noticeOf(inst: Ec2Instance, notices: Map<string, Date> | undefined): Date | undefined {
+    const endsAt = inst.SpotInstanceRequestId ? notices?.get(inst.SpotInstanceRequestId) : undefined;
+    if (endsAt !== undefined) this.countInterruption(inst.InstanceId ?? '', 'notice');
+    return endsAt;
+  }
+
+  private countInterruption(instanceId: string, what: string | undefined): void {
+    const now = Date.now();
+    for (const [id, at] of this.interrupted) if (now - at > 3_600_000) this.interrupted.delete(id);
+    if (instanceId === '' || this.interrupted.has(instanceId)) return;
+    this.interrupted.set(instanceId, now);
+    this.ops.log.info({ instance: instanceId, what }, 'Spot interruption');
+    this.onInterruption();
   }
 
   /** Every page of a filtered DescribeInstances in `region` (default: the entry's). */
@@ -536,6 +635,7 @@ function isLive(inst: Ec2Instance): boolean {
   return state !== 'terminated' && state !== 'shutting-down';
 }
 
-function describeCandidate(c: { instanceType: string; subnetId?: string }): string {
-  return c.subnetId === undefined ? c.instanceType : `${c.instanceType} in ${c.subnetId}`;
+function describeCandidate(c: { instanceType: string; market: string; subnetId?: string }): string {
+  const what = c.market === 'spot' ? `${c.instanceType} (spot)` : c.instanceType;
+  return c.subnetId === undefined ? what : `${what} in ${c.subnetId}`;
 }

@@ -19,6 +19,16 @@
  *   `InvalidInstanceID.NotFound`, and filtered listings leave it out.
  * - A pending phase: for `pendingMs` after a launch the instance is
  *   `pending` (state code 0) in DescribeInstances.
+ * - Spot: an instance launched with `InstanceMarketOptions.MarketType=spot`
+ *   gets a Spot request (`sir-...`, its `spotInstanceRequestId`), which
+ *   DescribeSpotInstanceRequests answers (moto keeps none for RunInstances);
+ *   `interrupt()` gives EC2's two-minute notice (status
+ *   `marked-for-termination`), then terminates the instance in moto and
+ *   shows it as EC2 shows an interrupted one (StateReason
+ *   `Server.SpotInstanceTermination`).
+ * - Addresses: `addresses` names the public address each launched instance
+ *   shows (moto's are invented, unreachable; a test puts a real proxy on a
+ *   loopback address and hands it out here).
  *
  * And a test can drop an answer after moto has acted on the request (a lost
  * answer: the connection closes with nothing sent).
@@ -46,7 +56,25 @@ export interface Ec2Emulation {
   invisibleMs?: number;
   /** How long a launched instance shows as pending. */
   pendingMs?: number;
+  /** Spot requests for Spot launches (DescribeSpotInstanceRequests, interruptions). */
+  spot?: boolean;
+  /** The public address of each instance launched from now on; undefined: moto's. */
+  addresses?: () => string | undefined;
 }
+
+interface SpotRequest {
+  id: string;
+  instanceId: string;
+  state: 'active' | 'closed';
+  code: string;
+  updatedAt: Date;
+  createdAt: Date;
+}
+
+/** What EC2 says of an instance it interrupted. */
+const INTERRUPTED_REASON =
+  '<stateReason><code>Server.SpotInstanceTermination</code><message>Server.SpotInstanceTermination: Spot instance termination</message></stateReason>';
+const EC2_XMLNS = 'http://ec2.amazonaws.com/doc/2016-11-15/';
 
 interface TokenRecord {
   /** The whole form body of the first call: EC2 compares every parameter. */
@@ -117,6 +145,13 @@ export class Ec2Relay {
   private readonly launched = new Map<string, number>();
   /** Every action relayed or answered, in order (the test's evidence of what the provider sent). */
   readonly seen: RelayedRequest[] = [];
+  /** Spot requests by instance id. */
+  private readonly spotRequests = new Map<string, SpotRequest>();
+  /** Instances EC2 (this relay) interrupted. */
+  private readonly interruptedIds = new Set<string>();
+  /** The address each instance shows instead of moto's. */
+  private readonly addressOf = new Map<string, string>();
+  private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
     private readonly server: Server,
@@ -232,6 +267,19 @@ export class Ec2Relay {
       const ids = [...answer.matchAll(/<instanceId>(i-[0-9a-f]+)<\/instanceId>/g)].map((m) => m[1]!);
       const now = Date.now();
       for (const id of ids) this.launched.set(id, now);
+      for (const id of ids) {
+        const address = this.emulation.addresses?.();
+        if (address !== undefined) this.addressOf.set(id, address);
+        if (this.emulation.spot && params.get('InstanceMarketOptions.MarketType') === 'spot')
+          this.spotRequests.set(id, {
+            id: `sir-${randomUUID().replace(/-/g, '').slice(0, 8)}`,
+            instanceId: id,
+            state: 'active',
+            code: 'fulfilled',
+            updatedAt: new Date(now),
+            createdAt: new Date(now),
+          });
+      }
       const token = params.get('ClientToken');
       if (this.emulation.clientToken && token !== null)
         this.tokens.set(token, { body, answer, instanceIds: ids, terminated: false });
@@ -249,10 +297,10 @@ export class Ec2Relay {
       for (const span of topLevelItems(answer, 'reservationSet').reverse()) {
         const item = out.slice(span.start, span.end);
         const ids = [...item.matchAll(/<instanceId>(i-[0-9a-f]+)<\/instanceId>/g)].map((m) => m[1]!);
-        let replaced = item;
+        let replaced = this.asEc2Shows(item, ids);
         if (ids.some((id) => this.isInvisible(id))) replaced = '';
         else if (ids.some((id) => this.isPending(id)))
-          replaced = item.replace(
+          replaced = replaced.replace(
             /<instanceState><code>16<\/code><name>running<\/name><\/instanceState>/g,
             '<instanceState><code>0</code><name>pending</name></instanceState>',
           );
@@ -261,6 +309,110 @@ export class Ec2Relay {
       return out;
     }
     return answer;
+  }
+
+  /** One reservation of a DescribeInstances answer with each instance's Spot request, address and interruption. */
+  private asEc2Shows(item: string, ids: readonly string[]): string {
+    let out = item;
+    for (const id of ids) {
+      const spot = this.spotRequests.get(id);
+      if (spot !== undefined)
+        out = out.replace(
+          `<instanceId>${id}</instanceId>`,
+          `<instanceId>${id}</instanceId><spotInstanceRequestId>${spot.id}</spotInstanceRequestId>`,
+        );
+      const address = this.addressOf.get(id);
+      if (address !== undefined)
+        out = out.replace(/<ipAddress>[^<]*<\/ipAddress>/, `<ipAddress>${address}</ipAddress>`);
+      if (this.interruptedIds.has(id)) {
+        out = /<stateReason>[\s\S]*?<\/stateReason>/.test(out)
+          ? out.replace(/<stateReason>[\s\S]*?<\/stateReason>/, INTERRUPTED_REASON)
+          : out.replace('</instanceState>', `</instanceState>${INTERRUPTED_REASON}`);
+        out = out.replace(/<reason>[^<]*<\/reason>/, '<reason>Server.SpotInstanceTermination</reason>');
+      }
+    }
+    return out;
+  }
+
+  /** DescribeSpotInstanceRequests, answered here (by ids, or filtered by status-code), as EC2 writes it. */
+  private spotRequestsAnswer(params: URLSearchParams): { status: number; body: string } {
+    const ids = listParam(params, 'SpotInstanceRequestId');
+    const all = [...this.spotRequests.values()];
+    const unknown = ids.find((id) => !all.some((r) => r.id === id));
+    if (unknown !== undefined)
+      return {
+        status: 400,
+        body: ec2ErrorXml(
+          {
+            status: 400,
+            code: 'InvalidSpotInstanceRequestID.NotFound',
+            message: `The spot instance request ID '${unknown}' does not exist`,
+          },
+          randomUUID(),
+        ),
+      };
+    // Filter.N.Name=status-code with Filter.N.Value.M: the only filter the provider sends.
+    const codes: string[] = [];
+    for (const [k, v] of params) {
+      const m = /^Filter\.(\d+)\.Name$/.exec(k);
+      if (m && v === 'status-code') codes.push(...listParam(params, `Filter.${m[1]}.Value`));
+    }
+    const chosen = all.filter(
+      (r) => (ids.length === 0 || ids.includes(r.id)) && (codes.length === 0 || codes.includes(r.code)),
+    );
+    const items = chosen
+      .map(
+        (r) =>
+          `<item><spotInstanceRequestId>${r.id}</spotInstanceRequestId><type>one-time</type><state>${r.state}</state>` +
+          `<status><code>${r.code}</code><updateTime>${r.updatedAt.toISOString()}</updateTime><message>${r.code}</message></status>` +
+          `<instanceId>${r.instanceId}</instanceId><createTime>${r.createdAt.toISOString()}</createTime>` +
+          `<productDescription>Linux/UNIX</productDescription><instanceInterruptionBehavior>terminate</instanceInterruptionBehavior></item>`,
+      )
+      .join('');
+    return {
+      status: 200,
+      body: `<?xml version="1.0" encoding="UTF-8"?>\n<DescribeSpotInstanceRequestsResponse xmlns="${EC2_XMLNS}"><requestId>${randomUUID()}</requestId><spotInstanceRequestSet>${items}</spotInstanceRequestSet></DescribeSpotInstanceRequestsResponse>`,
+    };
+  }
+
+  /**
+   * EC2 interrupts a Spot instance: the notice now (its updateTime
+   * `noticeAgoMs` in the past: a notice the provider sees late), and two
+   * minutes after the notice the instance is terminated (through
+   * `terminate`, the test's raw client on moto) and shows
+   * Server.SpotInstanceTermination. Resolves when it is terminated.
+   */
+  interrupt(
+    instanceId: string,
+    options: { noticeAgoMs?: number; terminate: (instanceId: string) => Promise<void> },
+  ): Promise<void> {
+    const spot = this.spotRequests.get(instanceId);
+    if (spot === undefined)
+      throw new Error(`${instanceId} is not a Spot instance launched through the relay`);
+    const noticeAgoMs = options.noticeAgoMs ?? 0;
+    spot.code = 'marked-for-termination';
+    spot.updatedAt = new Date(Date.now() - noticeAgoMs);
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => {
+          this.timers.delete(timer);
+          options
+            .terminate(instanceId)
+            .then(() => {
+              this.interruptedIds.add(instanceId);
+              spot.state = 'closed';
+              spot.code = 'instance-terminated-no-capacity';
+              spot.updatedAt = new Date();
+              for (const record of this.tokens.values())
+                if (record.instanceIds.includes(instanceId)) record.terminated = true;
+              resolve();
+            })
+            .catch(reject);
+        },
+        Math.max(0, 120_000 - noticeAgoMs),
+      );
+      this.timers.add(timer);
+    });
   }
 
   /** Holds every matching request until the returned function is called (then they go on to moto). */
@@ -322,6 +474,13 @@ export class Ec2Relay {
       this.answerError(res, rule.error);
       return;
     }
+    if (action === 'DescribeSpotInstanceRequests' && this.emulation.spot) {
+      const { status, body: answer } = this.spotRequestsAnswer(params);
+      const requestId = randomUUID();
+      res.writeHead(status, { 'Content-Type': 'text/xml;charset=UTF-8', 'X-Amzn-Requestid': requestId });
+      res.end(answer);
+      return;
+    }
     const ours = this.emulated(action, params, text);
     if (ours !== undefined && !('replay' in ours)) {
       this.answerError(res, ours);
@@ -376,6 +535,8 @@ export class Ec2Relay {
   }
 
   async close(): Promise<void> {
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
     // Held requests go on (and fail on the closed connections) rather than wait forever.
     for (const rule of this.rules) if (rule.kind === 'hold') rule.release();
     this.server.closeAllConnections();

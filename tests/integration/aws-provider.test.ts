@@ -28,16 +28,11 @@
  *   salt) adopts the first one's instance through IdempotentParameterMismatch;
  *   a token whose instance was terminated (and has aged out of listings)
  *   moves to the next generation on IdempotentInstanceTerminated.
- * - End to end (a real worker and bridge, the sample Proxy, the provider
- *   behind the emulating relay): an instance invisible for 10 s after its
- *   launch, then pending, gives the Proxy exactly one instance and its
- *   address; deleting the Proxy terminates it; VcpuLimitExceeded shows as
- *   QuotaExceeded and recovers; a bad AMI fails the Proxy naming the field;
- *   throttling is Transient and the Proxy still gets its instance.
+ *
+ * Proxies end to end (a real worker, bridge and api, Ready through the
+ * prober, Spot interruptions): aws-end-to-end.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import {
   DescribeImagesCommand,
   DescribeInstanceAttributeCommand,
@@ -49,7 +44,6 @@ import {
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
 import type { pino } from 'pino';
-import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { awsConfigSchema, type AwsConfig } from '../../providers/aws/config.js';
 import {
@@ -67,10 +61,7 @@ import { buildProviders, parseProvidersConfig } from '../../providers/config.js'
 import { ProviderError } from '../../providers/errors.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
-import type { Proxy } from '../../resources/proxy-schema.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
-import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
-import { createProxy, deleteProxy, getProxy, waitForProxy } from '../helpers/kube.js';
 import { Ec2Relay, withoutInstances } from '../helpers/ec2-relay.js';
 import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
 import { eventually } from '../helpers/temporal.js';
@@ -362,6 +353,80 @@ describe('aws provider on moto', () => {
     }
   });
 
+  it("Spot: EC2's notice is the instance's end in get and listByTag, counted once; a refused notice read leaves it unknown", async () => {
+    relay.emulate({ spot: true });
+    let counted = 0;
+    const provider = providerOn(relay.endpoint, { imageId, market: 'spot' }, logger, {
+      onInterruption: () => counted++,
+    });
+    try {
+      const id = await provider.create(request(), live());
+      const instanceId = instanceIdOf(id);
+      expect((await describe1(ec2, instanceId)).InstanceLifecycle).toBe('spot');
+      expect((await provider.get(id, live())).expiresAt).toBeUndefined();
+      expect(counted).toBe(0);
+
+      // The notice, 30 s old when first read. EC2's end (90 s away) never comes in this test.
+      const noticedAt = Date.now() - 30_000;
+      void relay.interrupt(instanceId, { noticeAgoMs: 30_000, terminate: () => Promise.resolve() });
+      const got = await provider.get(id, live());
+      expect(got.state).toBe('Running');
+      expect(Math.abs(got.expiresAt!.getTime() - (noticedAt + 120_000))).toBeLessThan(2_000);
+      const listed = (await provider.listByTag(live())).find((i) => i.id === id);
+      expect(listed?.expiresAt?.getTime()).toBe(got.expiresAt!.getTime());
+      // The listing asked once, for the noticed requests only.
+      const asked = relay.seen.filter((r) => r.action === 'DescribeSpotInstanceRequests');
+      expect(asked.at(-1)?.body).toContain('Filter.1.Name=status-code');
+      expect(counted).toBe(1);
+
+      // A policy without ec2:DescribeSpotInstanceRequests: the get still answers, without the end.
+      relay.failNext((r) => r.action === 'DescribeSpotInstanceRequests', {
+        status: 403,
+        code: 'UnauthorizedOperation',
+        message: 'You are not authorized to perform this operation.',
+      });
+      const unknown = await provider.get(id, live());
+      expect(unknown.state).toBe('Running');
+      expect(unknown.expiresAt).toBeUndefined();
+      expect(lines.some((l) => l.includes('Spot interruption notices unknown'))).toBe(true);
+      expect(counted).toBe(1);
+    } finally {
+      relay.emulate({});
+      await provider.close();
+    }
+  });
+
+  it('Spot with no capacity anywhere falls back to on-demand only when configured', async () => {
+    const spotRuns = (r: { action: string; body: string }) =>
+      r.action === 'RunInstances' && r.body.includes('InstanceMarketOptions.MarketType=spot');
+    const noCapacity = {
+      status: 500,
+      code: 'InsufficientInstanceCapacity',
+      message: 'There is no Spot capacity available that matches your request.',
+    };
+    const strict = providerOn(relay.endpoint, { imageId, market: 'spot' }, logger);
+    const lenient = providerOn(
+      relay.endpoint,
+      { imageId, market: 'spot', spotFallbackToOnDemand: true },
+      logger,
+    );
+    try {
+      // The SDK's two attempts of the one candidate.
+      relay.failNext(spotRuns, noCapacity, 2);
+      const e = await strict.create(request(), live()).catch((x: unknown) => x);
+      expect((e as ProviderError).errorClass).toBe('Transient');
+      expect((e as ProviderError).message).toContain('t3.micro (spot)');
+
+      relay.failNext(spotRuns, noCapacity, 2);
+      const id = await lenient.create(request(), live());
+      expect((await describe1(ec2, instanceIdOf(id))).InstanceLifecycle).toBeUndefined();
+    } finally {
+      relay.stopFailing();
+      await strict.close();
+      await lenient.close();
+    }
+  });
+
   it('listByTag pages through every managed instance and leaves terminated ones out', async () => {
     const provider = providerOn(relay.endpoint, { imageId }, logger, { listPageSize: 5 });
     try {
@@ -600,176 +665,6 @@ describe('aws provider on moto', () => {
   it('no cloud-init text in any log line', () => {
     expect(lines.length).toBeGreaterThan(0);
     for (const line of lines) expect(line).not.toContain(sentinel);
-  });
-});
-
-// -- end to end: Proxies through a real worker ----------------------------------
-
-describe('aws provider end to end (worker, bridge, moto behind the emulating relay)', () => {
-  const ROOT = join(import.meta.dirname, '..', '..');
-  let moto: RunningMoto;
-  let relay: Ec2Relay;
-  let ec2: EC2Client;
-  let cp: ControlPlane;
-  let provider: AwsProvider;
-
-  const sample = () =>
-    parseYaml(readFileSync(join(ROOT, 'infra/samples/proxy-aws.yaml'), 'utf8')) as {
-      metadata: { name: string };
-      spec: Record<string, unknown> & { provider: string };
-    };
-  const condition = (p: Proxy, type: string) => p.status?.conditions?.find((c) => c.type === type);
-  const named = async (name: string): Promise<Ec2Instance[]> => {
-    const out = await ec2.send(
-      new DescribeInstancesCommand({ Filters: [{ Name: 'tag:Name', Values: [name] }] }),
-    );
-    return (out.Reservations ?? []).flatMap((r) => r.Instances ?? []);
-  };
-
-  beforeAll(async () => {
-    moto = await sharedMoto();
-    relay = (await Ec2Relay.start(moto.endpoint)).emulate({
-      clientToken: true,
-      invisibleMs: 10_000,
-      pendingMs: 12_000,
-    });
-    ec2 = rawClient(moto.endpoint);
-    const imageId = await firstImage(ec2);
-    cp = await startControlPlane({ prefix: 'aws-e2e' });
-    provider = createAwsProvider({
-      name: 'aws-eu',
-      config: awsConfigSchema.parse({ region: MOTO_REGION, endpoint: relay.endpoint, imageId }),
-      logger: cp.logger,
-      credentials: MOTO_CREDENTIALS,
-      callTimeoutMs: 10_000,
-    });
-    cp.registry.add(provider);
-  });
-
-  afterAll(async () => {
-    await cp?.close();
-    ec2?.destroy();
-    await relay?.close();
-  });
-
-  it('the sample Proxy: invisible for 10 s, then pending, it gets exactly one instance and its address; deleting it terminates it', async () => {
-    relay.emulate({ clientToken: true, invisibleMs: 10_000, pendingMs: 11_500 });
-    const px = sample();
-    expect(px.spec.provider).toBe('aws-eu');
-    const created = await createProxy(cp.api, cp.namespace, px.metadata.name, px.spec as never);
-    const name = instanceNameFromUid(created.metadata.uid!);
-    const running = await waitForProxy(
-      cp.api,
-      cp.namespace,
-      px.metadata.name,
-      'Running with an IP',
-      (p) => Boolean(p.status?.ip),
-      { timeoutMs: 60_000 },
-    );
-    const all = await named(name);
-    expect(all).toHaveLength(1);
-    expect(running.status?.providerID).toBe(`${MOTO_REGION}/${all[0]!.InstanceId}`);
-    expect(running.status?.ip).toBe(all[0]!.PublicIpAddress);
-    expect(condition(running, 'Provisioned')?.status).toBe('True');
-    // It was looked at while EC2 did not show it yet, and while it was pending.
-    const looks = relay.seen.filter(
-      (r) => r.action === 'DescribeInstances' && r.body.includes(all[0]!.InstanceId!),
-    );
-    expect(looks.length).toBeGreaterThan(1);
-
-    await deleteProxy(cp.api, cp.namespace, px.metadata.name);
-    await eventually(
-      'the Proxy is gone',
-      async () => {
-        await expect(getProxy(cp.api, cp.namespace, px.metadata.name)).rejects.toThrow();
-        return true;
-      },
-      { timeoutMs: 30_000 },
-    );
-    expect((await describe1(ec2, all[0]!.InstanceId!)).State?.Name).toBe('terminated');
-  });
-
-  it('VcpuLimitExceeded shows as QuotaExceeded naming the code, then the Proxy gets its instance', async () => {
-    relay.emulate({ clientToken: true });
-    relay.failNext(
-      (r) => r.action === 'RunInstances',
-      {
-        status: 400,
-        code: 'VcpuLimitExceeded',
-        message: 'You have requested more vCPU capacity than your current vCPU limit of 32 allows.',
-      },
-      1_000,
-    );
-    try {
-      await createProxy(cp.api, cp.namespace, 'aws-quota', sample().spec as never);
-      const quota = await waitForProxy(
-        cp.api,
-        cp.namespace,
-        'aws-quota',
-        'QuotaExceeded',
-        (p) => condition(p, 'QuotaExceeded')?.status === 'True',
-      );
-      expect(condition(quota, 'QuotaExceeded')?.message).toContain('VcpuLimitExceeded');
-      expect(quota.status?.phase).not.toBe('Failed');
-    } finally {
-      relay.stopFailing();
-    }
-    const recovered = await waitForProxy(
-      cp.api,
-      cp.namespace,
-      'aws-quota',
-      'Running after the limit is raised',
-      (p) => Boolean(p.status?.ip),
-      { timeoutMs: 60_000 },
-    );
-    expect(condition(recovered, 'QuotaExceeded')?.status).toBe('False');
-  });
-
-  it('an AMI EC2 does not know fails the Proxy, naming the field', async () => {
-    await createProxy(cp.api, cp.namespace, 'aws-bad-ami', {
-      ...sample().spec,
-      placement: { image: 'ami-0123456789abcdef0' },
-    } as never);
-    const failed = await waitForProxy(
-      cp.api,
-      cp.namespace,
-      'aws-bad-ami',
-      'Failed',
-      (p) => p.status?.phase === 'Failed',
-    );
-    expect(condition(failed, 'Provisioned')).toMatchObject({ status: 'False', reason: 'PermanentError' });
-    expect(condition(failed, 'Provisioned')?.message).toContain(
-      'RunInstances: EC2 answered 400 InvalidAMIID.NotFound; check placement.image or aws.imageId',
-    );
-  });
-
-  it('throttled RunInstances (RequestLimitExceeded) is Transient: the Proxy still gets its instance', async () => {
-    relay.emulate({ clientToken: true });
-    const runsBefore = relay.seen.filter((r) => r.action === 'RunInstances').length;
-    // Four answers: two creates' worth at sdkMaxAttempts 2, each retried by Temporal with backoff.
-    relay.failNext(
-      (r) => r.action === 'RunInstances',
-      {
-        status: 503,
-        code: 'RequestLimitExceeded',
-        message: 'Request limit exceeded.',
-      },
-      6,
-    );
-    const created = await createProxy(cp.api, cp.namespace, 'aws-throttled', sample().spec as never);
-    const running = await waitForProxy(
-      cp.api,
-      cp.namespace,
-      'aws-throttled',
-      'Running after throttling',
-      (p) => Boolean(p.status?.ip),
-      { timeoutMs: 60_000 },
-    );
-    expect(running.status?.phase).not.toBe('Failed');
-    expect(await named(instanceNameFromUid(created.metadata.uid!))).toHaveLength(1);
-    // The four refused (the SDK's retries among them) and the one that launched it.
-    const runs = relay.seen.filter((r) => r.action === 'RunInstances').length - runsBefore;
-    expect(runs).toBeGreaterThanOrEqual(5);
   });
 });
 

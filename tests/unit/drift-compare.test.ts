@@ -38,6 +38,33 @@ describe('drift sweep rule', () => {
     expect(isSteady(proxy('a', { providerID: undefined }), 'local')).toBe(false);
   });
 
+  it('an end the provider announced that the Proxy has not recorded is drift; the same instant spelled otherwise is not', () => {
+    const proxies = [
+      proxy('unrecorded'),
+      proxy('recorded', { expiresAt: '2026-12-06T15:00:00.000Z' }),
+      proxy('spelled', { expiresAt: '2026-12-06T15:00:00Z' }),
+      proxy('moved-end', { expiresAt: '2026-12-06T15:00:00Z' }),
+      proxy('no-end', { expiresAt: '2026-12-06T15:00:00Z' }),
+    ];
+    const end = '2026-12-06T15:00:00.000Z';
+    const { drifted } = findDrift('local', proxies, [
+      { id: 'local/unrecorded', state: 'Running', ip: '127.0.0.5', expiresAt: end },
+      { id: 'local/recorded', state: 'Running', ip: '127.0.0.5', expiresAt: end },
+      { id: 'local/spelled', state: 'Running', ip: '127.0.0.5', expiresAt: end },
+      { id: 'local/moved-end', state: 'Running', ip: '127.0.0.5', expiresAt: '2026-12-06T14:59:00.000Z' },
+      // No end listed: the recorded one stays until the workflow's own look (a listing may not know it).
+      { id: 'local/no-end', state: 'Running', ip: '127.0.0.5' },
+    ]);
+    expect(drifted.map((d) => [d.ref.name, d.why])).toEqual([
+      ['unrecorded', 'expiring'],
+      ['moved-end', 'expiring'],
+    ]);
+    expect(drifted[0]!.report).toEqual({
+      instanceId: 'local/unrecorded',
+      observed: { found: true, state: 'Running', ip: '127.0.0.5' },
+    });
+  });
+
   it('reports only the instances that differ: gone, not running, another address', () => {
     const proxies = [proxy('same'), proxy('gone'), proxy('stopped'), proxy('moved'), proxy('noip')];
     const { compared, drifted } = findDrift('local', proxies, [

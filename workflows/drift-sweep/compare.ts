@@ -2,7 +2,8 @@
  * The drift sweep's rule (pure): which steady Proxies' instances differ
  * from what their workflow last recorded. What a workflow recorded is read
  * from the Proxy's status, which only the workflow writes: a Provisioned
- * condition that is True with reason Running, a providerID and an IP. A
+ * condition that is True with reason Running, a providerID and an IP (and
+ * the end its provider announced, status.expiresAt). A
  * Proxy in any other state (provisioning, replacing, failed, deleting) polls
  * its instance on its own and is left out.
  */
@@ -17,6 +18,8 @@ export interface RecordedProxy {
   deleting: boolean;
   providerID?: string;
   ip?: string;
+  /** RFC 3339: the end the workflow last recorded (status.expiresAt). */
+  expiresAt?: string;
   provisioned?: { status: string; reason?: string };
 }
 
@@ -24,13 +27,21 @@ export interface ListedInstanceState {
   id: string;
   state: InstanceState;
   ip?: string;
+  /** RFC 3339: when the provider ends it by itself (a Spot interruption noticed since the last look). */
+  expiresAt?: string;
 }
 
 export interface Drift {
   ref: ProxyRef;
   report: DriftReport;
   /** For the log line. */
-  why: 'gone' | 'not-running' | 'address-changed';
+  why: 'gone' | 'not-running' | 'address-changed' | 'expiring';
+}
+
+/** The same instant, or both absent (RFC 3339 strings may spell one instant in more than one way). */
+function sameEnd(a: string | undefined, b: string | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return Date.parse(a) === Date.parse(b);
 }
 
 /**
@@ -59,7 +70,12 @@ export function isSteady(proxy: RecordedProxy, provider: string): boolean {
   );
 }
 
-/** The steady Proxies of `provider` whose listed instance is missing, not Running, or elsewhere. */
+/**
+ * The steady Proxies of `provider` whose listed instance is missing, not
+ * Running, elsewhere, or now ends at another time than recorded (a Spot
+ * interruption announced: the workflow's look records it, so a pool
+ * replaces the member drained before the end).
+ */
 export function findDrift(
   provider: string,
   proxies: readonly RecordedProxy[],
@@ -86,6 +102,8 @@ export function findDrift(
       drifted.push({ ref: proxy.ref, why: 'not-running', report: { instanceId, observed } });
     } else if (instance.ip !== proxy.ip) {
       drifted.push({ ref: proxy.ref, why: 'address-changed', report: { instanceId, observed } });
+    } else if (instance.expiresAt !== undefined && !sameEnd(instance.expiresAt, proxy.expiresAt)) {
+      drifted.push({ ref: proxy.ref, why: 'expiring', report: { instanceId, observed } });
     }
   }
   return { compared, drifted };

@@ -380,9 +380,10 @@ function extraStatus(
     };
   }
   const rotation = state.rotation;
-  // Without a rotation spec, only a pool whose members end by themselves
-  // shows it (runs from before saw no such member: the same status).
-  if (rotation && (state.desired.rotation || membersEnd)) {
+  // Without a rotation spec, only a pool whose members end by themselves,
+  // or did (a Spot member replaced once its notice came), shows it (runs
+  // from before saw no such member: the same status).
+  if (rotation && (state.desired.rotation || membersEnd || rotation.last !== undefined)) {
     const nextDue = nextDueAtMs;
     out.rotation = {
       rotatedTotal: rotation.rotatedTotal,
