@@ -18,6 +18,9 @@
  * - One Proxy per error class: VcpuLimitExceeded is QuotaExceeded and then
  *   Ready; an unknown AMI is Permanent naming the field; RequestLimitExceeded
  *   is Transient and then Ready.
+ * - An instance terminated behind the provider's back (its Proxy's own
+ *   looks an hour away) is noticed by the drift sweep; the Proxy is Ready
+ *   again on a new instance.
  * - Spot: an interrupted instance (EC2's notice, then terminated with
  *   Server.SpotInstanceTermination) is replaced and its Proxy is Ready again
  *   on a new instance, counted in egress_provider_interruptions_total; a pool
@@ -43,11 +46,14 @@ import { ensureSchedules, scheduleIds } from '../../cli/schedules.js';
 import { fromProxyUrl } from '../../cli/egress-ip.js';
 import { createProxyPoolClient, poolSelector } from '../../kube/proxy-pools.js';
 import { awsConfigSchema } from '../../providers/aws/config.js';
+import { parseProviderId } from '../../providers/aws/instance.js';
 import { createAwsProvider } from '../../providers/aws/provider.js';
 import { PROVIDER_INTERRUPTIONS_TOTAL, registerProviderRequestMetrics } from '../../providers/metrics.js';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { instanceNameFromUid } from '../../providers/names.js';
 import type { Proxy } from '../../resources/proxy-schema.js';
+import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
+import { stateQuery } from '../../workflows/proxy/messages.js';
 import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpers/cli.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { Ec2Relay } from '../helpers/ec2-relay.js';
@@ -335,6 +341,36 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
     // The six refused (the SDK's retries among them) and the one that launched it.
     const runs = relay.seen.filter((r) => r.action === 'RunInstances').length - runsBefore;
     expect(runs).toBeGreaterThanOrEqual(7);
+  });
+
+  it("an instance terminated behind the provider's back is replaced through the drift sweep: the Proxy is Ready again", async () => {
+    emulate();
+    const created = await createProxy(cp.api, cp.namespace, 'aws-drift', probed() as never);
+    const first = await waitReady('aws-drift', 'Ready');
+    const handle = cp.client.workflow.getHandle(
+      proxyWorkflowId({ namespace: cp.namespace, name: 'aws-drift', uid: created.metadata.uid! }),
+    );
+    // Idle in its steady wait (its own next look an hour away).
+    await eventually('the workflow settled', async () => {
+      const v = await handle.query(stateQuery);
+      return v.instanceState === 'Running' && v.nextPollAt ? v : undefined;
+    });
+    const settledAt = ((await handle.fetchHistory()).events ?? []).length;
+    await terminate(parseProviderId(first.status!.providerID!)!.instanceId);
+    const again = await waitReady(
+      'aws-drift',
+      'Ready again on a new instance',
+      (p) => p.status?.providerID !== first.status?.providerID,
+    );
+    expect(again.status?.ip).not.toBe(first.status?.ip);
+    // What woke it was the sweep's signal, before any timer of its own fired.
+    const after = ((await handle.fetchHistory()).events ?? []).slice(settledAt);
+    const drift = after.findIndex(
+      (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'driftDetected',
+    );
+    expect(drift).toBeGreaterThanOrEqual(0);
+    expect(after.slice(0, drift).filter((e) => e.timerFiredEventAttributes)).toEqual([]);
+    await deleteProxy(cp.api, cp.namespace, 'aws-drift');
   });
 
   it('a Spot instance EC2 interrupts is replaced: its Proxy is Ready again on a new instance, and the interruption is counted', async () => {
