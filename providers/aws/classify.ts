@@ -152,7 +152,7 @@ export function classify(err: unknown, action = 'EC2'): Classification {
         errorClass: 'Transient',
         capacity: false,
         summary:
-          'no AWS credentials: the SDK default chain (environment, shared config and profile, web identity, container or instance role) found none; retried until they exist',
+          'no AWS credentials: the SDK default chain found none in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), the shared config and credentials files (~/.aws, the profile of aws.profile or AWS_PROFILE), web identity (AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN), container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI or _RELATIVE_URI, EKS Pod Identity) or instance metadata (the instance role; not asked when AWS_EC2_METADATA_DISABLED=true); retried until they exist',
       };
     if (isAbortError(err))
       return { errorClass: 'Transient', capacity: false, summary: `${action} request aborted or timed out` };

@@ -50,7 +50,7 @@ import {
   type TargetStatus,
   type UnlistedScope,
 } from '../types.js';
-import { checkReason, classify, ec2ErrorCode, httpStatus } from './classify.js';
+import { checkReason, classify, ec2ErrorCode, encodedAuthorizationMessage, httpStatus } from './classify.js';
 import { Ec2Clients, type AwsCredentials } from './client.js';
 import { AMI_ID, INSTANCE_TYPE, type AwsConfig } from './config.js';
 import {
@@ -584,16 +584,44 @@ class AwsProviderImpl implements AwsProvider {
   // -- check -------------------------------------------------------------------
 
   /**
-   * One target, the region: one DescribeInstances page of at most 5
-   * managed instances proves the credentials, the endpoint and
-   * ec2:DescribeInstances (what get, listByTag and GC rely on); not the
-   * rights to launch or terminate (a DryRun RunInstances is a later slice).
+   * One target, the region. First one DescribeInstances page of at most 5
+   * managed instances: the credentials, the endpoint and
+   * ec2:DescribeInstances (what get, listByTag and GC rely on). Then a
+   * RunInstances with DryRun, built as a create would build it (the
+   * entry's AMI, its first instance type and subnet, its security groups,
+   * the marks as tags, IMDSv2; no user data, no client token of ours): EC2 answers
+   * DryRunOperation when the call would have been allowed, and
+   * UnauthorizedOperation when not, launching nothing either way. Without
+   * `aws.imageId` there is nothing a create would launch, so the dry run
+   * is skipped and the ready target says so. ec2:TerminateInstances is
+   * not checked (EC2 has no dry run that proves it without an instance).
    */
   async check(signal: AbortSignal): Promise<TargetStatus[]> {
     const started = Date.now();
     const target = { name: this.config.region, address: this.ec2.address() };
     if (signal.aborted)
       return [{ ...target, ready: false, reason: 'Timeout', message: 'check aborted before it ran' }];
+    const notReady = (err: unknown, what: string, action: string): TargetStatus[] => {
+      const ended = err instanceof CallEnded;
+      const reason = checkReason(err, ended || signal.aborted);
+      let message = ended
+        ? `${what}: ${err.message}`
+        : `${what}: ${this.logged('check', '', err, action).summary}`;
+      // The encoded authorization message runs past the message's 1,024 characters: whole, in details.
+      const encoded = ended ? undefined : encodedAuthorizationMessage(err);
+      if (encoded !== undefined && ec2ErrorCode(err) === 'UnauthorizedOperation')
+        message = `${what}: EC2 answered ${httpStatus(err) ?? 403} UnauthorizedOperation: the credentials may not call ${action}; decode why with "aws sts decode-authorization-message --encoded-message <details.encodedAuthorizationMessage>"`;
+      return [
+        {
+          ...target,
+          ready: false,
+          reason,
+          message: message.slice(0, 1024),
+          latencyMillis: Date.now() - started,
+          ...(encoded !== undefined ? { details: { encodedAuthorizationMessage: encoded } } : {}),
+        },
+      ];
+    };
     try {
       await this.ec2.send(this.config.region, 'DescribeInstances', 'check', signal, (c, sdk, abortSignal) =>
         c.send(
@@ -604,23 +632,77 @@ class AwsProviderImpl implements AwsProvider {
           { abortSignal },
         ),
       );
-      return [{ ...target, ready: true, reason: 'Reachable', latencyMillis: Date.now() - started }];
     } catch (err) {
-      const ended = err instanceof CallEnded;
-      const reason = checkReason(err, ended || signal.aborted);
-      const message = ended
-        ? err.message
-        : `DescribeInstances (managed filter, 5 results): ${this.logged('check', '', err, 'DescribeInstances').summary}`;
+      return notReady(err, 'DescribeInstances (managed filter, 5 results)', 'DescribeInstances');
+    }
+    if (this.config.imageId === undefined)
+      return [
+        {
+          ...target,
+          ready: true,
+          reason: 'Reachable',
+          message: 'RunInstances not checked: no aws.imageId (each Proxy names its AMI in placement.image)',
+          latencyMillis: Date.now() - started,
+        },
+      ];
+    let answered: 'DryRunOperation' | 'no error';
+    try {
+      answered = await this.ec2.send(
+        this.config.region,
+        'RunInstances',
+        'check',
+        signal,
+        async (c, sdk, abortSignal) => {
+          try {
+            await c.send(new sdk.RunInstancesCommand(this.dryRunInput(this.config.imageId!)), {
+              abortSignal,
+            });
+            return 'no error' as const;
+          } catch (err) {
+            // EC2's "would have succeeded" (412): the answer a check wants, a success for spans and metrics.
+            if (ec2ErrorCode(err) === 'DryRunOperation') return 'DryRunOperation' as const;
+            throw err;
+          }
+        },
+      );
+    } catch (err) {
+      return notReady(err, 'RunInstances (DryRun, as a create would send it)', DRY_RUN_ACTION);
+    }
+    if (answered !== 'DryRunOperation')
       return [
         {
           ...target,
           ready: false,
-          reason,
-          message: message.slice(0, 1024),
+          reason: 'APIError',
+          message:
+            'RunInstances (DryRun) answered without DryRunOperation: the endpoint ignored DryRun and may have launched an instance',
           latencyMillis: Date.now() - started,
         },
       ];
-    }
+    return [{ ...target, ready: true, reason: 'Reachable', latencyMillis: Date.now() - started }];
+  }
+
+  /**
+   * The dry run's RunInstances input: a create's, for the first candidate
+   * (instance type, subnet), with placeholder marks (the tags a policy may
+   * require at launch), DryRun, and no user data or client token.
+   */
+  private dryRunInput(imageId: string): ReturnType<typeof runInstancesInput> {
+    const req: CreateRequest = {
+      name: 'egress-proxies-check',
+      uid: 'check',
+      namespace: '',
+      proxyName: '',
+      placement: {},
+      cloudInit: '',
+      port: 3128,
+      installation: 'check',
+    };
+    const [first] = candidates(req, this.config);
+    const input = runInstancesInput(req, this.config, first!, imageId, 'check', '', undefined);
+    delete input.ClientToken;
+    delete input.UserData;
+    return { ...input, DryRun: true };
   }
 
   close(): Promise<void> {
@@ -639,3 +721,6 @@ function describeCandidate(c: { instanceType: string; market: string; subnetId?:
   const what = c.market === 'spot' ? `${c.instanceType} (spot)` : c.instanceType;
   return c.subnetId === undefined ? what : `${what} in ${c.subnetId}`;
 }
+
+/** The dry run of check(), as IAM names the permission it proves. */
+const DRY_RUN_ACTION = 'ec2:RunInstances (DryRun)';
