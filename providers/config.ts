@@ -155,6 +155,8 @@ export const PROVIDER_TYPES = {
         config,
         logger: deps.logger,
         onInterruption: () => deps.requestMetrics?.interrupted(name),
+        installation: deps.installation,
+        entries: deps.entries,
       }),
   }),
   kvm: defineType({

@@ -8,6 +8,8 @@
  *     instanceTypes: [t3.micro, t3a.micro]   # tried in order on a capacity refusal (placement.machineType: only that one)
  *     subnetIds: [subnet-0a1b..., subnet-0c2d...]   # tried in order on a capacity refusal; unset: the default VPC
  *     securityGroupIds: [sg-0123...]    # unset: the VPC's default group
+ *     securityGroup:                    # a managed group (security-group.ts): the proxy ports from these ranges
+ *       sourceRanges: [203.0.113.0/24]
  *     internalOnly: false               # true: no public IPv4; the address is the private IP
  *     tags: { team: crawl }             # extra tags on every instance (cost allocation)
  *     profile: crawl-eu                 # a named profile of the shared config; unset: the SDK's default chain
@@ -25,6 +27,7 @@
  */
 import { z } from 'zod';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID } from '../types.js';
+import { securityGroupConfigSchema } from './security-group.js';
 
 /** Commercial, GovCloud and China regions (`eu-west-1`, `us-gov-west-1`, `cn-north-1`). */
 export const REGION = /^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$/;
@@ -72,6 +75,12 @@ export const awsConfigSchema = z.strictObject({
     .max(5, 'must list at most 5 groups (EC2 allows 5 per network interface by default)')
     .refine(unique, 'must not repeat a group')
     .optional(),
+  /**
+   * A security group the provider check creates and corrects: the proxy
+   * ports from `sourceRanges` only (security-group.ts). Instances launch
+   * into it, and into `securityGroupIds` when both are set.
+   */
+  securityGroup: securityGroupConfigSchema.optional(),
   /** No public IPv4 address (none is asked for): the address is the private IP (crawlers inside the VPC). */
   internalOnly: z.boolean({ error: 'must be true or false' }).default(false),
   /** Extra tags on every instance; ours (Name, the marks) cannot be set here. */

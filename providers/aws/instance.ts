@@ -170,7 +170,10 @@ export function runInstancesInput(
   spec: string,
   token: string,
   userData: string | undefined,
+  /** The managed security group (aws.securityGroup), besides the configured ones. */
+  managedGroupIds: readonly string[] = [],
 ): RunInstancesCommandInput {
+  const groups = [...managedGroupIds, ...(config.securityGroupIds ?? [])];
   const input: RunInstancesCommandInput = {
     MinCount: 1,
     MaxCount: 1,
@@ -196,11 +199,11 @@ export function runInstancesInput(
         SubnetId: candidate.subnetId,
         AssociatePublicIpAddress: !config.internalOnly,
         DeleteOnTermination: true,
-        ...(config.securityGroupIds ? { Groups: [...config.securityGroupIds] } : {}),
+        ...(groups.length > 0 ? { Groups: groups } : {}),
       },
     ];
   } else {
-    if (config.securityGroupIds) input.SecurityGroupIds = [...config.securityGroupIds];
+    if (groups.length > 0) input.SecurityGroupIds = groups;
     if (req.placement.zone !== undefined) input.Placement = { AvailabilityZone: req.placement.zone };
   }
   return input;

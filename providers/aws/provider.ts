@@ -45,6 +45,7 @@ import {
   type CreateRequest,
   type Instance,
   type Listing,
+  type ListOptions,
   type Provider,
   type ProviderOperation,
   type TargetStatus,
@@ -53,6 +54,7 @@ import {
 import { checkReason, classify, ec2ErrorCode, encodedAuthorizationMessage, httpStatus } from './classify.js';
 import { Ec2Clients, type AwsCredentials } from './client.js';
 import { AMI_ID, INSTANCE_TYPE, type AwsConfig } from './config.js';
+import { SecurityGroups } from './security-group.js';
 import {
   candidates,
   clientToken,
@@ -101,6 +103,14 @@ export interface AwsProviderOptions {
    * `egress_provider_interruptions_total`.
    */
   onInterruption?: () => void;
+  /**
+   * The installation the worker serves: the managed security group's name
+   * and marks are made from it. Absent: no group is managed (check says
+   * Unmanaged; instances launch without it).
+   */
+  installation?: string;
+  /** Every configured provider entry (name and type): GC keeps their groups. */
+  entries?: readonly { name: string; type: string }[];
 }
 
 export interface AwsProvider extends Provider {
@@ -134,6 +144,8 @@ class AwsProviderImpl implements AwsProvider {
   /** Instances whose interruption was counted, by instance id: when (kept an hour, so each counts once). */
   private readonly interrupted = new Map<string, number>();
   private readonly onInterruption: () => void;
+  /** Only with aws.securityGroup (and an installation). */
+  private readonly groups: SecurityGroups | undefined;
 
   constructor(options: AwsProviderOptions) {
     this.name = options.name;
@@ -154,6 +166,19 @@ class AwsProviderImpl implements AwsProvider {
       credentials: options.credentials,
       callTimeoutMs: options.callTimeoutMs ?? 30_000,
     });
+    const sg = options.config.securityGroup;
+    this.groups =
+      sg && options.installation
+        ? new SecurityGroups({
+            ec2: this.ec2,
+            ops: this.ops,
+            region: options.config.region,
+            config: sg,
+            entry: { name: options.name, type: AWS_PROVIDER_TYPE },
+            installation: options.installation,
+            entries: options.entries ?? [],
+          })
+        : undefined;
   }
 
   /** The class of an EC2 failure, with its raw code and status logged at debug (the class collapses them). */
@@ -246,6 +271,14 @@ class AwsProviderImpl implements AwsProvider {
     );
     // Made once: every candidate gets the same user data (one salt for the htpasswd).
     const userData = vmUserData(req);
+    let groupIds: string[] = [];
+    if (this.groups) {
+      try {
+        groupIds = [await this.groups.groupId(signal)];
+      } catch (err) {
+        throw this.failed('create', instance, err, 'the managed security group', signal);
+      }
+    }
     const tried = candidates(req, this.config);
     let generation = 0;
     while (endedTokens.has(clientToken(req.uid, spec, generation))) generation++;
@@ -253,7 +286,16 @@ class AwsProviderImpl implements AwsProvider {
       const token = clientToken(req.uid, spec, generation);
       const refused: string[] = [];
       for (const candidate of tried) {
-        const input = runInstancesInput(req, this.config, candidate, imageId, spec, token, userData);
+        const input = runInstancesInput(
+          req,
+          this.config,
+          candidate,
+          imageId,
+          spec,
+          token,
+          userData,
+          groupIds,
+        );
         let made: Ec2Instance | undefined;
         try {
           const out = await this.ec2.send(region, 'RunInstances', 'create', signal, (c, sdk, abortSignal) =>
@@ -264,6 +306,17 @@ class AwsProviderImpl implements AwsProvider {
           const code = ec2ErrorCode(err);
           if (code === 'IdempotentInstanceTerminated') continue generations;
           if (code === 'IdempotentParameterMismatch') return this.madeWithToken(req, instance, signal, err);
+          // The managed group deleted by hand since it was found: the next create finds or makes it again.
+          if (code === 'InvalidGroup.NotFound' && this.groups) {
+            this.groups.forget();
+            throw this.ops.fail(
+              'Transient',
+              'create',
+              instance,
+              'the managed security group is gone; made again',
+              err,
+            );
+          }
           const c = signal.aborted ? undefined : this.logged('create', instance, err, 'RunInstances');
           if (c?.capacity) {
             refused.push(describeCandidate(candidate));
@@ -439,8 +492,10 @@ class AwsProviderImpl implements AwsProvider {
    * GC and the drift sweep. The configured region must list; another one
    * that cannot is named in `unlisted` (its instances unknown, never gone).
    */
-  listByTag(signal: AbortSignal): Promise<Listing> {
+  listByTag(signal: AbortSignal, options?: ListOptions): Promise<Listing> {
     return this.ops.run('list', '', signal, async (s) => {
+      // GC's listing also collects the groups of entries no longer configured (never failing it).
+      if (options?.collectOrphans && this.groups) await this.groups.collect(s);
       const listing: Listing = await this.listRegion(this.config.region, s);
       const unlisted: UnlistedScope[] = [];
       for (const region of [...this.regions].filter((r) => r !== this.config.region).sort()) {
@@ -597,6 +652,20 @@ class AwsProviderImpl implements AwsProvider {
    * not checked (EC2 has no dry run that proves it without an instance).
    */
   async check(signal: AbortSignal): Promise<TargetStatus[]> {
+    if (this.config.securityGroup === undefined) return this.checkRegion(signal);
+    const group: Promise<TargetStatus> =
+      this.groups?.check(signal) ??
+      Promise.resolve({
+        name: `security-group/(unmanaged)`,
+        ready: false,
+        reason: 'Unmanaged',
+        message: 'aws.securityGroup is set but this process serves no installation: no group is managed',
+      });
+    const [region, sg] = await Promise.all([this.checkRegion(signal), group]);
+    return [...region, sg];
+  }
+
+  private async checkRegion(signal: AbortSignal): Promise<TargetStatus[]> {
     const started = Date.now();
     const target = { name: this.config.region, address: this.ec2.address() };
     if (signal.aborted)
