@@ -19,6 +19,7 @@
  * | UnauthorizedOperation (403)                                  | Permanent, naming the action; the encoded authorization message kept encoded |
  * | AuthFailure (401), InvalidClientTokenId, SignatureDoesNotMatch, OptInRequired | Permanent: the credentials or the account |
  * | InvalidAMIID.NotFound / .Malformed / .Unavailable (400)      | Permanent: check placement.image / aws.imageId |
+| SsmInvalidParameter (400)                                    | Permanent: the image's SSM parameter did not resolve |
  * | InvalidParameterValue (400)                                  | Permanent, naming the parameter EC2 names |
  * | InvalidSubnetID.NotFound / .Malformed (400)                  | Permanent: check aws.subnetIds |
  * | InvalidGroup.NotFound, InvalidGroupId.Malformed (400)        | Permanent: check aws.securityGroupIds |
@@ -67,6 +68,8 @@ export const FIELD_OF_CODE: Record<string, string> = {
   'InvalidAMIID.NotFound': 'placement.image or aws.imageId',
   'InvalidAMIID.Malformed': 'placement.image or aws.imageId',
   'InvalidAMIID.Unavailable': 'placement.image or aws.imageId',
+  // An SSM parameter (resolve:ssm:...) EC2 could not resolve to an AMI.
+  SsmInvalidParameter: 'placement.image or aws.imageId (the SSM parameter)',
   'InvalidSubnetID.NotFound': 'aws.subnetIds',
   'InvalidSubnetID.Malformed': 'aws.subnetIds',
   InvalidSubnet: 'aws.subnetIds',

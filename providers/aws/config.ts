@@ -4,7 +4,7 @@
  *
  *   aws:
  *     region: eu-west-1                 # required: one entry per account and region
- *     imageId: ami-0123456789abcdef0    # the AMI, unless every Proxy names one in placement.image
+ *     imageId: ami-0123456789abcdef0    # the AMI (or resolve:ssm:<parameter>), unless every Proxy names one in placement.image
  *     instanceTypes: [t3.micro, t3a.micro]   # tried in order on a capacity refusal (placement.machineType: only that one)
  *     subnetIds: [subnet-0a1b..., subnet-0c2d...]   # tried in order on a capacity refusal; unset: the default VPC
  *     securityGroupIds: [sg-0123...]    # unset: the VPC's default group
@@ -34,6 +34,20 @@ export const REGION = /^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$/;
 /** Availability zones: the region plus a letter (`eu-west-1a`), or a Local Zone (`us-west-2-lax-1a`). */
 export const AVAILABILITY_ZONE = /^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}(?:-[a-z]{3}-\d[a-z])?[a-z]?$/;
 export const AMI_ID = /^ami-[0-9a-f]{8,17}$/;
+/**
+ * An SSM parameter EC2 resolves to an AMI at launch
+ * (`resolve:ssm:/aws/service/debian/release/12/latest/amd64`, optionally
+ * `:<version>` or `:<label>`): the public image paths Debian, Ubuntu and
+ * Amazon publish, so an entry follows the latest image without an AMI id
+ * per region.
+ */
+export const SSM_IMAGE = /^resolve:ssm:\/?[A-Za-z0-9_.\-/]{1,1011}(?::[A-Za-z0-9_.-]{1,100})?$/;
+/** What an image may be: an AMI id or an SSM parameter. */
+export function validImage(image: string): boolean {
+  return AMI_ID.test(image) || SSM_IMAGE.test(image);
+}
+const IMAGE_MESSAGE =
+  'must be an AMI id (ami- and 8 or 17 hex digits) or an SSM parameter (resolve:ssm:/aws/service/...)';
 export const SUBNET_ID = /^subnet-[0-9a-f]{8,17}$/;
 export const SECURITY_GROUP_ID = /^sg-[0-9a-f]{8,17}$/;
 /** `t3.micro`, `m7i-flex.large`, `u-6tb1.metal`: a family, a dot, a size. */
@@ -56,7 +70,7 @@ export const awsConfigSchema = z.strictObject({
   region: z
     .string({ error: 'is required (the EC2 region the instances are made in)' })
     .regex(REGION, 'must be an AWS region such as eu-west-1'),
-  imageId: z.string().regex(AMI_ID, 'must be an AMI id (ami- and 8 or 17 hex digits)').optional(),
+  imageId: z.string().refine(validImage, IMAGE_MESSAGE).optional(),
   instanceTypes: z
     .array(z.string().regex(INSTANCE_TYPE, 'must be an EC2 instance type such as t3.micro'))
     .min(1, 'must list at least one instance type')

@@ -53,7 +53,7 @@ import {
 } from '../types.js';
 import { checkReason, classify, ec2ErrorCode, encodedAuthorizationMessage, httpStatus } from './classify.js';
 import { Ec2Clients, type AwsCredentials } from './client.js';
-import { AMI_ID, INSTANCE_TYPE, type AwsConfig } from './config.js';
+import { INSTANCE_TYPE, validImage, type AwsConfig } from './config.js';
 import { SecurityGroups } from './security-group.js';
 import {
   candidates,
@@ -247,7 +247,10 @@ class AwsProviderImpl implements AwsProvider {
       throw bad('placement.machineType must be an EC2 instance type such as t3.micro');
     const imageId = image ?? this.config.imageId;
     if (imageId === undefined) throw bad('no AMI: set placement.image or aws.imageId');
-    if (!AMI_ID.test(imageId)) throw bad('placement.image must be an AMI id (ami-...)');
+    if (!validImage(imageId))
+      throw bad(
+        'placement.image must be an AMI id (ami-...) or an SSM parameter (resolve:ssm:/aws/service/...)',
+      );
     return imageId;
   }
 

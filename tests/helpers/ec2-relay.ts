@@ -60,6 +60,12 @@ export interface Ec2Emulation {
   spot?: boolean;
   /** The public address of each instance launched from now on; undefined: moto's. */
   addresses?: () => string | undefined;
+  /**
+   * SSM parameters EC2 resolves an `ImageId` of `resolve:ssm:<name>` with
+   * (moto does not): the name's AMI is launched; an unknown name is
+   * refused with `SsmInvalidParameter` (EC2's code; the message is ours).
+   */
+  ssmParameters?: Record<string, string>;
 }
 
 interface SpotRequest {
@@ -481,6 +487,24 @@ export class Ec2Relay {
       res.end(answer);
       return;
     }
+    let forwarded = body;
+    const image = params.get('ImageId');
+    if (action === 'RunInstances' && this.emulation.ssmParameters && image?.startsWith('resolve:ssm:')) {
+      // The parameter's name, without a trailing :version or :label.
+      const name = image.slice('resolve:ssm:'.length).replace(/:[^/:]*$/, '');
+      const ami = this.emulation.ssmParameters[name];
+      if (ami === undefined) {
+        this.answerError(res, {
+          status: 400,
+          code: 'SsmInvalidParameter',
+          message: `The SSM parameter ${name} could not be resolved to an image id.`,
+        });
+        return;
+      }
+      const rewritten = new URLSearchParams(text);
+      rewritten.set('ImageId', ami);
+      forwarded = Buffer.from(rewritten.toString(), 'utf8');
+    }
     const ours = this.emulated(action, params, text);
     if (ours !== undefined && !('replay' in ours)) {
       this.answerError(res, ours);
@@ -517,7 +541,7 @@ export class Ec2Relay {
         port: this.target.port,
         method: req.method,
         path: req.url,
-        headers: { ...req.headers, host: this.target.host, 'content-length': String(body.length) },
+        headers: { ...req.headers, host: this.target.host, 'content-length': String(forwarded.length) },
       },
       (answer) => {
         const parts: Buffer[] = [];
@@ -531,7 +555,7 @@ export class Ec2Relay {
       if (!res.headersSent) res.writeHead(502);
       res.end();
     });
-    upstream.end(body);
+    upstream.end(forwarded);
   }
 
   async close(): Promise<void> {

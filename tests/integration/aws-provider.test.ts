@@ -396,6 +396,35 @@ describe('aws provider on moto', () => {
     }
   });
 
+  it('an SSM parameter as the image: EC2 resolves it at launch; one it cannot resolve is Permanent naming the image', async () => {
+    const path = '/aws/service/debian/release/12/latest/amd64';
+    relay.emulate({ ssmParameters: { [path]: imageId } });
+    const provider = providerOn(relay.endpoint, { imageId: `resolve:ssm:${path}` }, logger);
+    try {
+      const id = await provider.create(request(), live());
+      expect((await describe1(ec2, instanceIdOf(id))).ImageId).toBe(imageId);
+      const sent = relay.seen.filter((r) => r.action === 'RunInstances').at(-1)!;
+      expect(new URLSearchParams(sent.body).get('ImageId')).toBe(`resolve:ssm:${path}`);
+
+      const e = await provider
+        .create(request({ placement: { image: 'resolve:ssm:/aws/service/nowhere/ami-id' } }), live())
+        .catch((x: unknown) => x);
+      expect((e as ProviderError).errorClass).toBe('Permanent');
+      expect((e as ProviderError).message).toContain('SsmInvalidParameter');
+      expect((e as ProviderError).message).toContain('placement.image or aws.imageId (the SSM parameter)');
+      // Neither an AMI id nor a parameter: refused before any call.
+      const before = relay.seen.length;
+      const bad = await provider
+        .create(request({ placement: { image: 'debian-12' } }), live())
+        .catch((x: unknown) => x);
+      expect((bad as ProviderError).message).toContain('must be an AMI id (ami-...) or an SSM parameter');
+      expect(relay.seen.length).toBe(before);
+    } finally {
+      relay.emulate({});
+      await provider.close();
+    }
+  });
+
   it('Spot with no capacity anywhere falls back to on-demand only when configured', async () => {
     const spotRuns = (r: { action: string; body: string }) =>
       r.action === 'RunInstances' && r.body.includes('InstanceMarketOptions.MarketType=spot');

@@ -139,6 +139,14 @@ const ROWS: [string, number, string, string, RegExp | null, boolean][] = [
     false,
   ],
   [
+    'SsmInvalidParameter',
+    400,
+    'Unsupported data type. The following parameter data types are supported: aws:ec2:image',
+    'Permanent',
+    /check placement\.image or aws\.imageId \(the SSM parameter\)/,
+    false,
+  ],
+  [
     'InvalidParameterValue',
     400,
     "Invalid value 'm1_small' for InstanceType.",
