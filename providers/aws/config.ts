@@ -66,91 +66,104 @@ function unique(list: readonly string[]): boolean {
   return new Set(list).size === list.length;
 }
 
-export const awsConfigSchema = z.strictObject({
-  region: z
-    .string({ error: 'is required (the EC2 region the instances are made in)' })
-    .regex(REGION, 'must be an AWS region such as eu-west-1'),
-  imageId: z.string().refine(validImage, IMAGE_MESSAGE).optional(),
-  instanceTypes: z
-    .array(z.string().regex(INSTANCE_TYPE, 'must be an EC2 instance type such as t3.micro'))
-    .min(1, 'must list at least one instance type')
-    .max(10, 'must list at most 10 instance types')
-    .refine(unique, 'must not repeat an instance type')
-    .default(DEFAULT_INSTANCE_TYPES),
-  subnetIds: z
-    .array(z.string().regex(SUBNET_ID, 'must be a subnet id (subnet- and 8 or 17 hex digits)'))
-    .min(1, 'must list at least one subnet (or leave subnetIds out for the default VPC)')
-    .max(16, 'must list at most 16 subnets')
-    .refine(unique, 'must not repeat a subnet')
-    .optional(),
-  securityGroupIds: z
-    .array(z.string().regex(SECURITY_GROUP_ID, 'must be a security group id (sg- and 8 or 17 hex digits)'))
-    .min(1, 'must list at least one group (or leave securityGroupIds out)')
-    .max(5, 'must list at most 5 groups (EC2 allows 5 per network interface by default)')
-    .refine(unique, 'must not repeat a group')
-    .optional(),
-  /**
-   * A security group the provider check creates and corrects: the proxy
-   * ports from `sourceRanges` only (security-group.ts). Instances launch
-   * into it, and into `securityGroupIds` when both are set.
-   */
-  securityGroup: securityGroupConfigSchema.optional(),
-  /** No public IPv4 address (none is asked for): the address is the private IP (crawlers inside the VPC). */
-  internalOnly: z.boolean({ error: 'must be true or false' }).default(false),
-  /** Extra tags on every instance; ours (Name, the marks) cannot be set here. */
-  tags: z
-    .record(
-      z
-        .string()
-        .min(1, 'must not be empty')
-        .max(128, 'must be at most 128 characters (EC2 tag keys)')
-        .refine(
-          (k) => !RESERVED_TAG_KEYS.includes(k) && !RESERVED_TAG_PREFIXES.some((p) => k.startsWith(p)),
-          'is written by the provider (Name, aws:, crawl.example.com/) and cannot be set here',
-        ),
-      z.string().max(256, 'must be at most 256 characters (EC2 tag values)'),
-    )
-    .refine((t) => Object.keys(t).length <= 40, 'must have at most 40 tags (EC2 allows 50, we write 5)')
-    .default({}),
-  /**
-   * `spot`: every instance is a one-time Spot instance that EC2 terminates
-   * on interruption (InstanceInterruptionBehavior terminate: a stopped
-   * proxy is no use to anyone). The two-minute notice becomes the
-   * instance's `expiresAt`, so a pool replaces it drained first; the
-   * instance EC2 then terminates is replaced like any other gone instance.
-   */
-  market: z.enum(['on-demand', 'spot'], { error: 'must be on-demand or spot' }).default('on-demand'),
-  /** Spot only (ignored on-demand): when every candidate refused for capacity, try the same candidates on-demand. */
-  spotFallbackToOnDemand: z.boolean({ error: 'must be true or false' }).default(false),
-  /** A named profile of the shared config and credentials files; unset: the SDK's default chain. */
-  profile: z.string().regex(PROFILE, 'must be a profile name of the shared AWS config').optional(),
-  /**
-   * How many times the SDK itself sends one request (1 = no retry of its
-   * own). Every failed activity is retried by Temporal with backoff too, so
-   * the two multiply: 2 absorbs a lone network blip or throttle inside the
-   * call and leaves the rest to Temporal. (The SDK retries
-   * RequestLimitExceeded and every 500/502/503/504, InsufficientInstanceCapacity
-   * included: with more attempts a capacity refusal costs seconds before the
-   * next instance type or subnet is tried.)
-   */
-  sdkMaxAttempts: z
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(5, 'must be at most 5 (Temporal retries the activity as well)')
-    .default(DEFAULT_SDK_MAX_ATTEMPTS),
-  /**
-   * An EC2 endpoint (`http://host:port` or `https://host[:port]`) used
-   * instead of the region's; the tests point it at moto.
-   */
-  endpoint: z
-    .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
-    .refine((v) => {
-      const u = new URL(v);
-      return (
-        (u.pathname === '/' || u.pathname === '') && u.search === '' && u.username === '' && u.password === ''
-      );
-    }, 'must be a scheme, host and port only (no path, query or credentials)')
-    .optional(),
-});
+export const awsConfigSchema = z
+  .strictObject({
+    region: z
+      .string({ error: 'is required (the EC2 region the instances are made in)' })
+      .regex(REGION, 'must be an AWS region such as eu-west-1'),
+    imageId: z.string().refine(validImage, IMAGE_MESSAGE).optional(),
+    instanceTypes: z
+      .array(z.string().regex(INSTANCE_TYPE, 'must be an EC2 instance type such as t3.micro'))
+      .min(1, 'must list at least one instance type')
+      .max(10, 'must list at most 10 instance types')
+      .refine(unique, 'must not repeat an instance type')
+      .default(DEFAULT_INSTANCE_TYPES),
+    subnetIds: z
+      .array(z.string().regex(SUBNET_ID, 'must be a subnet id (subnet- and 8 or 17 hex digits)'))
+      .min(1, 'must list at least one subnet (or leave subnetIds out for the default VPC)')
+      .max(16, 'must list at most 16 subnets')
+      .refine(unique, 'must not repeat a subnet')
+      .optional(),
+    securityGroupIds: z
+      .array(z.string().regex(SECURITY_GROUP_ID, 'must be a security group id (sg- and 8 or 17 hex digits)'))
+      .min(1, 'must list at least one group (or leave securityGroupIds out)')
+      .max(5, 'must list at most 5 groups (EC2 allows 5 per network interface by default)')
+      .refine(unique, 'must not repeat a group')
+      .optional(),
+    /**
+     * A security group the provider check creates and corrects: the proxy
+     * ports from `sourceRanges` only (security-group.ts). Instances launch
+     * into it, and into `securityGroupIds` when both are set.
+     */
+    securityGroup: securityGroupConfigSchema.optional(),
+    /** No public IPv4 address (none is asked for): the address is the private IP (crawlers inside the VPC). */
+    internalOnly: z.boolean({ error: 'must be true or false' }).default(false),
+    /** Extra tags on every instance; ours (Name, the marks) cannot be set here. */
+    tags: z
+      .record(
+        z
+          .string()
+          .min(1, 'must not be empty')
+          .max(128, 'must be at most 128 characters (EC2 tag keys)')
+          .refine(
+            (k) => !RESERVED_TAG_KEYS.includes(k) && !RESERVED_TAG_PREFIXES.some((p) => k.startsWith(p)),
+            'is written by the provider (Name, aws:, crawl.example.com/) and cannot be set here',
+          ),
+        z.string().max(256, 'must be at most 256 characters (EC2 tag values)'),
+      )
+      .refine((t) => Object.keys(t).length <= 40, 'must have at most 40 tags (EC2 allows 50, we write 5)')
+      .default({}),
+    /**
+     * `spot`: every instance is a one-time Spot instance that EC2 terminates
+     * on interruption (InstanceInterruptionBehavior terminate: a stopped
+     * proxy is no use to anyone). The two-minute notice becomes the
+     * instance's `expiresAt`, so a pool replaces it drained first; the
+     * instance EC2 then terminates is replaced like any other gone instance.
+     */
+    market: z.enum(['on-demand', 'spot'], { error: 'must be on-demand or spot' }).default('on-demand'),
+    /** Spot only (refused on-demand): when every candidate refused for capacity, try the same candidates on-demand. */
+    spotFallbackToOnDemand: z.boolean({ error: 'must be true or false' }).default(false),
+    /** A named profile of the shared config and credentials files; unset: the SDK's default chain. */
+    profile: z.string().regex(PROFILE, 'must be a profile name of the shared AWS config').optional(),
+    /**
+     * How many times the SDK itself sends one request (1 = no retry of its
+     * own). Every failed activity is retried by Temporal with backoff too, so
+     * the two multiply: 2 absorbs a lone network blip or throttle inside the
+     * call and leaves the rest to Temporal. (The SDK retries
+     * RequestLimitExceeded and every 500/502/503/504, InsufficientInstanceCapacity
+     * included: with more attempts a capacity refusal costs seconds before the
+     * next instance type or subnet is tried.)
+     */
+    sdkMaxAttempts: z
+      .int('must be a whole number')
+      .min(1, 'must be at least 1')
+      .max(5, 'must be at most 5 (Temporal retries the activity as well)')
+      .default(DEFAULT_SDK_MAX_ATTEMPTS),
+    /**
+     * An EC2 endpoint (`http://host:port` or `https://host[:port]`) used
+     * instead of the region's; the tests point it at moto.
+     */
+    endpoint: z
+      .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
+      .refine((v) => {
+        const u = new URL(v);
+        return (
+          (u.pathname === '/' || u.pathname === '') &&
+          u.search === '' &&
+          u.username === '' &&
+          u.password === ''
+        );
+      }, 'must be a scheme, host and port only (no path, query or credentials)')
+      .optional(),
+  })
+  .superRefine((cfg, ctx) => {
+    // A fallback on an on-demand entry would be silently meaningless: refuse it.
+    if (cfg.spotFallbackToOnDemand && cfg.market !== 'spot')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['spotFallbackToOnDemand'],
+        message: 'is only valid with market: spot',
+      });
+  });
 
 export type AwsConfig = z.output<typeof awsConfigSchema>;

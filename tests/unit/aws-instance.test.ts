@@ -53,10 +53,8 @@ describe('aws: the market of each candidate', () => {
       'on-demand t3a.micro',
       'on-demand t3a.micro',
     ]);
-    // The fallback means nothing on an on-demand entry.
-    expect(candidates(request(), config({ spotFallbackToOnDemand: true })).map((c) => c.market)).toEqual(
-      Array(4).fill('on-demand'),
-    );
+    // The fallback means nothing on an on-demand entry: refused rather than ignored.
+    expect(() => config({ spotFallbackToOnDemand: true })).toThrow(/is only valid with market: spot/);
   });
 
   it('a Spot candidate asks for a one-time instance terminated on interruption; on-demand asks for no market', () => {
