@@ -24,6 +24,7 @@ import type { IpPermission, SecurityGroup } from '@aws-sdk/client-ec2';
 import { z } from 'zod';
 import { CallEnded } from '../shared/bounded-call.js';
 import { canonicalCidr } from '../shared/cidr.js';
+import { portsField, sourceRangesField } from '../shared/ingress-fields.js';
 import type { Operations } from '../shared/operation.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_MANAGED_VALUE, type TargetStatus } from '../types.js';
 import { checkReason, classify, ec2ErrorCode } from './classify.js';
@@ -37,33 +38,12 @@ export const VPC_ID = /^vpc-[0-9a-f]{8,17}$/;
 /** GC's default minimum age, for groups as for instances. */
 export const COLLECT_MIN_AGE_MS = 10 * 60_000;
 
-const unique = <T>(v: T[]) => new Set(v).size === v.length;
-
 export const securityGroupConfigSchema = z.strictObject({
-  sourceRanges: z
-    .array(
-      z
-        .string()
-        .refine(
-          (v) => canonicalCidr(v) !== undefined,
-          'must be a CIDR range with no host bits set, such as 203.0.113.0/24 or 2001:db8::/48',
-        )
-        .refine((v) => !v.endsWith('/0'), 'must not be /0: that opens the proxies to the whole internet'),
-    )
-    .min(1, 'must list at least one CIDR range (who may reach the proxies)')
-    .max(50, 'must list at most 50 ranges (EC2 allows 60 rules per group by default)')
-    .refine((v) => unique(v.map((r) => canonicalCidr(r) ?? r)), 'must not repeat a range'),
-  ports: z
-    .array(
-      z
-        .int('must be a whole port number')
-        .min(1, 'must be a port number (1-65535)')
-        .max(65_535, 'must be a port number (1-65535)'),
-    )
-    .min(1, 'must list at least one port')
-    .max(5, 'must list at most 5 ports')
-    .refine(unique, 'must not repeat a port')
-    .default([3128]),
+  sourceRanges: sourceRangesField().max(
+    50,
+    'must list at most 50 ranges (EC2 allows 60 rules per group by default)',
+  ),
+  ports: portsField().max(5, 'must list at most 5 ports').default([3128]),
   vpcId: z.string().regex(VPC_ID, 'must be a VPC id (vpc- and 8 or 17 hex digits)').optional(),
 });
 

@@ -20,6 +20,7 @@ import type { protos } from '@google-cloud/compute';
 import { z } from 'zod';
 import { base32Lower } from '../names.js';
 import { canonicalCidr } from '../shared/cidr.js';
+import { portsField, sourceRangesField } from '../shared/ingress-fields.js';
 
 export { canonicalCidr };
 
@@ -29,31 +30,9 @@ export const DEFAULT_FIREWALL_PORTS = [3128];
 /** GCE's default priority, sent explicitly so the echo hashes the same. */
 const PRIORITY = 1000;
 
-const unique = <T>(v: T[]) => new Set(v).size === v.length;
-
 export const firewallConfigSchema = z.strictObject({
-  sourceRanges: z
-    .array(
-      z
-        .string()
-        .refine(
-          (v) => canonicalCidr(v) !== undefined,
-          'must be a CIDR range with no host bits set, such as 203.0.113.0/24 or 2001:db8::/48',
-        )
-        .refine((v) => !v.endsWith('/0'), 'must not be /0: that opens the proxies to the whole internet'),
-    )
-    .min(1, 'must list at least one CIDR range (who may reach the proxies)')
-    .refine((v) => unique(v.map((r) => canonicalCidr(r) ?? r)), 'must not repeat a range'),
-  ports: z
-    .array(
-      z
-        .int('must be a whole port number')
-        .min(1, 'must be a port number (1-65535)')
-        .max(65_535, 'must be a port number (1-65535)'),
-    )
-    .min(1, 'must list at least one port')
-    .refine(unique, 'must not repeat a port')
-    .default(() => [...DEFAULT_FIREWALL_PORTS]),
+  sourceRanges: sourceRangesField(),
+  ports: portsField().default(() => [...DEFAULT_FIREWALL_PORTS]),
   overwriteManualEdits: z.boolean({ error: 'must be true or false' }).default(false),
 });
 

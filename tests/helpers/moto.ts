@@ -7,9 +7,10 @@
  *
  * What moto does not do (docs/providers/aws.md): ClientToken idempotency,
  * a pending phase, eventual consistency, throttling, capacity, limit and
- * auth errors. Those are a relay's job (a later slice of issue 59).
+ * auth errors. Those are the relay's job (tests/helpers/ec2-relay.ts).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { DescribeImagesCommand, EC2Client } from '@aws-sdk/client-ec2';
 import { existsSync } from 'node:fs';
 import { request } from 'node:http';
 import { freePort } from '../../local-servers/ports.js';
@@ -21,6 +22,19 @@ export const MOTO_CREDENTIALS = {
   secretAccessKey: 'egress-proxies-test-secret',
 };
 export const MOTO_REGION = 'us-east-1';
+
+/** A raw client on moto, one attempt a call: the tests' hands in the backend, as a user with the console would be. */
+export function motoClient(endpoint: string): EC2Client {
+  return new EC2Client({ region: MOTO_REGION, endpoint, credentials: MOTO_CREDENTIALS, maxAttempts: 1 });
+}
+
+/** The first AMI moto lists (it ships a catalogue of public images). */
+export async function motoImage(ec2: EC2Client): Promise<string> {
+  const images = await ec2.send(new DescribeImagesCommand({}));
+  const id = images.Images?.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i));
+  if (id === undefined) throw new Error('moto lists no AMI');
+  return id;
+}
 
 export interface RunningMoto {
   /** `http://127.0.0.1:<port>`: the provider's `aws.endpoint`. */

@@ -21,12 +21,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
-  DescribeImagesCommand,
   DescribeInstancesCommand,
   DescribeSecurityGroupsCommand,
   DescribeSubnetsCommand,
-  EC2Client,
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
 import type { pino } from 'pino';
@@ -43,24 +42,20 @@ import { capturedLogger } from '../helpers/captured-logger.js';
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { Ec2Relay } from '../helpers/ec2-relay.js';
 import { createProxy, waitForProxy } from '../helpers/kube.js';
-import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+import {
+  MOTO_CREDENTIALS,
+  MOTO_REGION,
+  motoClient,
+  motoImage,
+  startMoto,
+  type RunningMoto,
+} from '../helpers/moto.js';
 import { eventually } from '../helpers/temporal.js';
 
 // The SDK must never look for an instance role on 169.254.169.254.
 process.env.AWS_EC2_METADATA_DISABLED = 'true';
 
 const live = () => new AbortController().signal;
-
-function rawClient(endpoint: string): EC2Client {
-  return new EC2Client({ region: MOTO_REGION, endpoint, credentials: MOTO_CREDENTIALS, maxAttempts: 1 });
-}
-
-async function firstImage(ec2: EC2Client): Promise<string> {
-  const images = await ec2.send(new DescribeImagesCommand({}));
-  const id = images.Images?.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i));
-  if (id === undefined) throw new Error('moto lists no AMI');
-  return id;
-}
 
 /** Every instance moto holds, in any state. */
 async function allInstances(ec2: EC2Client): Promise<Ec2Instance[]> {
@@ -101,8 +96,8 @@ describe('aws check(): a DryRun RunInstances as a create would send it', () => {
   beforeAll(async () => {
     moto = await sharedMoto();
     relay = await Ec2Relay.start(moto.endpoint);
-    ec2 = rawClient(moto.endpoint);
-    imageId = await firstImage(ec2);
+    ec2 = motoClient(moto.endpoint);
+    imageId = await motoImage(ec2);
     const subnets = await ec2.send(new DescribeSubnetsCommand({}));
     subnetId = subnets.Subnets!.find((s) => s.DefaultForAz)!.SubnetId!;
     const groups = await ec2.send(new DescribeSecurityGroupsCommand({}));
@@ -272,8 +267,8 @@ describe('aws orphan GC (the schedule on a real worker, moto as EC2)', () => {
 
   beforeAll(async () => {
     moto = await sharedMoto();
-    ec2 = rawClient(moto.endpoint);
-    imageId = await firstImage(ec2);
+    ec2 = motoClient(moto.endpoint);
+    imageId = await motoImage(ec2);
     cp = await startControlPlane({ prefix: 'aws-gc', installation });
     provider = providerOn(moto.endpoint, { imageId }, cp.logger, 'aws-gc');
     cp.registry.add(provider);

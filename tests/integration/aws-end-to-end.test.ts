@@ -32,10 +32,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
-  DescribeImagesCommand,
   DescribeInstancesCommand,
-  EC2Client,
   TerminateInstancesCommand,
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
@@ -58,7 +57,14 @@ import { leaseApiUrl, startCli, testServerArgs, type CliProcess } from '../helpe
 import { startControlPlane, type ControlPlane } from '../helpers/control-plane.js';
 import { Ec2Relay } from '../helpers/ec2-relay.js';
 import { createProxy, deleteProxy, getProxy, proxyCondition, waitForProxy } from '../helpers/kube.js';
-import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+import {
+  MOTO_CREDENTIALS,
+  MOTO_REGION,
+  motoClient,
+  motoImage,
+  startMoto,
+  type RunningMoto,
+} from '../helpers/moto.js';
 import { getThroughConnect, startTarget } from '../helpers/net.js';
 import { eventually } from '../helpers/temporal.js';
 
@@ -158,15 +164,8 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
     for (const host of ADDRESSES) proxies.push(await startForwardProxy({ host, port: PORT }));
     moto = await startMoto();
     relay = (await Ec2Relay.start(moto.endpoint)).emulate({ clientToken: true });
-    ec2 = new EC2Client({
-      region: MOTO_REGION,
-      endpoint: moto.endpoint,
-      credentials: MOTO_CREDENTIALS,
-      maxAttempts: 1,
-    });
-    const images = await ec2.send(new DescribeImagesCommand({}));
-    const imageId = images.Images?.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i));
-    if (imageId === undefined) throw new Error('moto lists no AMI');
+    ec2 = motoClient(moto.endpoint);
+    const imageId = await motoImage(ec2);
     // Per-proxy polls an hour away: what notices a change behind the provider's back is the sweep.
     cp = await startControlPlane({
       prefix: 'aws-e2e',

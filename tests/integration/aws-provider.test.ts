@@ -33,12 +33,11 @@
  * prober, Spot interruptions): aws-end-to-end.test.ts.
  */
 import { randomUUID } from 'node:crypto';
+import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
-  DescribeImagesCommand,
   DescribeInstanceAttributeCommand,
   DescribeInstancesCommand,
   DescribeSubnetsCommand,
-  EC2Client,
   RunInstancesCommand,
   TerminateInstancesCommand,
   type Instance as Ec2Instance,
@@ -63,7 +62,14 @@ import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_INSTALLATION, MARK_MANAGED, MARK_UID, type CreateRequest } from '../../providers/types.js';
 import { describeProviderConformance } from '../conformance/provider-conformance.js';
 import { Ec2Relay, withoutInstances } from '../helpers/ec2-relay.js';
-import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+import {
+  MOTO_CREDENTIALS,
+  MOTO_REGION,
+  motoClient,
+  motoImage,
+  startMoto,
+  type RunningMoto,
+} from '../helpers/moto.js';
 import { eventually } from '../helpers/temporal.js';
 import { capturedLogger } from '../helpers/captured-logger.js';
 
@@ -71,18 +77,6 @@ import { capturedLogger } from '../helpers/captured-logger.js';
 process.env.AWS_EC2_METADATA_DISABLED = 'true';
 
 const live = () => new AbortController().signal;
-
-/** A raw client on moto: the tests' hands in the backend, as a user with the console would be. */
-function rawClient(endpoint: string): EC2Client {
-  return new EC2Client({ region: MOTO_REGION, endpoint, credentials: MOTO_CREDENTIALS, maxAttempts: 1 });
-}
-
-async function firstImage(ec2: EC2Client): Promise<string> {
-  const images = await ec2.send(new DescribeImagesCommand({}));
-  const id = images.Images?.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i));
-  if (id === undefined) throw new Error('moto lists no AMI');
-  return id;
-}
 
 async function describe1(ec2: EC2Client, instanceId: string): Promise<Ec2Instance> {
   const out = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [instanceId] }));
@@ -127,8 +121,8 @@ let conformanceRelay: Ec2Relay | undefined;
 describeProviderConformance('aws (moto)', async () => {
   const moto = await sharedMoto();
   const relay = (conformanceRelay = await Ec2Relay.start(moto.endpoint));
-  const ec2 = rawClient(moto.endpoint);
-  const imageId = await firstImage(ec2);
+  const ec2 = motoClient(moto.endpoint);
+  const imageId = await motoImage(ec2);
   const { logger, lines } = capturedLogger();
   const provider = providerOn(relay.endpoint, { imageId }, logger);
   const rawRun = async (tags: { Key: string; Value: string }[]): Promise<string> => {
@@ -226,8 +220,8 @@ describe('aws provider on moto', () => {
   beforeAll(async () => {
     moto = await sharedMoto();
     relay = await Ec2Relay.start(moto.endpoint);
-    ec2 = rawClient(moto.endpoint);
-    imageId = await firstImage(ec2);
+    ec2 = motoClient(moto.endpoint);
+    imageId = await motoImage(ec2);
     const out = await ec2.send(new DescribeSubnetsCommand({}));
     subnets = (out.Subnets ?? [])
       .filter((s) => s.DefaultForAz)

@@ -7,13 +7,12 @@
  * of an entry no longer configured and keeps the rest.
  */
 import { randomUUID } from 'node:crypto';
+import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
   AuthorizeSecurityGroupIngressCommand,
   CreateTagsCommand,
-  DescribeImagesCommand,
   DescribeInstancesCommand,
   DescribeSecurityGroupsCommand,
-  EC2Client,
   type SecurityGroup,
 } from '@aws-sdk/client-ec2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -30,7 +29,14 @@ import { instanceNameFromUid } from '../../providers/names.js';
 import { MARK_INSTALLATION, MARK_MANAGED } from '../../providers/types.js';
 import { capturedLogger } from '../helpers/captured-logger.js';
 import { Ec2Relay } from '../helpers/ec2-relay.js';
-import { MOTO_CREDENTIALS, MOTO_REGION, startMoto, type RunningMoto } from '../helpers/moto.js';
+import {
+  MOTO_CREDENTIALS,
+  MOTO_REGION,
+  motoClient,
+  motoImage,
+  startMoto,
+  type RunningMoto,
+} from '../helpers/moto.js';
 
 process.env.AWS_EC2_METADATA_DISABLED = 'true';
 
@@ -95,14 +101,8 @@ describe('aws: the managed security group', () => {
   beforeAll(async () => {
     moto = await startMoto();
     relay = await Ec2Relay.start(moto.endpoint);
-    ec2 = new EC2Client({
-      region: MOTO_REGION,
-      endpoint: moto.endpoint,
-      credentials: MOTO_CREDENTIALS,
-      maxAttempts: 1,
-    });
-    const images = await ec2.send(new DescribeImagesCommand({}));
-    imageId = images.Images!.map((i) => i.ImageId ?? '').find((i) => /^ami-[0-9a-f]{8,17}$/.test(i))!;
+    ec2 = motoClient(moto.endpoint);
+    imageId = await motoImage(ec2);
   });
   afterAll(async () => {
     for (const p of providers) await p.close();
