@@ -5,8 +5,9 @@
  * endpoint is always the loopback, and the instance metadata service is
  * off for the SDK (AWS_EC2_METADATA_DISABLED), so nothing can reach AWS.
  *
- * - The conformance suite (a relay in front of moto holds requests for the
- *   stall hook).
+ * - The conformance suite, every hook (a relay in front of moto holds
+ *   requests for the stall hook and shows what moto cannot: a launch time
+ *   rewritten, an unknown state, running without an address, shutting-down).
  * - What RunInstances carries, read back from moto: the marks as tags at
  *   launch, IMDSv2 required with hop limit 1, the cloud-init as user data,
  *   a ClientToken.
@@ -35,6 +36,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
+  CreateTagsCommand,
   DescribeInstanceAttributeCommand,
   DescribeInstancesCommand,
   DescribeSubnetsCommand,
@@ -151,6 +153,43 @@ describeProviderConformance('aws (moto)', async () => {
       'i-0123456789abcdef0',
     ],
     hooks: {
+      // The UID tag in moto itself; LaunchTime is moto's to set, so the relay shows the new one.
+      rewriteMarks: async (id, { uid, createdAt }) => {
+        const instanceId = instanceIdOf(id);
+        await ec2.send(
+          new CreateTagsCommand({ Resources: [instanceId], Tags: [{ Key: MARK_UID, Value: uid }] }),
+        );
+        relay.rewriteAnswers(
+          (r) => r.action === 'DescribeInstances' && r.body.includes(instanceId),
+          (body) =>
+            body.replace(
+              /<launchTime>[^<]*<\/launchTime>/g,
+              `<launchTime>${createdAt.toISOString()}</launchTime>`,
+            ),
+        );
+      },
+      // A state EC2 may add one day (its code is outside today's 0-80).
+      setUnknownState: (id) => {
+        const instanceId = instanceIdOf(id);
+        relay.rewriteAnswers(
+          (r) => r.action === 'DescribeInstances' && r.body.includes(instanceId),
+          (body) =>
+            body.replace(
+              /<instanceState>\s*<code>\d+<\/code>\s*<name>[a-z-]+<\/name>\s*<\/instanceState>/g,
+              '<instanceState><code>96</code><name>hibernating</name></instanceState>',
+            ),
+        );
+        return Promise.resolve();
+      },
+      // Running, its public address not there yet (EC2 assigns it a moment after the state turns).
+      setRunningWithoutIp: (id) => {
+        const instanceId = instanceIdOf(id);
+        relay.rewriteAnswers(
+          (r) => r.action === 'DescribeInstances' && r.body.includes(instanceId),
+          (body) => body.replace(/<ipAddress>[^<]*<\/ipAddress>/g, ''),
+        );
+        return Promise.resolve();
+      },
       createUnmarked: (name) => rawRun([{ Key: 'Name', Value: name }]),
       createMarkedWithEmptyUid: (name) =>
         rawRun([
