@@ -11,6 +11,7 @@
  *     securityGroup:                    # a managed group (security-group.ts): the proxy ports from these ranges
  *       sourceRanges: [203.0.113.0/24]
  *     internalOnly: false               # true: no public IPv4; the address is the private IP
+ *     ipv6: false                       # true: one IPv6 address (subnetIds with an IPv6 range), the Proxy's address
  *     tags: { team: crawl }             # extra tags on every instance (cost allocation)
  *     profile: crawl-eu                 # a named profile of the shared config; unset: the SDK's default chain
  *     market: spot                      # on-demand (default) or spot (interrupted instances are replaced)
@@ -98,6 +99,12 @@ export const awsConfigSchema = z
     securityGroup: securityGroupConfigSchema.optional(),
     /** No public IPv4 address (none is asked for): the address is the private IP (crawlers inside the VPC). */
     internalOnly: z.boolean({ error: 'must be true or false' }).default(false),
+    /**
+     * One IPv6 address from the subnet's range, and it is the Proxy's
+     * address (crawlers reach it over IPv6; with internalOnly, no public
+     * IPv4 is paid for). Needs subnetIds: the network interface asks for it.
+     */
+    ipv6: z.boolean({ error: 'must be true or false' }).default(false),
     /** Extra tags on every instance; ours (Name, the marks) cannot be set here. */
     tags: z
       .record(
@@ -157,6 +164,13 @@ export const awsConfigSchema = z
       .optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.ipv6 && cfg.subnetIds === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ipv6'],
+        message:
+          'needs subnetIds: subnets with an IPv6 range (the network interface asks for an address of it)',
+      });
     // A fallback on an on-demand entry would be silently meaningless: refuse it.
     if (cfg.spotFallbackToOnDemand && cfg.market !== 'spot')
       ctx.addIssue({

@@ -198,6 +198,7 @@ export function runInstancesInput(
         DeviceIndex: 0,
         SubnetId: candidate.subnetId,
         AssociatePublicIpAddress: !config.internalOnly,
+        ...(config.ipv6 ? { Ipv6AddressCount: 1 } : {}),
         DeleteOnTermination: true,
         ...(groups.length > 0 ? { Groups: groups } : {}),
       },
@@ -215,14 +216,19 @@ export function validZone(zone: string): boolean {
 }
 
 /**
- * The address a Proxy uses: the public IPv4 address, or the private one of
- * an instance made without (internalOnly). Read from the instance and the
- * entry's setting at the time: a public instance has no Running state
- * until its public address is there.
+ * The address a Proxy uses: its IPv6 address (ipv6), else the public IPv4
+ * address, or the private one of an instance made without (internalOnly).
+ * Read from the instance and the entry's settings at the time: an instance
+ * has no Running state until that address is there.
  */
-export function instanceAddress(inst: Ec2Instance, internalOnly: boolean): string {
-  return (internalOnly ? inst.PrivateIpAddress : inst.PublicIpAddress) ?? '';
+export function instanceAddress(inst: Ec2Instance, addressing: Addressing): string {
+  if (addressing.ipv6)
+    return inst.Ipv6Address ?? inst.NetworkInterfaces?.[0]?.Ipv6Addresses?.[0]?.Ipv6Address ?? '';
+  return (addressing.internalOnly ? inst.PrivateIpAddress : inst.PublicIpAddress) ?? '';
 }
+
+/** The entry's settings that say which of an instance's addresses is the Proxy's. */
+export type Addressing = Pick<AwsConfig, 'internalOnly' | 'ipv6'>;
 
 /**
  * | EC2 state                         | address | state        |
@@ -259,10 +265,10 @@ export function mapState(state: string | undefined, ip: string): InstanceState {
 export function toInstance(
   inst: Ec2Instance,
   region: string,
-  internalOnly: boolean,
+  addressing: Addressing,
   expiresAt?: Date,
 ): Instance {
-  const ip = instanceAddress(inst, internalOnly);
+  const ip = instanceAddress(inst, addressing);
   const state = mapState(inst.State?.Name, ip);
   const out: Instance = {
     id: formatProviderId(region, inst.InstanceId ?? ''),

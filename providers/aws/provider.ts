@@ -451,7 +451,7 @@ class AwsProviderImpl implements AwsProvider {
         found.State?.Name === 'running' && found.SpotInstanceRequestId
           ? await this.interruptionNotices(region, s, [found.SpotInstanceRequestId])
           : undefined;
-      const out = toInstance(found, region, this.config.internalOnly, this.noticeOf(found, notices));
+      const out = toInstance(found, region, this.config, this.noticeOf(found, notices));
       this.ops.log.debug({ instance: id, ec2State: found.State?.Name, state: out.state, ip: out.ip }, 'get');
       return out;
     });
@@ -530,7 +530,7 @@ class AwsProviderImpl implements AwsProvider {
     );
     const spot = found.filter((i) => i.State?.Name === 'running' && i.SpotInstanceRequestId);
     const notices = spot.length > 0 ? await this.interruptionNotices(region, signal) : undefined;
-    return found.map((i) => toInstance(i, region, this.config.internalOnly, this.noticeOf(i, notices)));
+    return found.map((i) => toInstance(i, region, this.config, this.noticeOf(i, notices)));
   }
 
   // -- Spot interruptions --------------------------------------------------------

@@ -61,6 +61,12 @@ export interface Ec2Emulation {
   /** The public address of each instance launched from now on; undefined: moto's. */
   addresses?: () => string | undefined;
   /**
+   * The IPv6 address of each instance launched from now on with
+   * `Ipv6AddressCount` (moto assigns none): shown as EC2 shows it,
+   * `ipv6Address` on the instance.
+   */
+  ipv6Addresses?: () => string | undefined;
+  /**
    * SSM parameters EC2 resolves an `ImageId` of `resolve:ssm:<name>` with
    * (moto does not): the name's AMI is launched; an unknown name is
    * refused with `SsmInvalidParameter` (EC2's code; the message is ours).
@@ -157,6 +163,8 @@ export class Ec2Relay {
   private readonly interruptedIds = new Set<string>();
   /** The address each instance shows instead of moto's. */
   private readonly addressOf = new Map<string, string>();
+  /** The IPv6 address each instance shows. */
+  private readonly ipv6Of = new Map<string, string>();
   private readonly timers = new Set<NodeJS.Timeout>();
 
   private constructor(
@@ -276,6 +284,10 @@ export class Ec2Relay {
       for (const id of ids) {
         const address = this.emulation.addresses?.();
         if (address !== undefined) this.addressOf.set(id, address);
+        if (Number(params.get('NetworkInterface.1.Ipv6AddressCount') ?? '0') > 0) {
+          const v6 = this.emulation.ipv6Addresses?.();
+          if (v6 !== undefined) this.ipv6Of.set(id, v6);
+        }
         if (this.emulation.spot && params.get('InstanceMarketOptions.MarketType') === 'spot')
           this.spotRequests.set(id, {
             id: `sir-${randomUUID().replace(/-/g, '').slice(0, 8)}`,
@@ -326,6 +338,12 @@ export class Ec2Relay {
         out = out.replace(
           `<instanceId>${id}</instanceId>`,
           `<instanceId>${id}</instanceId><spotInstanceRequestId>${spot.id}</spotInstanceRequestId>`,
+        );
+      const v6 = this.ipv6Of.get(id);
+      if (v6 !== undefined)
+        out = out.replace(
+          `<instanceId>${id}</instanceId>`,
+          `<instanceId>${id}</instanceId><ipv6Address>${v6}</ipv6Address>`,
         );
       const address = this.addressOf.get(id);
       if (address !== undefined)

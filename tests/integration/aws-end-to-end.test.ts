@@ -35,6 +35,7 @@ import { join } from 'node:path';
 import type { EC2Client } from '@aws-sdk/client-ec2';
 import {
   DescribeInstancesCommand,
+  DescribeSubnetsCommand,
   TerminateInstancesCommand,
   type Instance as Ec2Instance,
 } from '@aws-sdk/client-ec2';
@@ -161,7 +162,7 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
 
   beforeAll(async () => {
     target = await startTarget('reached through the aws proxy');
-    for (const host of ADDRESSES) proxies.push(await startForwardProxy({ host, port: PORT }));
+    for (const host of [...ADDRESSES, '::1']) proxies.push(await startForwardProxy({ host, port: PORT }));
     moto = await startMoto();
     relay = (await Ec2Relay.start(moto.endpoint)).emulate({ clientToken: true });
     ec2 = motoClient(moto.endpoint);
@@ -173,14 +174,18 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
       timing: { driftPollMs: HOUR, safetyPollMs: HOUR },
     });
     const requestMetrics = registerProviderRequestMetrics(metrics);
-    for (const [name, market] of [
-      ['aws-eu', 'on-demand'],
-      ['aws-spot', 'spot'],
+    const subnets = await ec2.send(new DescribeSubnetsCommand({}));
+    const subnetId = subnets.Subnets!.find((s) => s.DefaultForAz)!.SubnetId!;
+    for (const [name, extra] of [
+      ['aws-eu', {}],
+      ['aws-spot', { market: 'spot' }],
+      // IPv6 only: no public IPv4, the Proxy's address is its IPv6 one.
+      ['aws-v6', { ipv6: true, internalOnly: true, subnetIds: [subnetId] }],
     ] as const)
       cp.registry.add(
         createAwsProvider({
           name,
-          config: awsConfigSchema.parse({ region: MOTO_REGION, endpoint: relay.endpoint, imageId, market }),
+          config: awsConfigSchema.parse({ region: MOTO_REGION, endpoint: relay.endpoint, imageId, ...extra }),
           logger: cp.logger,
           credentials: MOTO_CREDENTIALS,
           callTimeoutMs: 10_000,
@@ -234,6 +239,7 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
       clientToken: true,
       spot: true,
       addresses: () => ADDRESSES[nextAddress++ % ADDRESSES.length],
+      ipv6Addresses: () => '::1',
       ...extra,
     });
 
@@ -269,6 +275,26 @@ describe('aws end to end (worker, bridge, api, moto behind the emulating relay)'
     );
     const [after] = await named(name);
     expect(after?.State?.Name).toBe('terminated');
+  });
+
+  it('ipv6: a Proxy on an IPv6-only entry is Ready at its IPv6 address', async () => {
+    emulate();
+    await createProxy(
+      cp.api,
+      cp.namespace,
+      'aws-v6',
+      probed({ provider: 'aws-v6', attributes: { family: 'v6' } }) as never,
+    );
+    const ready = await waitReady('aws-v6', 'Ready over IPv6');
+    expect(ready.status?.ip).toBe('::1');
+    expect(await getThroughConnect('::1', PORT, target.port)).toBe('reached through the aws proxy');
+    const held = await lease({ selector: { family: 'v6' } });
+    expect(held.proxy.ip).toBe('::1');
+    await fetch(`${apiUrl}/v1/leases/${held.leaseID}`, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    await deleteProxy(cp.api, cp.namespace, 'aws-v6');
   });
 
   it('VcpuLimitExceeded shows as QuotaExceeded naming the code, then the Proxy is Ready', async () => {

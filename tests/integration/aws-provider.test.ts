@@ -458,6 +458,27 @@ describe('aws provider on moto', () => {
     }
   });
 
+  it('ipv6: the network interface asks for an IPv6 address, which is the address get reports', async () => {
+    relay.emulate({ ipv6Addresses: () => '2001:db8:59::10' });
+    const provider = providerOn(
+      relay.endpoint,
+      { imageId, subnetIds: subnets.slice(0, 1), ipv6: true, internalOnly: true },
+      logger,
+    );
+    try {
+      const id = await provider.create(request(), live());
+      const sent = new URLSearchParams(relay.seen.filter((r) => r.action === 'RunInstances').at(-1)!.body);
+      expect(sent.get('NetworkInterface.1.Ipv6AddressCount')).toBe('1');
+      expect(sent.get('NetworkInterface.1.AssociatePublicIpAddress')).toBe('false');
+      const got = await provider.get(id, live());
+      expect(got).toMatchObject({ state: 'Running', ip: '2001:db8:59::10' });
+      expect((await provider.listByTag(live())).find((i) => i.id === id)?.ip).toBe('2001:db8:59::10');
+    } finally {
+      relay.emulate({});
+      await provider.close();
+    }
+  });
+
   it('Spot with no capacity anywhere falls back to on-demand only when configured', async () => {
     const spotRuns = (r: { action: string; body: string }) =>
       r.action === 'RunInstances' && r.body.includes('InstanceMarketOptions.MarketType=spot');

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { awsConfigSchema } from '../../providers/aws/config.js';
 import {
   candidates,
+  instanceAddress,
   interruptionEndsAt,
   runInstancesInput,
   toInstance,
@@ -84,6 +85,8 @@ describe('aws: the market of each candidate', () => {
   });
 });
 
+const PUBLIC = { internalOnly: false, ipv6: false };
+
 describe('aws: Spot interruptions', () => {
   const running: Ec2Instance = {
     InstanceId: 'i-0123456789abcdef0',
@@ -106,10 +109,10 @@ describe('aws: Spot interruptions', () => {
 
   it('a Running instance carries the announced end; an ended one does not', () => {
     const end = new Date('2026-12-06T15:02:00Z');
-    expect(toInstance(running, 'eu-west-1', false, end)).toMatchObject({ state: 'Running', expiresAt: end });
-    expect(toInstance(running, 'eu-west-1', false).expiresAt).toBeUndefined();
+    expect(toInstance(running, 'eu-west-1', PUBLIC, end)).toMatchObject({ state: 'Running', expiresAt: end });
+    expect(toInstance(running, 'eu-west-1', PUBLIC).expiresAt).toBeUndefined();
     const ending = { ...running, State: { Name: 'shutting-down' as const, Code: 32 } };
-    expect(toInstance(ending, 'eu-west-1', false, end).expiresAt).toBeUndefined();
+    expect(toInstance(ending, 'eu-west-1', PUBLIC, end).expiresAt).toBeUndefined();
   });
 
   it("EC2's StateReason says whether the instance was interrupted", () => {
@@ -124,5 +127,51 @@ describe('aws: Spot interruptions', () => {
     );
     expect(wasInterrupted(ended('Client.UserInitiatedShutdown'))).toBe(false);
     expect(wasInterrupted(running)).toBe(false);
+  });
+});
+
+describe('aws: the address a Proxy uses', () => {
+  const inst: Ec2Instance = {
+    InstanceId: 'i-0123456789abcdef0',
+    State: { Name: 'running', Code: 16 },
+    PublicIpAddress: '203.0.113.9',
+    PrivateIpAddress: '10.0.0.9',
+  };
+
+  it('public IPv4 by default, the private one with internalOnly, the IPv6 one with ipv6', () => {
+    expect(instanceAddress(inst, { internalOnly: false, ipv6: false })).toBe('203.0.113.9');
+    expect(instanceAddress(inst, { internalOnly: true, ipv6: false })).toBe('10.0.0.9');
+    expect(instanceAddress({ ...inst, Ipv6Address: '2001:db8::9' }, { internalOnly: true, ipv6: true })).toBe(
+      '2001:db8::9',
+    );
+    // An older answer carries it on the network interface only.
+    expect(
+      instanceAddress(
+        { ...inst, NetworkInterfaces: [{ Ipv6Addresses: [{ Ipv6Address: '2001:db8::a' }] }] },
+        { internalOnly: false, ipv6: true },
+      ),
+    ).toBe('2001:db8::a');
+    // Not there yet: no address, so not Running.
+    expect(instanceAddress(inst, { internalOnly: false, ipv6: true })).toBe('');
+    expect(toInstance(inst, 'eu-west-1', { internalOnly: false, ipv6: true }).state).toBe('Provisioning');
+  });
+
+  it('ipv6 asks the network interface for one address, and needs subnets', () => {
+    const cfg = config({ ipv6: true, internalOnly: true });
+    const [candidate] = candidates(request(), cfg);
+    const input = runInstancesInput(
+      request(),
+      cfg,
+      candidate!,
+      'ami-0123456789abcdef0',
+      'h',
+      'ep-t',
+      undefined,
+    );
+    expect(input.NetworkInterfaces?.[0]).toMatchObject({
+      Ipv6AddressCount: 1,
+      AssociatePublicIpAddress: false,
+    });
+    expect(() => config({ ipv6: true, subnetIds: undefined })).toThrow(/needs subnetIds/);
   });
 });
