@@ -27,8 +27,8 @@ import {
   type FirewallConfig,
 } from './firewall-rule.js';
 
-/** How long a check waits on the operation of a change it made (the check's own deadline may cut it short). */
-const OPERATION_WAIT_MS = 8_000;
+/** How long a check waits on the operation of a change it made, by default (the check's own deadline may cut it short). */
+export const OPERATION_WAIT_MS = 8_000;
 
 type Change = 'insert' | 'update' | 'delete';
 type Outcome =
@@ -53,6 +53,8 @@ export interface FirewallsDeps {
   installation: string | undefined;
   /** Every configured entry (ProviderDeps); absent, GC collects no rule. */
   entries: readonly { name: string; type: string }[] | undefined;
+  /** How long a check waits on a change's operation (default OPERATION_WAIT_MS); longer: Pending. */
+  operationWaitMs?: number;
 }
 
 /** A change's target: `reason` when it is done, else Pending or how its operation failed. */
@@ -222,7 +224,7 @@ export class Firewalls {
           'check',
           'globalOperations.wait',
           () => globalOperations.wait({ project, operation: name }, compute.callOptions),
-          OPERATION_WAIT_MS,
+          this.deps.operationWaitMs ?? OPERATION_WAIT_MS,
         );
       } catch (err) {
         if (err instanceof CallEnded) return { state: 'pending', operation: name };

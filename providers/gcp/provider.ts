@@ -81,6 +81,8 @@ export interface GcpProviderOptions {
   callTimeoutMs?: number;
   /** How long create watches its insert operation before returning (default 45 s). */
   insertWaitMs?: number;
+  /** How long a check waits on a firewall rule change's operation (default 8 s); longer reports Pending. */
+  firewallWaitMs?: number;
   /** Longest single zoneOperations.wait request while create watches (default 10 s). */
   operationWaitMs?: number;
   /** Instances per aggregatedList page in listByTag (default 500). */
@@ -167,7 +169,17 @@ class GcpProviderImpl implements GcpProvider {
     const entry = { name: options.name, type: GCP_PROVIDER_TYPE };
     const { installation, entries } = options;
     this.firewalls =
-      firewall && new Firewalls({ compute, ops, config, firewall, entry, installation, entries });
+      firewall &&
+      new Firewalls({
+        compute,
+        ops,
+        config,
+        firewall,
+        entry,
+        installation,
+        entries,
+        operationWaitMs: options.firewallWaitMs,
+      });
   }
 
   create(req: CreateRequest, signal: AbortSignal): Promise<string> {

@@ -64,6 +64,9 @@ function gcp(
       authClient: auth,
       installation,
       entries: (built.configured ?? [name]).map((n) => ({ name: n, type: 'gcp' })),
+      // The fake's operations take 60 ms; a loaded machine can take seconds more to ask (the
+      // client's first call), so a change is waited on well past the product's 8 s: never Pending here.
+      firewallWaitMs: 40_000,
     }),
   );
   opened.push(provider);
@@ -96,7 +99,7 @@ async function checkTargets(name: string, providers: Provider[]) {
     logger,
     metrics: new Registry(),
   });
-  const { results } = await acts.checkProviders({ timeoutMs: 15_000, staleAfterMs: 60_000 });
+  const { results } = await acts.checkProviders({ timeoutMs: 60_000, staleAfterMs: 120_000 });
   return results.find((r) => r.provider === name)?.targets ?? [];
 }
 
