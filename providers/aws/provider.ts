@@ -39,6 +39,7 @@ import { CallEnded } from '../shared/bounded-call.js';
 import { foreignOwner, parseIdOrFail } from '../shared/identity.js';
 import { providerOperations, type Operations } from '../shared/operation.js';
 import {
+  MARK_INSTALLATION,
   MARK_MANAGED,
   MARK_MANAGED_VALUE,
   MARK_UID,
@@ -144,6 +145,8 @@ class AwsProviderImpl implements AwsProvider {
   /** Instances whose interruption was counted, by instance id: when (kept an hour, so each counts once). */
   private readonly interrupted = new Map<string, number>();
   private readonly onInterruption: () => void;
+  /** The worker's installation, when given: only its instances' interruptions are counted. */
+  private readonly installation: string | undefined;
   /** Only with aws.securityGroup (and an installation). */
   private readonly groups: SecurityGroups | undefined;
 
@@ -154,6 +157,7 @@ class AwsProviderImpl implements AwsProvider {
     this.regions = new Set([options.config.region]);
     this.pageSize = Math.max(5, Math.min(1000, options.listPageSize ?? 1000));
     this.onInterruption = options.onInterruption ?? (() => undefined);
+    this.installation = options.installation;
     this.ops = providerOperations({
       name: options.name,
       type: AWS_PROVIDER_TYPE,
@@ -435,7 +439,7 @@ class AwsProviderImpl implements AwsProvider {
         this.logged('get', id, err, 'DescribeInstances');
       }
       if (found === undefined) throw this.notFound('get', id, instanceId);
-      if (wasInterrupted(found)) this.countInterruption(instanceId, found.StateReason?.Code);
+      if (wasInterrupted(found)) this.countInterruption(found, found.StateReason?.Code);
       if (found.State?.Name === 'terminated')
         throw this.ops.fail(
           'NotFound',
@@ -591,11 +595,18 @@ class AwsProviderImpl implements AwsProvider {
   /** The end of an interruption announced for this instance, counted the first time it is seen. */
   private noticeOf(inst: Ec2Instance, notices: Map<string, Date> | undefined): Date | undefined {
     const endsAt = inst.SpotInstanceRequestId ? notices?.get(inst.SpotInstanceRequestId) : undefined;
-    if (endsAt !== undefined) this.countInterruption(inst.InstanceId ?? '', 'notice');
+    if (endsAt !== undefined) this.countInterruption(inst, 'notice');
     return endsAt;
   }
 
-  private countInterruption(instanceId: string, what: string | undefined): void {
+  /**
+   * Counts an interruption once per instance, and only of this worker's
+   * installation (the listing holds every installation's managed instances
+   * of the account).
+   */
+  private countInterruption(inst: Ec2Instance, what: string | undefined): void {
+    const instanceId = inst.InstanceId ?? '';
+    if (this.installation !== undefined && tagValue(inst, MARK_INSTALLATION) !== this.installation) return;
     const now = Date.now();
     for (const [id, at] of this.interrupted) if (now - at > 3_600_000) this.interrupted.delete(id);
     if (instanceId === '' || this.interrupted.has(instanceId)) return;

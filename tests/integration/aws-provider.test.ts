@@ -411,6 +411,25 @@ describe('aws provider on moto', () => {
       const asked = relay.seen.filter((r) => r.action === 'DescribeSpotInstanceRequests');
       expect(asked.at(-1)?.body).toContain('Filter.1.Name=status-code');
       expect(counted).toBe(1);
+      // A worker of another installation sees the notice (its listing holds every managed instance
+      // of the account) but counts only its own instances' interruptions; this one's counts it.
+      const counts = { other: 0, mine: 0 };
+      const other = providerOn(relay.endpoint, { imageId, market: 'spot' }, logger, {
+        installation: 'another-installation',
+        onInterruption: () => counts.other++,
+      });
+      const mine = providerOn(relay.endpoint, { imageId, market: 'spot' }, logger, {
+        installation,
+        onInterruption: () => counts.mine++,
+      });
+      try {
+        expect((await other.listByTag(live())).find((i) => i.id === id)?.expiresAt).toBeDefined();
+        await mine.listByTag(live());
+        expect(counts).toEqual({ other: 0, mine: 1 });
+      } finally {
+        await other.close();
+        await mine.close();
+      }
 
       // A policy without ec2:DescribeSpotInstanceRequests: the get still answers, without the end.
       relay.failNext((r) => r.action === 'DescribeSpotInstanceRequests', {
