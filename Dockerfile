@@ -15,11 +15,12 @@ WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
-COPY infra/scripts/write-build-info.mjs infra/scripts/bundle-workflows.mjs infra/scripts/
+COPY infra/scripts/write-build-info.mjs infra/scripts/bundle-workflows.mjs infra/scripts/bundle-dashboard.mjs infra/scripts/
 COPY activities activities
 COPY api api
 # cli/ only: `dev`'s servers (local-servers/) are not in the image, and `dev` says so.
 COPY cli cli
+COPY dashboard dashboard
 COPY credentials credentials
 COPY forwarding forwarding
 COPY tenants tenants

@@ -63,6 +63,8 @@ export interface CreateApiOptions {
   tenants?: TenantDirectory;
   /** Wrong tokens per client address per minute before 429 (default 20; 0 off). */
   authFailuresPerMinute?: number;
+  /** The dashboard (dashboard/server/), mounted at `/ui`: its page and assets public, its data behind the token. */
+  dashboard?: { routes: Hono; isPublic(path: string): boolean };
 }
 
 export function createApi(options: CreateApiOptions): Hono {
@@ -98,10 +100,12 @@ export function createApi(options: CreateApiOptions): Hono {
 
   const app = new Hono();
   app.use(requestLog(logger, options.traceHook));
-  app.use(authAndCleanPaths(auth));
+  const dashboard = options.dashboard;
+  app.use(authAndCleanPaths(auth, dashboard ? (path) => dashboard.isPublic(path) : undefined));
 
   app.route('/', createMetaRoutes({ registry, serveMetrics, openApi }));
   app.route('/v1/proxies', createProxyRoutes({ catalog, leaseStore }));
+  if (dashboard) app.route('/ui', dashboard.routes);
   const sealLeaseIds = tenants.sealsLeaseIds;
   app.route(
     '/v1/leases',

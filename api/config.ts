@@ -49,6 +49,10 @@ export const apiOptionsSchema = z
     tenantsFile: z.string().optional(),
     /** `--auth-failures-per-minute`: wrong tokens per client address per minute before 429 (0: off). */
     authFailuresPerMinute: z.int().min(0).default(DEFAULT_MAX_AUTH_FAILURES),
+    /** `--no-dashboard` turns `/ui` off. */
+    dashboard: z.boolean().default(true),
+    /** `--temporal-web-url`: the Temporal Web UI, for the dashboard's links to each Proxy's workflow. */
+    temporalWebUrl: z.url({ protocol: /^https?$/, error: 'an http:// or https:// URL' }).optional(),
   })
   .refine((o) => o.defaultLeaseTtlSeconds <= o.maxLeaseTtlSeconds, {
     message: 'the default lease TTL (300s) must not exceed --max-lease-ttl',
@@ -83,6 +87,10 @@ export interface ApiFlags {
   tenantsFile?: string | undefined;
   /** `--auth-failures-per-minute`, a whole number (default 20). */
   authFailuresPerMinute?: string | undefined;
+  /** false from `--no-dashboard`. */
+  dashboard?: boolean | undefined;
+  /** `--temporal-web-url`. */
+  temporalWebUrl?: string | undefined;
 }
 
 export class ApiConfigError extends Error {
@@ -148,9 +156,16 @@ export function readApiConfig(
       '--auth-failures-per-minute',
       DEFAULT_MAX_AUTH_FAILURES,
     ),
+    dashboard: flags.dashboard !== false,
+    ...(flags.temporalWebUrl !== undefined ? { temporalWebUrl: flags.temporalWebUrl } : {}),
   });
   if (!parsed.success) {
-    throw new ApiConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
+    const flagOf: Record<string, string> = { temporalWebUrl: '--temporal-web-url' };
+    throw new ApiConfigError(
+      parsed.error.issues
+        .map((i) => `${flagOf[String(i.path[0])] ?? i.path.join('.')}: ${i.message}`)
+        .join('; '),
+    );
   }
   return parsed.data;
 }

@@ -180,6 +180,8 @@ export interface LeaseStore {
   reportWithReceipt(id: string, result: ReportResult, target: string): Promise<ReportReceipt>;
   /** Unexpired, unreleased leases per proxy store key (`storeKey`); proxies with none are absent. */
   activeCounts(): Promise<ReadonlyMap<string, number>>;
+  /** Per proxy store key, the targets ('' = every target) cooling down on it now; the memory store's (the dashboard's column). */
+  coolingCounts?(): Promise<ReadonlyMap<string, number>>;
   /** Releases what the store holds open (connections, timers). */
   close?(): Promise<void>;
 }
@@ -270,6 +272,17 @@ export class MemoryLeaseStore implements LeaseStore {
 
   activeCounts(): Promise<ReadonlyMap<string, number>> {
     return Promise.resolve(this.activeCountsNow());
+  }
+
+  coolingCounts(): Promise<ReadonlyMap<string, number>> {
+    const now = this.clock.now();
+    const out = new Map<string, number>();
+    for (const [key, targets] of this.cooldowns) {
+      let n = 0;
+      for (const until of targets.values()) if (until > now) n++;
+      if (n > 0) out.set(key, n);
+    }
+    return Promise.resolve(out);
   }
 
   /** The critical section: choose and record in one synchronous pass. */

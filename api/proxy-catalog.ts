@@ -9,7 +9,13 @@ import {
   type CredentialsRef,
   type ProxyCredentials,
 } from '../credentials/proxy-credentials.js';
-import { DEFAULT_MAX_LEASES, DEFAULT_PORT, LABEL_POOL, type Proxy } from '../resources/proxy-schema.js';
+import {
+  ANNOTATION_CORDONED,
+  DEFAULT_MAX_LEASES,
+  DEFAULT_PORT,
+  LABEL_POOL,
+  type Proxy,
+} from '../resources/proxy-schema.js';
 
 export interface ProxyView {
   /** `namespace/name`, the key used everywhere. */
@@ -30,6 +36,8 @@ export interface ProxyView {
   deleting: boolean;
   /** The Draining condition is True: held leases keep working, no new lease is granted. */
   draining: boolean;
+  /** Cordoned by an operator (the ANNOTATION_CORDONED annotation): like draining for new leases, nothing else. */
+  cordoned: boolean;
   /** The ProxyPool that made it (its pool label), '' for a standalone Proxy. */
   pool: string;
   /** Where its credentials are (a Secret reference, never the values); absent: it has none. */
@@ -77,6 +85,7 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
     maxLeases: spec.maxLeases ?? DEFAULT_MAX_LEASES,
     deleting: Boolean(metadata.deletionTimestamp),
     draining,
+    cordoned: metadata.annotations?.[ANNOTATION_CORDONED] === 'true',
     pool: metadata.labels?.[LABEL_POOL] ?? '',
     ...credentialsOf(proxy),
     ...(spec.provider ? { provider: spec.provider } : {}),

@@ -187,6 +187,13 @@ function apiOptions(cmd: Command): Command {
       )
       .addOption(
         new Option(
+          '--temporal-web-url <url>',
+          "the Temporal Web UI's address, for the dashboard's link to each Proxy's workflow (dev: its own server's)",
+        ),
+      )
+      .addOption(new Option('--no-dashboard', 'serve no dashboard at /ui'))
+      .addOption(
+        new Option(
           '--no-prober',
           'serve leases only, without health probes from this replica: one api replica probes, the others share its verdicts through the Proxies and the leases through --lease-store',
         ),

@@ -11,7 +11,7 @@ import type { NativeConnection } from '@temporalio/worker';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { ResilientInformer } from '../kube/informer.js';
-import type { Proxy } from '../resources/proxy-schema.js';
+import type { ProviderHealth, Proxy, ProxyPool } from '../resources/proxy-schema.js';
 import { Registry } from 'prom-client';
 import {
   createApi,
@@ -40,7 +40,10 @@ import type { TrafficReport } from '../api/lease-store.js';
 import { createDrainNotifier } from '../api/drain-notifier.js';
 import { createPoolDemand, type PoolDemand } from '../api/pool-demand.js';
 import { createProxyPoolInformer } from '../kube/proxy-pool-informer.js';
-import { watchScopes } from '../kube/namespaced-informer.js';
+import { createCustomResourceInformer, watchScopes } from '../kube/namespaced-informer.js';
+import { createCustomResourceClient } from '../kube/custom-resources.js';
+import { PROVIDER_HEALTH_KIND } from '../kube/provider-healths.js';
+import { createDashboard, type Dashboard, type TemporalUiLink } from '../dashboard/server/index.js';
 import { poolWorkflowId } from '../workflows/pool/ids.js';
 import { poolDemandSignal } from '../workflows/pool/messages.js';
 import { leasesDrainedSignal } from '../workflows/proxy/messages.js';
@@ -415,7 +418,22 @@ export async function startApi(
       logger,
     });
     scope.defer('tenants file watch', () => tenants.close());
+    const dashboard = apiOptions.dashboard
+      ? await startDashboard(scope, {
+          kc,
+          logger,
+          proxies,
+          pools,
+          leaseStore,
+          registry,
+          openTenantReadOnly: apiOptions.insecureNoAuth,
+          ...(apiOptions.temporalWebUrl
+            ? { temporalUi: { url: apiOptions.temporalWebUrl, namespace: config.temporalNamespace } }
+            : {}),
+        })
+      : undefined;
     const app = createApi({
+      ...(dashboard ? { dashboard } : {}),
       serveMetrics: !config.metricsAddr && !opts.metricsServedElsewhere,
       demand,
       catalog,
@@ -506,10 +524,59 @@ export async function startApi(
       traffic: (reports) => traffic(reports),
       done: new Promise(() => undefined),
       describe: () =>
-        `lease API ${server.url} (OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}; a proxy with its credentials: curl -s -d '{"ttlSeconds":60}' ${tenants.open ? '' : '-H "Authorization: Bearer $TOKEN" '}${server.url}/v1/leases | jq -r .proxyURL`,
+        `lease API ${server.url} (${dashboard ? `dashboard ${server.url}/ui; ` : ''}OpenAPI ${server.url}/openapi.json${metricsUrl ? `, metrics ${metricsUrl}` : ''}; lease store ${apiOptions.leaseStore.kind}); health prober ${apiOptions.prober ? 'on' : 'off'}; a proxy with its credentials: curl -s -d '{"ttlSeconds":60}' ${tenants.open ? '' : '-H "Authorization: Bearer $TOKEN" '}${server.url}/v1/leases | jq -r .proxyURL`,
       stop: () => scope.close(),
     };
   });
+}
+
+/**
+ * The dashboard at `/ui`, over the api's own caches. Its ProviderHealth
+ * informer starts in the background: the Providers page fills in once it
+ * has listed, and an install whose api may not list ProviderHealths (an
+ * old Role) still serves leases.
+ */
+async function startDashboard(
+  scope: Lifecycle,
+  parts: {
+    kc: KubeConfig;
+    logger: Logger;
+    proxies: ResilientInformer<Proxy>;
+    pools: ResilientInformer<ProxyPool>;
+    leaseStore: LeaseStore;
+    registry: Registry;
+    openTenantReadOnly: boolean;
+    temporalUi?: TemporalUiLink;
+  },
+): Promise<Dashboard> {
+  const providerHealths = createCustomResourceInformer({
+    kubeConfig: parts.kc,
+    logger: parts.logger,
+    objects: createCustomResourceClient<ProviderHealth>(parts.kc, PROVIDER_HEALTH_KIND),
+    scopes: [undefined],
+  });
+  providerHealths
+    .start()
+    .catch((error: unknown) =>
+      parts.logger.debug(
+        { err: (error as Error).message },
+        'ProviderHealth informer stopped before it listed',
+      ),
+    );
+  scope.defer('ProviderHealth informer', () => providerHealths.stop());
+  const dashboard = await createDashboard({
+    proxies: parts.proxies,
+    pools: parts.pools,
+    providerHealths,
+    leaseStore: parts.leaseStore,
+    gatewayRegistry: parts.registry,
+    kubeConfig: parts.kc,
+    openTenantReadOnly: parts.openTenantReadOnly,
+    logger: parts.logger,
+    ...(parts.temporalUi ? { temporalUi: parts.temporalUi } : {}),
+  });
+  scope.defer('dashboard', () => dashboard.close());
+  return dashboard;
 }
 
 /** The providers-config entries' `health:` blocks, by entry name. */

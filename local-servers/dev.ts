@@ -208,7 +208,8 @@ export const runDev: RunDev = async (plan, logger, env) => {
     started(bridge);
     // One registry for the whole process: with --metrics-addr the worker serves it there, so the api does not.
     const api = await startApi(
-      apiOptions,
+      // The dashboard's workflow links go to this dev server's Web UI unless told otherwise.
+      { ...apiOptions, ...(apiOptions.temporalWebUrl || !uiUrl ? {} : { temporalWebUrl: uiUrl }) },
       { ...apiConfig, ...servers, metricsAddr: undefined },
       kc,
       logger,

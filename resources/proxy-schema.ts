@@ -25,6 +25,12 @@ export const LABEL_PROXY_CREDENTIALS = 'crawl.example.com/proxy-credentials';
 export const LABEL_POOL = 'crawl.example.com/pool';
 /** On every Proxy a ProxyPool made: the hash of the template it was made from. */
 export const LABEL_POOL_TEMPLATE_HASH = 'crawl.example.com/pool-template-hash';
+/**
+ * On a Proxy an operator cordoned ("true"; from the dashboard or
+ * `kubectl annotate`): held leases keep working, no new lease is granted,
+ * nothing else changes (its health is still probed, its workflow untouched).
+ */
+export const ANNOTATION_CORDONED = 'crawl.example.com/cordoned';
 
 import { DEFAULT_MAX_LEASES, DEFAULT_PORT } from './proxy-defaults.js';
 

@@ -38,6 +38,11 @@ const tenantSchema = z.strictObject({
   /** Only Proxies whose attributes hold all of these. */
   selector: z.record(z.string(), z.string()).optional(),
   limits: limitsSchema.optional(),
+  /**
+   * What the dashboard lets it do: `operator` may also scale pools and
+   * cordon Proxies (within its scope); `crawler` (the default) only looks.
+   */
+  role: z.enum(['operator', 'crawler']).optional(),
 });
 
 export const tenantsFileSchema = z.strictObject({
@@ -45,6 +50,7 @@ export const tenantsFileSchema = z.strictObject({
 });
 
 export type TenantLimits = z.infer<typeof limitsSchema>;
+export type TenantRole = 'operator' | 'crawler';
 
 export interface Tenant {
   readonly name: string;
@@ -55,6 +61,8 @@ export interface Tenant {
   /** Attribute pairs every Proxy it uses must hold, sorted by name. */
   readonly selector: ReadonlyArray<[string, string]>;
   readonly limits: TenantLimits;
+  /** The dashboard's write actions (scale, cordon) are the operator's. */
+  readonly role: TenantRole;
 }
 
 /** What a tenant may lease: the parts of a Proxy view the scope reads. */
@@ -72,7 +80,10 @@ export function sha256(text: string | Buffer): Buffer {
   return hash('sha256', text, 'buffer');
 }
 
-/** The tenant of the single token (or of no token): unrestricted. */
+/**
+ * The tenant of the single token (or of no token): unrestricted, and the
+ * installation's operator (the single token is the one the installer holds).
+ */
 export function defaultTenant(token: string): Tenant {
   return {
     name: DEFAULT_TENANT,
@@ -80,6 +91,7 @@ export function defaultTenant(token: string): Tenant {
     pools: undefined,
     selector: [],
     limits: {},
+    role: 'operator',
   };
 }
 
@@ -114,6 +126,7 @@ export function parseTenants(value: unknown, source: string): Tenant[] {
       pools: t.pools ? new Set(t.pools) : undefined,
       selector: Object.entries(t.selector ?? {}).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)),
       limits: t.limits ?? {},
+      role: t.role ?? 'crawler',
     };
   });
 }

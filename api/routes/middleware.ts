@@ -91,12 +91,13 @@ export interface ApiAuth {
  * so "//healthz" needs the token before it is redirected. The token names
  * the tenant (tenants/); a wrong one is a 401 that closes the connection,
  * and an address past its wrong tokens per minute gets 429 unchecked.
+ * `isPublic` names more paths served with no token (the dashboard's page).
  */
-export function authAndCleanPaths(auth: ApiAuth): MiddlewareHandler {
+export function authAndCleanPaths(auth: ApiAuth, isPublic?: (path: string) => boolean): MiddlewareHandler {
   return async (c, next) => {
     const target = requestTarget(c);
     const location = cleanPathLocation(target);
-    const exempt = location === undefined && AUTH_EXEMPT.has(c.req.path);
+    const exempt = location === undefined && (AUTH_EXEMPT.has(c.req.path) || isPublic?.(c.req.path) === true);
     if (auth.tenants.open) {
       c.set('tenant', auth.tenants.authenticate(undefined)!);
     } else if (!exempt) {

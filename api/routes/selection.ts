@@ -28,8 +28,8 @@ export function partition(
     const p = views[i]!;
     if (p.deleting || (selector.length > 0 && !matches(p, selector))) continue;
     if (pool !== undefined && p.pool !== pool) continue;
-    // Draining: its held leases end in their own time, it takes no new one.
-    if (p.draining) continue;
+    // Draining or cordoned: its held leases end in their own time, it takes no new one.
+    if (p.draining || p.cordoned) continue;
     if (!p.healthy || p.host === '') unhealthy++;
     else candidates.push(p);
   }

@@ -10,7 +10,7 @@ bash infra/scripts/check-prereqs.sh
 [[ -f node_modules/.package-lock.json ]] || npm ci --no-audit --no-fund
 
 # First run: the temporal CLI (seconds), Debian's squid and redis-server
-# (seconds), libvirt, QEMU, dnsmasq and sshd for the kvm tests (apt-get install, about 15 s),
+# (seconds), Chromium's headless shell for the dashboard's browser test (seconds), libvirt, QEMU, dnsmasq and sshd for the kvm tests (apt-get install, about 15 s),
 # the kvm end-to-end test's Debian guest image (mmdebstrap, 1.5-2 minutes) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
 # tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
@@ -27,6 +27,7 @@ bash infra/scripts/install-squid.sh >/dev/null
 bash infra/scripts/install-libvirt.sh >/dev/null
 bash infra/scripts/build-kvm-guest.sh >/dev/null
 bash infra/scripts/install-redis.sh >/dev/null
+bash infra/scripts/install-chromium.sh >/dev/null
 bash infra/scripts/build-kube.sh node >/dev/null
 bash infra/scripts/install-node.sh >/dev/null
 bash infra/scripts/build-node-images.sh >/dev/null
@@ -42,7 +43,7 @@ echo "test.sh: format" && npx prettier --check . --log-level warn
 # mostly that idle time instead of slowing the tests. Their output is shown,
 # and their status counted, after the tests.
 echo "test.sh: lint and typecheck (beside the tests, nice 10)"
-nice -n 10 npx tsc -p tsconfig.json --noEmit >.tmp/typecheck.log 2>&1 &
+nice -n 10 npm run -s typecheck >.tmp/typecheck.log 2>&1 &
 typecheck=$!
 nice -n 10 npx eslint . --max-warnings 0 >.tmp/lint.log 2>&1 &
 lint=$!

@@ -13,6 +13,7 @@
 import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { build } from 'esbuild';
+import { ASSET_NAMES, bundleDashboard } from '../../dashboard/server/assets.js';
 
 /**
  * The folders `tsconfig.build.json` compiles, and what they import; and
@@ -26,6 +27,8 @@ const SOURCE_DIRS = [
   'forwarding',
   'tenants',
   'credentials',
+  // The dashboard's server; its browser code (dashboard/client) is bundled below, as the build does.
+  'dashboard/server',
   'gateway',
   'k8s-bridge',
   'kube',
@@ -72,6 +75,11 @@ export async function buildTestDist(
     logLevel: 'warning',
   });
   writeFileSync(join(outDir, 'workflow-bundle.js'), workflowBundleCode);
+  // Where the compiled api finds the dashboard's bundle (dist/dashboard/assets after `npm run build`).
+  const dashboard = await bundleDashboard(new URL('../../dashboard/client/main.ts', import.meta.url));
+  mkdirSync(join(outDir, 'dashboard', 'assets'), { recursive: true });
+  writeFileSync(join(outDir, 'dashboard', 'assets', ASSET_NAMES.js), dashboard.js);
+  writeFileSync(join(outDir, 'dashboard', 'assets', ASSET_NAMES.css), dashboard.css);
   // infra/scripts and infra/k8s/crds are found relative to the modules.
   symlinkSync(relative(outDir, join(root, 'infra')), join(outDir, 'infra'));
   return join(outDir, 'cli', 'entry.js');
