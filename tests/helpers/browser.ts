@@ -5,7 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { ROOT } from './cli.js';
 
 export function chromiumPath(): string {
@@ -18,4 +18,14 @@ export async function launchBrowser(): Promise<Browser> {
     // As root in a container there is no user namespace for Chromium's sandbox.
     args: ['--no-sandbox'],
   });
+}
+
+/**
+ * The cells of a table's body rows as the page shows them now. The page's
+ * code is a string: the tests are type-checked without the DOM's types.
+ */
+export function tableCells(page: Page, label: string): Promise<string[][]> {
+  return page.evaluate<string[][]>(
+    `[...document.querySelectorAll(${JSON.stringify(`table[aria-label="${label}"] tbody tr`)})].map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? ''))`,
+  );
 }

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
-import { launchBrowser } from '../helpers/browser.js';
+import { launchBrowser, tableCells } from '../helpers/browser.js';
 import { ROOT } from '../helpers/cli.js';
 import { createProxy, proxyCondition } from '../helpers/kube.js';
 import { startPoolHarness, type PoolHarness } from '../helpers/pools.js';
@@ -36,16 +36,6 @@ interface Row {
   health: string;
   attributes: string;
   state: string;
-}
-
-/**
- * The cells of a table's body rows as the page shows them now. The page's
- * code is a string: the tests are type-checked without the DOM's types.
- */
-export function tableCells(page: Page, label: string): Promise<string[][]> {
-  return page.evaluate<string[][]>(
-    `[...document.querySelectorAll(${JSON.stringify(`table[aria-label="${label}"] tbody tr`)})].map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? ''))`,
-  );
 }
 
 /** The Proxies table as the page shows it now. */

@@ -438,6 +438,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
     await applyOverlay('namespaced');
     expect(await installedObjects()).toEqual(
       [
+        'clusterrole.rbac.authorization.k8s.io/egress-proxies-api-cluster',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-worker-cluster',
         'configmap/egress-proxies-env',
         'configmap/egress-proxies-providers',
@@ -488,6 +489,7 @@ describe('infra/k8s on an enforcing apiserver', () => {
     expect(await installedObjects()).toEqual(
       [
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-api',
+        'clusterrole.rbac.authorization.k8s.io/egress-proxies-api-cluster',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-bridge',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-gateway',
         'clusterrole.rbac.authorization.k8s.io/egress-proxies-kubernetes-provider-list-pods',
