@@ -93,6 +93,8 @@ export function createFleetState(options: FleetStateOptions): FleetState {
   let version = 0;
   let counts: ReadonlyMap<string, number> = new Map();
   let cooling: ReadonlyMap<string, number> | undefined;
+  /** Whether the lease store can say (the memory store; Redis keeps cooldowns where a count costs a scan). */
+  const coolingKnown = options.leaseStore.coolingCounts !== undefined;
   let gateway: GatewayView = emptyGateway(options.gatewayRegistry !== undefined);
   let gatewayVersion = 0;
   let previousGateway: GatewaySample | undefined;
@@ -105,7 +107,7 @@ export function createFleetState(options: FleetStateOptions): FleetState {
     const row = proxyRow(proxy, options.temporalUi);
     const key = storeKey({ id: row.id, ...(proxy.metadata.uid ? { uid: proxy.metadata.uid } : {}) });
     row.leases = counts.get(key) ?? 0;
-    row.cooling = cooling ? (cooling.get(key) ?? 0) : -1;
+    row.cooling = coolingKnown ? (cooling?.get(key) ?? 0) : -1;
     rows.set(row.id, { row, key, version: ++version });
   };
   const reloadProxies = () => {
@@ -118,7 +120,7 @@ export function createFleetState(options: FleetStateOptions): FleetState {
   const applyCounts = () => {
     for (const kept of rows.values()) {
       const leases = counts.get(kept.key) ?? 0;
-      const cool = cooling ? (cooling.get(kept.key) ?? 0) : -1;
+      const cool = coolingKnown ? (cooling?.get(kept.key) ?? 0) : -1;
       if (leases !== kept.row.leases || cool !== kept.row.cooling) {
         kept.row = { ...kept.row, leases, cooling: cool };
         kept.version = ++version;

@@ -123,6 +123,7 @@ function candidates(opt: Option): string[][] {
     cidrs: ['10.77.0.0/16', '192.0.2.7/32,fd07::/16'],
     ports: ['8443', '80,443,9000-9100'],
     'ip:port': ['127.0.0.9:5353'],
+    url: ['http://127.0.0.9:18233'],
   };
   const found = kind === undefined ? undefined : values[kind];
   if (!found) throw new Error(`${opt.flags}: no test value for the placeholder <${kind}>; add one here`);

@@ -30,7 +30,17 @@ describe('readApiConfig', () => {
       prober: true,
       insecureNoAuth: false,
       authFailuresPerMinute: 20,
+      dashboard: true,
     });
+    expect(
+      readApiConfig({}, { dashboard: false, temporalWebUrl: 'https://temporal.example:8080/' }),
+    ).toMatchObject({
+      dashboard: false,
+      temporalWebUrl: 'https://temporal.example:8080/',
+    });
+    expect(() => readApiConfig({}, { temporalWebUrl: 'temporal-ui:8080' })).toThrow(
+      '--temporal-web-url: an http:// or https:// URL',
+    );
     expect(readApiConfig({}, { poolDemandInterval: '500ms' }).poolDemandIntervalMs).toBe(500);
     expect(readApiConfig({}, { tenantsFile: '/etc/t.yaml', authFailuresPerMinute: '0' })).toMatchObject({
       tenantsFile: '/etc/t.yaml',

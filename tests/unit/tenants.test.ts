@@ -106,6 +106,24 @@ describe('the tenants file', () => {
     }
   });
 
+  it('a tenant is a crawler unless the file makes it an operator; the single token is the operator; another role is refused', () => {
+    const [plain, operator] = parseTenants(
+      {
+        tenants: [
+          { name: 'plain', tokenSha256: digest('p') },
+          { name: 'ops', tokenSha256: digest('o'), role: 'operator' },
+        ],
+      },
+      'test',
+    );
+    expect(plain!.role).toBe('crawler');
+    expect(operator!.role).toBe('operator');
+    expect(defaultTenant('single').role).toBe('operator');
+    expect(() =>
+      parseTenants({ tenants: [{ name: 'x', tokenSha256: digest('x'), role: 'admin' }] }, 'test'),
+    ).toThrow(/tenants\[0\]\.role/);
+  });
+
   it('a tenant named default beside the single token is refused', () => {
     const path = join(dir, 'default.yaml');
     writeFileSync(path, `tenants:\n  - name: default\n    tokenSha256: ${digest('z')}\n`);
