@@ -19,7 +19,7 @@
  * (`helm install` without --wait).
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
@@ -38,7 +38,11 @@ const NS = 'egress-proxies';
 const RELEASE = 'egress-proxies';
 const WATCHED = ['team-a', 'team-b'];
 const PROCESSES = ['worker', 'bridge', 'api', 'gateway'] as const;
-const CRDS = ['proxies.crawl.example.com', 'providerhealths.crawl.example.com', 'proxypools.crawl.example.com'];
+const CRDS = [
+  'proxies.crawl.example.com',
+  'providerhealths.crawl.example.com',
+  'proxypools.crawl.example.com',
+];
 
 interface K8sObject {
   apiVersion: string;
@@ -56,7 +60,9 @@ interface K8sObject {
 /** kind/namespace/name, with kustomize's ConfigMap content hash taken off (the chart's ConfigMaps have none). */
 function keyOf(o: K8sObject): string {
   const name =
-    o.kind === 'ConfigMap' ? o.metadata.name.replace(/^(egress-proxies-[a-z]+)-[a-z0-9]{10}$/, '$1') : o.metadata.name;
+    o.kind === 'ConfigMap'
+      ? o.metadata.name.replace(/^(egress-proxies-[a-z]+)-[a-z0-9]{10}$/, '$1')
+      : o.metadata.name;
   return `${o.kind}/${o.metadata.namespace ?? ''}/${name}`;
 }
 
@@ -68,7 +74,9 @@ function docs(yamlText: string): K8sObject[] {
 
 /** kustomize's ConfigMap names (with their hash) replaced by the plain ones, anywhere in a pod spec. */
 function withoutHashes(value: unknown): unknown {
-  return JSON.parse(JSON.stringify(value).replace(/"(egress-proxies-(?:env|providers))-[a-z0-9]{10}"/g, '"$1"'));
+  return JSON.parse(
+    JSON.stringify(value).replace(/"(egress-proxies-(?:env|providers))-[a-z0-9]{10}"/g, '"$1"'),
+  );
 }
 
 /**
@@ -109,6 +117,19 @@ function essence(o: K8sObject): unknown {
     default:
       return null;
   }
+}
+
+/**
+ * The `helm install` of README's "Install with Helm", as written there (its
+ * continuation lines joined), with the chart's path made absolute.
+ */
+function readmeInstall(): string[] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('### Install with Helm'));
+  const command = /^helm install (?:.*\\\n)*.*$/m.exec(section)?.[0];
+  expect(command, 'README: a helm install command under Install with Helm').toBeDefined();
+  const words = command!.replace(/\\\n/g, ' ').trim().split(/\s+/).slice(1);
+  return words.map((w) => (w === 'infra/helm/egress-proxies' ? CHART : w));
 }
 
 /** Sorted lines of `kubectl auth can-i --list`, per ServiceAccount and namespace. */
@@ -211,7 +232,14 @@ describe('the Helm chart infra/helm/egress-proxies', () => {
       const namespaces = [NS, ...WATCHED, 'default', 'elsewhere'];
       const outs = await Promise.all(
         namespaces.map((ns) =>
-          kubectl(['auth', 'can-i', '--list', '-n', ns, `--as=system:serviceaccount:${NS}:egress-proxies-${p}`]),
+          kubectl([
+            'auth',
+            'can-i',
+            '--list',
+            '-n',
+            ns,
+            `--as=system:serviceaccount:${NS}:egress-proxies-${p}`,
+          ]),
         ),
       );
       namespaces.forEach((ns, i) => {
@@ -238,7 +266,9 @@ describe('the Helm chart infra/helm/egress-proxies', () => {
   /** Every release object and CRD as the apiserver holds it now, by key. */
   async function snapshot(manifestFile: string): Promise<Map<string, K8sObject>> {
     const list = JSON.parse(
-      await kubectl(['get', '-f', manifestFile, '-o', 'json', '--ignore-not-found']).then((s) => s || '{"items":[]}'),
+      await kubectl(['get', '-f', manifestFile, '-o', 'json', '--ignore-not-found']).then(
+        (s) => s || '{"items":[]}',
+      ),
     ) as { items: K8sObject[] };
     const crds = JSON.parse(await kubectl(['get', 'crd', ...CRDS, '-o', 'json'])) as { items: K8sObject[] };
     return new Map([...list.items, ...crds.items].map((o) => [keyOf(o), o]));
@@ -288,9 +318,12 @@ describe('the Helm chart infra/helm/egress-proxies', () => {
     const clusterWide = await kustomize('cluster-wide', { resources: ['overlays/cluster-wide'] });
     const defaults = await template([]);
     expectSameInstall(defaults, clusterWide);
-    expect(defaults.filter((o) => o.kind === 'CustomResourceDefinition').map((o) => o.metadata.name).sort()).toEqual(
-      [...CRDS].sort(),
-    );
+    expect(
+      defaults
+        .filter((o) => o.kind === 'CustomResourceDefinition')
+        .map((o) => o.metadata.name)
+        .sort(),
+    ).toEqual([...CRDS].sort());
     // The images: kustomize's `images:` entry is the chart's image.repository and image.tag.
     for (const d of defaults.filter((o) => o.kind === 'Deployment')) {
       expect(JSON.stringify(d)).toContain('"image":"registry.example.com/egress-proxies:0.1.0"');
@@ -330,7 +363,9 @@ describe('the Helm chart infra/helm/egress-proxies', () => {
     expect(file.tenants.map((t) => t.name)).toEqual(['team-a', 'team-b']);
     for (const d of tenants.filter((o) => o.kind === 'Deployment')) {
       const reads = JSON.stringify(d).includes('--tenants-file=/etc/egress-proxies/tenants/tenants.yaml');
-      expect(reads, d.metadata.name).toBe(['egress-proxies-api', 'egress-proxies-gateway'].includes(d.metadata.name));
+      expect(reads, d.metadata.name).toBe(
+        ['egress-proxies-api', 'egress-proxies-gateway'].includes(d.metadata.name),
+      );
     }
     expectSameInstall(tenants, clusterWide, {
       chartOnly: [`Secret/${NS}/egress-proxies-tenants`],
@@ -363,116 +398,135 @@ describe('the Helm chart infra/helm/egress-proxies', () => {
     expect(refused.output).toContain('providers[0].kubernetes.namespace');
   });
 
-  it(
-    'install from zero, upgrade with a new image tag, uninstall; can-i as the kustomize install, cluster-wide and namespaced',
-    async () => {
-      apiserver = await startLocalKubeApiServer({ binDir: inject('kubeBinDir'), dataDir: join(dir, 'kube') });
-      for (const ns of WATCHED) await kubectl(['create', 'namespace', ns]);
+  it('install from zero, upgrade with a new image tag, uninstall; can-i as the kustomize install, cluster-wide and namespaced', async () => {
+    apiserver = await startLocalKubeApiServer({ binDir: inject('kubeBinDir'), dataDir: join(dir, 'kube') });
+    for (const ns of WATCHED) await kubectl(['create', 'namespace', ns]);
 
-      // The README's install, from zero: no CRDs, no namespace.
-      await helmOk(['install', RELEASE, CHART, '--namespace', NS, '--create-namespace']);
-      expect((await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm,name=${RELEASE}`, '-o', 'name'])).trim()).toBe(
-        `secret/sh.helm.release.v1.${RELEASE}.v1`,
-      );
-      for (const crd of CRDS) {
-        await kubectl(['wait', '--for=condition=Established', `crd/${crd}`, '--timeout=30s']);
-      }
-      const manifest = join(dir, 'manifest.yaml');
-      writeFileSync(manifest, await helmOk(['get', 'manifest', RELEASE, '--namespace', NS]));
-      const kustomized = await kustomize('cluster-wide', { resources: ['overlays/cluster-wide'] });
-      // Exactly the kustomize install's objects are in the apiserver, with the same RBAC and config
-      // (Deployments and Services as stored carry the apiserver's defaults; their specs are compared as rendered above).
-      const installed = await snapshot(manifest);
-      expect([...installed.keys()].sort()).toEqual(
-        kustomized
-          .filter((o) => o.kind !== 'Namespace')
-          .map(keyOf)
-          .sort(),
-      );
-      const expectedByKey = new Map(kustomized.map((o) => [keyOf(o), o]));
-      for (const [key, o] of installed) {
-        if (!/^(Cluster)?Role(Binding)?$|^ConfigMap$/.test(o.kind)) continue;
-        expect(essence(o), key).toEqual(essence(expectedByKey.get(key)!));
-      }
-      await kubectl(['get', 'namespace', NS]);
-      const helmCanI = await canI();
-      // The answers are the rules': the worker lists proxies everywhere, the gateway writes nothing.
-      expect(helmCanI[`worker in elsewhere`]).toMatch(/^proxies\.crawl\.example\.com\s+\[\]\s+\[\]\s+\[get list patch create delete\]$/m);
-      expect(helmCanI[`gateway in ${NS}`]).toMatch(/^secrets\s+\[\]\s+\[\]\s+\[list watch\]$/m);
-      expect(helmCanI[`gateway in ${NS}`]).not.toMatch(/^(proxies|secrets|pods)\S*\s.*(create|patch|delete)/m);
+    // The README's install, from zero: no CRDs, no namespace.
+    await helmOk(readmeInstall());
+    expect(
+      (await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm,name=${RELEASE}`, '-o', 'name'])).trim(),
+    ).toBe(`secret/sh.helm.release.v1.${RELEASE}.v1`);
+    for (const crd of CRDS) {
+      await kubectl(['wait', '--for=condition=Established', `crd/${crd}`, '--timeout=30s']);
+    }
+    const manifest = join(dir, 'manifest.yaml');
+    writeFileSync(manifest, await helmOk(['get', 'manifest', RELEASE, '--namespace', NS]));
+    const kustomized = await kustomize('cluster-wide', { resources: ['overlays/cluster-wide'] });
+    // Exactly the kustomize install's objects are in the apiserver, with the same RBAC and config
+    // (Deployments and Services as stored carry the apiserver's defaults; their specs are compared as rendered above).
+    const installed = await snapshot(manifest);
+    expect([...installed.keys()].sort()).toEqual(
+      kustomized
+        .filter((o) => o.kind !== 'Namespace')
+        .map(keyOf)
+        .sort(),
+    );
+    const expectedByKey = new Map(kustomized.map((o) => [keyOf(o), o]));
+    for (const [key, o] of installed) {
+      if (!/^(Cluster)?Role(Binding)?$|^ConfigMap$/.test(o.kind)) continue;
+      expect(essence(o), key).toEqual(essence(expectedByKey.get(key)!));
+    }
+    await kubectl(['get', 'namespace', NS]);
+    const helmCanI = await canI();
+    // The answers are the rules': the worker lists proxies everywhere, the gateway writes nothing.
+    expect(helmCanI[`worker in elsewhere`]).toMatch(
+      /^proxies\.crawl\.example\.com\s+\[\]\s+\[\]\s+\[get list patch create delete\]$/m,
+    );
+    expect(helmCanI[`gateway in ${NS}`]).toMatch(/^secrets\s+\[\]\s+\[\]\s+\[list watch\]$/m);
+    expect(helmCanI[`gateway in ${NS}`]).not.toMatch(/^(proxies|secrets|pods)\S*\s.*(create|patch|delete)/m);
 
-      // Upgrade with a new image tag: the four Deployments change (and roll: a new generation), nothing else.
-      await helmOk(['upgrade', RELEASE, CHART, '--namespace', NS, '--reuse-values', '--set', 'image.tag=0.2.0']);
-      const upgraded = await snapshot(manifest);
-      expect([...upgraded.keys()].sort()).toEqual([...installed.keys()].sort());
-      const changed = [...upgraded]
-        .filter(([key, o]) => o.metadata.resourceVersion !== installed.get(key)!.metadata.resourceVersion)
-        .map(([key]) => key)
-        .sort();
-      expect(changed).toEqual(PROCESSES.map((p) => `Deployment/${NS}/egress-proxies-${p}`).sort());
-      for (const key of changed) {
-        const before = installed.get(key)!;
-        const after = upgraded.get(key)!;
-        expect(after.metadata.generation).toBe(before.metadata.generation! + 1);
-        expect(JSON.stringify(after)).toContain('"image":"registry.example.com/egress-proxies:0.2.0"');
-      }
-      expect(
-        (await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm,name=${RELEASE}`, '-o', 'name']))
-          .trim()
-          .split('\n'),
-      ).toEqual([`secret/sh.helm.release.v1.${RELEASE}.v1`, `secret/sh.helm.release.v1.${RELEASE}.v2`]);
+    // Upgrade with a new image tag: the four Deployments change (and roll: a new generation), nothing else.
+    await helmOk([
+      'upgrade',
+      RELEASE,
+      CHART,
+      '--namespace',
+      NS,
+      '--reuse-values',
+      '--set',
+      'image.tag=0.2.0',
+    ]);
+    const upgraded = await snapshot(manifest);
+    expect([...upgraded.keys()].sort()).toEqual([...installed.keys()].sort());
+    const changed = [...upgraded]
+      .filter(([key, o]) => o.metadata.resourceVersion !== installed.get(key)!.metadata.resourceVersion)
+      .map(([key]) => key)
+      .sort();
+    expect(changed).toEqual(PROCESSES.map((p) => `Deployment/${NS}/egress-proxies-${p}`).sort());
+    for (const key of changed) {
+      const before = installed.get(key)!;
+      const after = upgraded.get(key)!;
+      expect(after.metadata.generation).toBe(before.metadata.generation! + 1);
+      expect(JSON.stringify(after)).toContain('"image":"registry.mycompany.internal/egress-proxies:0.2.0"');
+    }
+    expect(
+      (await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm,name=${RELEASE}`, '-o', 'name']))
+        .trim()
+        .split('\n'),
+    ).toEqual([`secret/sh.helm.release.v1.${RELEASE}.v1`, `secret/sh.helm.release.v1.${RELEASE}.v2`]);
 
-      // Uninstall: only the CRDs stay (Helm never deletes crds/), and the namespace --create-namespace made.
-      await helmOk(['uninstall', RELEASE, '--namespace', NS]);
-      await eventually('the release objects gone', async () => ((await labelled()).length === 0 ? true : undefined), {
+    // Uninstall: only the CRDs stay (Helm never deletes crds/), and the namespace --create-namespace made.
+    await helmOk(['uninstall', RELEASE, '--namespace', NS]);
+    await eventually(
+      'the release objects gone',
+      async () => ((await labelled()).length === 0 ? true : undefined),
+      {
         timeoutMs: 30_000,
         intervalMs: 200,
-      }).catch(() => undefined);
-      expect(await labelled()).toEqual([]);
-      const left = await snapshot(manifest);
-      expect([...left.keys()].sort()).toEqual(CRDS.map((c) => `CustomResourceDefinition//${c}`).sort());
-      for (const [key, crd] of left) {
-        expect(crd.metadata.resourceVersion, key).toBe(installed.get(key)!.metadata.resourceVersion);
-      }
-      expect((await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm`, '-o', 'name'])).trim()).toBe('');
+      },
+    ).catch(() => undefined);
+    expect(await labelled()).toEqual([]);
+    const left = await snapshot(manifest);
+    expect([...left.keys()].sort()).toEqual(CRDS.map((c) => `CustomResourceDefinition//${c}`).sort());
+    for (const [key, crd] of left) {
+      expect(crd.metadata.resourceVersion, key).toBe(installed.get(key)!.metadata.resourceVersion);
+    }
+    expect((await kubectl(['get', 'secret', '-n', NS, '-l', `owner=helm`, '-o', 'name'])).trim()).toBe('');
 
-      // The kustomize install gives the same can-i answers (the CRDs are already there; the namespace too).
-      const kustomizeFile = join(dir, 'kustomize-cluster-wide.yaml');
-      writeFileSync(kustomizeFile, kustomized.map((o) => stringify(o)).join('---\n'));
-      await kubectl(['apply', '--server-side', '--force-conflicts', '-f', kustomizeFile]);
-      await canIEquals(helmCanI, 'the kustomize install’s can-i answers');
-      const withoutNamespace = join(dir, 'kustomize-cluster-wide-objects.yaml');
-      writeFileSync(
-        withoutNamespace,
-        kustomized
-          .filter((o) => o.kind !== 'Namespace' && o.kind !== 'CustomResourceDefinition')
-          .map((o) => stringify(o))
-          .join('---\n'),
-      );
-      await kubectl(['delete', '-f', withoutNamespace, '--wait=false']);
-      await eventually('the kustomize objects gone', async () => ((await labelled()).length === 0 ? true : undefined), {
+    // The kustomize install gives the same can-i answers (the CRDs are already there; the namespace too).
+    const kustomizeFile = join(dir, 'kustomize-cluster-wide.yaml');
+    writeFileSync(kustomizeFile, kustomized.map((o) => stringify(o)).join('---\n'));
+    await kubectl(['apply', '--server-side', '--force-conflicts', '-f', kustomizeFile]);
+    await canIEquals(helmCanI, 'the kustomize install’s can-i answers');
+    const withoutNamespace = join(dir, 'kustomize-cluster-wide-objects.yaml');
+    writeFileSync(
+      withoutNamespace,
+      kustomized
+        .filter((o) => o.kind !== 'Namespace' && o.kind !== 'CustomResourceDefinition')
+        .map((o) => stringify(o))
+        .join('---\n'),
+    );
+    await kubectl(['delete', '-f', withoutNamespace, '--wait=false']);
+    await eventually(
+      'the kustomize objects gone',
+      async () => ((await labelled()).length === 0 ? true : undefined),
+      {
         timeoutMs: 30_000,
         intervalMs: 200,
-      });
+      },
+    );
 
-      // Namespaced: the chart with the namespaced combination, then the namespaced overlay.
-      await helmOk(['install', RELEASE, CHART, '--namespace', NS, '-f', ci('namespaced')]);
-      const helmNamespaced = await canI();
-      expect(helmNamespaced[`worker in elsewhere`]).not.toMatch(/proxies/);
-      expect(helmNamespaced[`worker in team-a`]).toMatch(/^proxies\.crawl\.example\.com\s/m);
-      await helmOk(['uninstall', RELEASE, '--namespace', NS]);
-      await eventually('the namespaced release gone', async () => ((await labelled()).length === 0 ? true : undefined), {
+    // Namespaced: the chart with the namespaced combination, then the namespaced overlay.
+    await helmOk(['install', RELEASE, CHART, '--namespace', NS, '-f', ci('namespaced')]);
+    const helmNamespaced = await canI();
+    expect(helmNamespaced[`worker in elsewhere`]).not.toMatch(/proxies/);
+    expect(helmNamespaced[`worker in team-a`]).toMatch(/^proxies\.crawl\.example\.com\s/m);
+    await helmOk(['uninstall', RELEASE, '--namespace', NS]);
+    await eventually(
+      'the namespaced release gone',
+      async () => ((await labelled()).length === 0 ? true : undefined),
+      {
         timeoutMs: 30_000,
         intervalMs: 200,
-      });
-      const namespaced = (await kustomize('namespaced', { resources: ['overlays/namespaced'] })).filter(
-        (o) => o.kind !== 'CustomResourceDefinition',
-      );
-      const namespacedFile = join(dir, 'kustomize-namespaced.yaml');
-      writeFileSync(namespacedFile, namespaced.map((o) => stringify(o)).join('---\n'));
-      await kubectl(['apply', '--server-side', '--force-conflicts', '-f', namespacedFile]);
-      await canIEquals(helmNamespaced, 'the namespaced kustomize install’s can-i answers');
-    },
-    240_000,
-  );
+      },
+    );
+    const namespaced = (await kustomize('namespaced', { resources: ['overlays/namespaced'] })).filter(
+      (o) => o.kind !== 'CustomResourceDefinition',
+    );
+    const namespacedFile = join(dir, 'kustomize-namespaced.yaml');
+    writeFileSync(namespacedFile, namespaced.map((o) => stringify(o)).join('---\n'));
+    await kubectl(['apply', '--server-side', '--force-conflicts', '-f', namespacedFile]);
+    await canIEquals(helmNamespaced, 'the namespaced kustomize install’s can-i answers');
+  }, 240_000);
 });

@@ -12,7 +12,7 @@ describe('generated CRDs', () => {
   );
 
   it.each(Object.entries(CRD_FILES))(
-    'the Helm chart\'s crds/%s is the same file (run npm run gen:crds)',
+    "the Helm chart's crds/%s is the same file (run npm run gen:crds)",
     (file, build) => {
       expect(readFileSync(HELM_CRD_DIR + file, 'utf8')).toBe(renderCrd(build));
     },
