@@ -13,8 +13,9 @@ bash infra/scripts/check-prereqs.sh
 # (seconds), Chromium's headless shell for the dashboard's browser test (seconds), libvirt, QEMU, dnsmasq and sshd for the kvm tests (apt-get install, about 15 s),
 # the kvm end-to-end test's Debian guest image (mmdebstrap, 1.5-2 minutes) and
 # kube-apiserver/etcd/kubectl (5-15 minutes on 2 cores), Jaeger for the
-# tracing test (Go, about 5 minutes on a quiet 2-core machine) and promtool
-# for the alert rules' test (Go, minutes), moto's EC2 server for the aws
+# tracing test (Go, about 5 minutes on a quiet 2-core machine), promtool
+# for the alert rules' test (Go, minutes) and helm for the chart's test (Go,
+# about 3 minutes), moto's EC2 server for the aws
 # provider's tests (pip, about 40 s), and for the kubernetes provider's
 # real node: containerd, runc and the CNI plugins (apt-get), kubelet and
 # kube-scheduler (Go, a minute or two after the apiserver's build) and the
@@ -33,6 +34,7 @@ bash infra/scripts/install-node.sh >/dev/null
 bash infra/scripts/build-node-images.sh >/dev/null
 bash infra/scripts/build-jaeger.sh >/dev/null
 bash infra/scripts/build-promtool.sh >/dev/null
+bash infra/scripts/build-helm.sh >/dev/null
 echo "test.sh: servers' binaries ready in $(( $(date +%s) - start )) s"
 
 mkdir -p .tmp

@@ -310,6 +310,54 @@ describe('infra/scripts/build-kube.sh against a fake module proxy', () => {
   });
 });
 
+describe('infra/scripts/build-helm.sh', () => {
+  it('names a missing go on one line, with how to get it', () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-helm.sh')], {
+      encoding: 'utf8',
+      env: { PATH: pathWith(['flock', 'python3']), EGRESS_PROXIES_CACHE: cache },
+    });
+    expect(result.status).toBe(1);
+    expect(result.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(/^build-helm: 'go' is not on PATH; install Go >= 1\.26/),
+    ]);
+  });
+
+  it('a version the module proxy cannot give fails on one line naming it, leaving no binary', () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-helm.sh')], {
+      encoding: 'utf8',
+      // GOPROXY=off: fails at once and offline.
+      env: {
+        ...process.env,
+        EGRESS_PROXIES_CACHE: cache,
+        HELM_VERSION: '0.0.1',
+        GOPROXY: 'off',
+        GOFLAGS: '',
+      },
+    });
+    expect(result.status).not.toBe(0);
+    expect(result.stderr).toMatch(/build-helm: cannot download helm\.sh\/helm\/v4@v0\.0\.1/);
+    expect(existsSync(join(cache, 'helm', 'v0.0.1', 'bin', 'helm'))).toBe(false);
+  });
+
+  it('reuses a built helm without touching the network', () => {
+    const cache = mkdtempSync(join(tmpdir(), 'ep-cache-'));
+    dirs.push(cache);
+    const bin = join(cache, 'helm', 'v0.0.2', 'bin');
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(join(bin, 'helm'), '#!/bin/sh\n', { mode: 0o755 });
+    const result = spawnSync('bash', [join(SCRIPTS, 'build-helm.sh')], {
+      encoding: 'utf8',
+      env: { ...process.env, EGRESS_PROXIES_CACHE: cache, HELM_VERSION: '0.0.2', GOPROXY: 'off' },
+    });
+    expect(result.status).toBe(0);
+    expect(result.stdout.trim()).toBe(join(bin, 'helm'));
+  });
+});
+
 describe('infra/scripts/lib/apt-mirror.sh', () => {
   /** A sources.list and a sources.list.d with these files, and an APT_CONFIG pointing apt at them. */
   function aptSources(list: string, parts: Record<string, string>): NodeJS.ProcessEnv {
