@@ -42,12 +42,17 @@ with kustomize's.
 {{- end -}}
 
 {{- define "ep.rules.api" -}}
+{{- /* patch: the dashboard's cordon (an annotation), for operator tenants. */}}
 - apiGroups: [crawl.example.com]
   resources: [proxies]
-  verbs: [list, watch]
+  verbs: [list, watch, patch]
 - apiGroups: [crawl.example.com]
   resources: [proxypools]
   verbs: [list, watch]
+{{- /* The dashboard's scale control: the scale subresource only, never the spec. */}}
+- apiGroups: [crawl.example.com]
+  resources: [proxypools/scale]
+  verbs: [patch]
 - apiGroups: ['']
   resources: [secrets]
   verbs: [list, watch]
