@@ -175,9 +175,7 @@ describe('dashboard fleet state', () => {
     const before = seen.length;
     proxies.put(proxy('a3', { pool: 'alpha', ready: false }));
     const added = await eventually('the added row', () =>
-      Promise.resolve(
-        seen.slice(before).find((s) => s.event === 'proxies')?.data,
-      ),
+      Promise.resolve(seen.slice(before).find((s) => s.event === 'proxies')?.data),
     );
     expect(added).toMatchObject({ full: false, remove: [] });
     expect(added.upsert.map((r) => [r.id, r.healthy, r.reason])).toEqual([['ns/a3', false, 'ProbeFailed']]);
@@ -185,18 +183,14 @@ describe('dashboard fleet state', () => {
     const changedAt = seen.length;
     proxies.put(proxy('a1', { pool: 'alpha', ready: false }));
     const changed = await eventually('the updated row', () =>
-      Promise.resolve(
-        seen.slice(changedAt).find((s) => s.event === 'proxies')?.data,
-      ),
+      Promise.resolve(seen.slice(changedAt).find((s) => s.event === 'proxies')?.data),
     );
     expect(changed.upsert.map((r) => [r.id, r.healthy])).toEqual([['ns/a1', false]]);
 
     const mark = seen.length;
     proxies.remove(proxy('s1'));
     const removed = await eventually('the removal', () =>
-      Promise.resolve(
-        seen.slice(mark).find((s) => s.event === 'proxies')?.data,
-      ),
+      Promise.resolve(seen.slice(mark).find((s) => s.event === 'proxies')?.data),
     );
     expect(removed).toEqual({ full: false, upsert: [], remove: ['ns/s1'] });
   });
@@ -209,9 +203,7 @@ describe('dashboard fleet state', () => {
     const outcome = leaseStore.acquireNow({ candidates: [candidate], ttlMs: 60_000, target: '' });
     expect(outcome.granted).not.toBeNull();
     const update = await eventually('the lease on the row', () =>
-      Promise.resolve(
-        seen.slice(mark).find((s) => s.event === 'proxies')?.data,
-      ),
+      Promise.resolve(seen.slice(mark).find((s) => s.event === 'proxies')?.data),
     );
     expect(update.upsert.map((r) => [r.id, r.leases])).toEqual([['ns/a2', 1]]);
     await eventually('the pool counts it', () =>
