@@ -105,7 +105,10 @@ export function createApi(options: CreateApiOptions): Hono {
 
   app.route('/', createMetaRoutes({ registry, serveMetrics, openApi }));
   app.route('/v1/proxies', createProxyRoutes({ catalog, leaseStore }));
-  if (dashboard) app.route('/ui', dashboard.routes);
+  if (dashboard) {
+    app.get('/ui/', (c) => c.redirect('/ui', 308));
+    app.route('/ui', dashboard.routes);
+  }
   const sealLeaseIds = tenants.sealsLeaseIds;
   app.route(
     '/v1/leases',

@@ -163,7 +163,8 @@ export class ProxiesPage implements Page {
       {
         title: 'Health',
         cell: (td, p) => {
-          setText(td, p.healthy ? 'healthy' : `unhealthy${p.reason ? `: ${p.reason}` : ''}`);
+          // No verdict yet (no Healthy condition) is not a failure: say so.
+          setText(td, p.healthy ? 'healthy' : p.reason === '' ? 'unknown' : `unhealthy: ${p.reason}`);
           td.className = p.healthy ? 'ok' : 'bad';
           td.title = p.message;
         },
@@ -494,6 +495,7 @@ export class PoolsPage implements Page {
 
 export class ProvidersPage implements Page {
   readonly el: HTMLElement;
+  private readonly empty = h('p', { className: 'hint' });
   private readonly table: KeyedTable<ProviderRow>;
   private readonly targets = h('div');
 
@@ -523,6 +525,7 @@ export class ProvidersPage implements Page {
       'section',
       { 'aria-labelledby': 'providers-h' },
       h('h1', { id: 'providers-h' }, 'Providers'),
+      this.empty,
       h('div', { className: 'scroll' }, this.table.el),
       this.targets,
     );
@@ -530,6 +533,12 @@ export class ProvidersPage implements Page {
 
   update(store: Store): void {
     this.table.update(store.providers);
+    setText(
+      this.empty,
+      store.providers.length === 0
+        ? 'No ProviderHealth yet: the worker’s provider checks write one per provider (every minute by default).'
+        : '',
+    );
     clear(this.targets);
     for (const p of store.providers) {
       if (p.targets.length === 0) continue;

@@ -290,7 +290,13 @@ export function createFleetState(options: FleetStateOptions): FleetState {
           } else keep(proxy);
         }),
         options.proxies.onReconnect(reloadProxies),
+        // A new pool gets its first point now, not up to a sampling period later.
+        options.pools.onChange((pool, event) => {
+          if (event === 'add' && !history.has(`${pool.metadata.namespace ?? ''}/${pool.metadata.name}`))
+            void sampleHistory();
+        }),
       );
+      void sampleHistory();
       timers.push(
         setInterval(() => void tick(), tickMs),
         setInterval(() => void sampleHistory(), historyMs),

@@ -5,8 +5,11 @@
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { ROOT } from './cli.js';
+
+/** The repository (this helper is also used by benches, outside vitest). */
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 export function chromiumPath(): string {
   return execFileSync('bash', [join(ROOT, 'infra/scripts/install-chromium.sh')], { encoding: 'utf8' }).trim();

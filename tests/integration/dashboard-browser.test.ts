@@ -5,10 +5,10 @@
  * wrong one; the Proxies page follows applies, deletes and health verdicts
  * live; an operator scales a pool from the page and the pool follows; a
  * crawler tenant sees only its pool, gets no scale control and is refused
- * a direct POST; an attribute holding markup renders as text. Screenshots
- * of the five pages are taken (into docs/images with EP_UPDATE_SCREENSHOTS=1).
+ * a direct POST; an attribute holding markup renders as text. (The
+ * README's screenshots come from `make dev`: tests/integration/dev-command.test.ts.)
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,8 +16,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startForwardProxy, type ForwardProxy } from '../../providers/local/forward-proxy.js';
 import { launchBrowser, tableCells } from '../helpers/browser.js';
-import { ROOT } from '../helpers/cli.js';
-import { createProxy, proxyCondition } from '../helpers/kube.js';
+import { createProxy, providerHealthClient, proxyCondition } from '../helpers/kube.js';
 import { startPoolHarness, type PoolHarness } from '../helpers/pools.js';
 import { startProbeTarget, type ProbeTarget } from '../helpers/prober-fixtures.js';
 import { eventually } from '../helpers/temporal.js';
@@ -65,7 +64,7 @@ describe('dashboard in a real browser', () => {
   let upstream: ForwardProxy;
   let watched: ProbeTarget;
   const dir = mkdtempSync(join(tmpdir(), 'ep-dashboard-'));
-  const shots = process.env.EP_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs/images') : join(dir, 'shots');
+  const cleanups: Array<() => Promise<void>> = [];
 
   beforeAll(async () => {
     const tenantsFile = join(dir, 'tenants.yaml');
@@ -88,7 +87,6 @@ describe('dashboard in a real browser', () => {
     upstream = await startForwardProxy({ host: '127.0.0.1', port: 0 });
     watched = await startProbeTarget();
     browser = await launchBrowser();
-    mkdirSync(shots, { recursive: true });
     await h.pools.create(h.cp.namespace, 'crawl', {
       replicas: 3,
       template: {
@@ -102,6 +100,7 @@ describe('dashboard in a real browser', () => {
     });
   }, 240_000);
   afterAll(async () => {
+    for (const c of cleanups) await c().catch(() => undefined);
     await browser?.close();
     await h?.close();
     await upstream?.close();
@@ -116,6 +115,8 @@ describe('dashboard in a real browser', () => {
     expect(csp).toContain("default-src 'none'");
     expect(csp).toContain("script-src 'self'");
     expect(csp).not.toContain('unsafe-inline');
+    const slash = await fetch(`${h.apiUrl}/ui/`, { redirect: 'manual' });
+    expect([slash.status, slash.headers.get('location')]).toEqual([308, '/ui']);
     expect((await fetch(`${h.apiUrl}/ui/api/session`)).status).toBe(401);
     expect((await fetch(`${h.apiUrl}/ui/api/events`)).status).toBe(401);
     const wrong = await fetch(`${h.apiUrl}/ui/api/events`, { headers: { Authorization: 'Bearer nope' } });
@@ -186,7 +187,6 @@ describe('dashboard in a real browser', () => {
     console.log(
       `dashboard: a deleted Proxy left the page ${((Date.now() - deletedAt) / 1000).toFixed(2)} s after the delete`,
     );
-    await page.screenshot({ path: join(shots, 'dashboard-proxies.png') });
     await page.close();
   });
 
@@ -227,7 +227,17 @@ describe('dashboard in a real browser', () => {
   it('scales a pool from the page: spec.replicas follows and the page shows 5 Ready members', async () => {
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     await signIn(page, h.apiUrl, OPERATOR_TOKEN);
-    await page.getByRole('link', { name: 'Pools' }).click();
+    // From the keyboard: a fresh load (the token stays in the tab's sessionStorage), Tab to the Pools link, Enter.
+    await page.goto(`${h.apiUrl}/ui#/fleet`);
+    // Only the hash changed: reload, so focus starts at the top of a new document.
+    await page.reload();
+    await page.getByRole('heading', { name: 'Fleet', level: 1 }).waitFor();
+    for (let i = 0; i < 10; i++) {
+      await page.keyboard.press('Tab');
+      if ((await page.evaluate<string>('document.activeElement?.textContent ?? ""')) === 'Pools') break;
+    }
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'Pools', level: 1 }).waitFor();
     const input = page.getByLabel(`Replicas for ${h.cp.namespace}/crawl`);
     await input.fill('5');
     await page.getByRole('button', { name: 'Scale' }).click();
@@ -244,12 +254,45 @@ describe('dashboard in a real browser', () => {
         undefined,
       { timeoutMs: 120_000, intervalMs: 250 },
     );
-    // Every page, for the README.
-    for (const name of ['fleet', 'pools', 'providers', 'gateway'] as const) {
-      await page.getByRole('link', { name: name[0]!.toUpperCase() + name.slice(1) }).click();
-      await page.getByRole('heading', { level: 1 }).waitFor();
-      await page.screenshot({ path: join(shots, `dashboard-${name}.png`) });
-    }
+    // A provider's health, as the worker's checks write it, shows on the Providers page.
+    const healths = providerHealthClient();
+    const phName = `ui-${h.cp.namespace}`;
+    const { object } = await healths.create(phName, { 'ui-test': 'yes' });
+    await healths.writeStatus(
+      object,
+      { key: 'ui-test', value: 'yes' },
+      {
+        type: 'local',
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'True',
+            reason: 'CheckPassed',
+            message: 'every target answered',
+            lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          },
+        ],
+        targets: [
+          {
+            name: 'state-dir',
+            ready: true,
+            reason: 'Writable',
+            lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          },
+        ],
+        lastCheckTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      },
+    );
+    cleanups.push(async () => {
+      const current = await healths.get(phName);
+      if (current) await healths.delete(current);
+    });
+    await page.getByRole('link', { name: 'Providers' }).click();
+    await eventually(
+      'the provider on the Providers page',
+      async () => (await tableCells(page, 'Providers')).find((c) => c[0] === phName && c[2] === 'ready'),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
     await page.close();
   });
 

@@ -8,7 +8,7 @@
  * KUBE_BIN_DIR, so nothing is rebuilt).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { cliEntry } from '../helpers/cli.js';
@@ -19,6 +19,7 @@ import { afterAll, describe, expect, inject, it } from 'vitest';
 import { curlThrough } from './gateway-helpers.js';
 import { egressIpThrough, fromProxyUrl } from '../../cli/egress-ip.js';
 import { eventually } from '../helpers/temporal.js';
+import { launchBrowser, tableCells } from '../helpers/browser.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -208,6 +209,66 @@ describe('make dev (egress-proxies dev)', () => {
       expect(table.stdout).toMatch(new RegExp(`default/${name}\\s+${e.ip}:${e.port}\\s+\\S+\\s+${e.ip}\\n`));
     }
     expect(table.stdout).toContain('-- 3 of 3 answered through their proxy --');
+
+    // The banner's dashboard in a real browser: the sample Proxies with their addresses, the
+    // sample pool, the provider checks, the gateway's traffic; screenshots of the five pages
+    // (into docs/images with EP_UPDATE_SCREENSHOTS=1, for the README).
+    const dashboardUrl = /dashboard (http:\/\/127\.0\.0\.1:\d+\/ui)/.exec(banner)?.[1];
+    expect(dashboardUrl).toBe(`${apiUrl}/ui`);
+    const poolFile = join(cache, 'proxypool-local.yaml');
+    writeFileSync(
+      poolFile,
+      readFileSync(join(ROOT, 'infra/samples/proxypool-local.yaml'), 'utf8').replace(
+        'http://127.0.0.1:8090/healthz',
+        `${apiUrl}/healthz`,
+      ),
+    );
+    await run(kubectl, ['--kubeconfig', kubeconfig!, 'apply', '-f', poolFile]);
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+      await page.goto(`${dashboardUrl!}#/proxies`);
+      await eventually(
+        'the sample Proxies on the dashboard with their addresses',
+        async () => {
+          const rows = await tableCells(page, 'Proxies');
+          return endpoints.every((e, i) =>
+            rows.some(
+              (c) => c[0] === `default/${names[i]}` && c[4] === `${e.ip}:${e.port}` && c[3] === 'Ready',
+            ),
+          ) && rows.filter((c) => c[2] === 'local-pool' && c[3] === 'Ready').length === 3
+            ? rows
+            : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 200 },
+      );
+      // The traffic through the gateway above, on its page, by the proxy that carried it.
+      await page.getByRole('link', { name: 'Gateway' }).click();
+      await eventually(
+        'the gateway page counts the tunnel',
+        async () =>
+          (await tableCells(page, 'Gateway traffic by proxy')).some(
+            (c) => names.some((n) => c[0] === `default/${n}`) && Number(c[1]) >= 1,
+          ) || undefined,
+        { timeoutMs: 30_000, intervalMs: 200 },
+      );
+      await page.getByRole('link', { name: 'Providers' }).click();
+      await eventually(
+        'the local provider on the Providers page',
+        async () => (await tableCells(page, 'Providers')).some((c) => c[0] === 'local') || undefined,
+        { timeoutMs: 90_000, intervalMs: 250 },
+      );
+      const shots =
+        process.env.EP_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs/images') : join(cache, 'shots');
+      mkdirSync(shots, { recursive: true });
+      for (const name of ['Fleet', 'Proxies', 'Pools', 'Providers', 'Gateway']) {
+        await page.getByRole('link', { name }).click();
+        await page.getByRole('heading', { name, level: 1 }).waitFor();
+        await page.screenshot({ path: join(shots, `dashboard-${name.toLowerCase()}.png`) });
+      }
+    } finally {
+      await browser.close();
+    }
 
     // A spec edit replaces the instance: the echo sees the replacement's address, the old one is gone.
     await run(kubectl, [
