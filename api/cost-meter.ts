@@ -22,16 +22,15 @@
  * ("What the fleet costs").
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { GIB, instanceHourPrice, perGiBPrice, perSessionPrice, type PriceBook } from '../providers/prices.js';
+import {
+  COSTING_PHASES,
+  GIB,
+  instanceHourPrice,
+  perGiBPrice,
+  perSessionPrice,
+  type PriceBook,
+} from '../providers/prices.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
-
-/** Phases in which a Proxy's instance exists and is billed. */
-export const COSTING_PHASES: ReadonlySet<string> = new Set([
-  'Provisioning',
-  'Ready',
-  'Unhealthy',
-  'Deleting',
-]);
 
 export interface CostMeterOptions {
   prices: PriceBook;

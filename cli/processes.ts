@@ -197,6 +197,7 @@ export async function startWorker(
       taskQueue: config.taskQueue,
       kubeConfig: kc,
       registry,
+      prices: priceBookOf(providersConfig),
       installation,
       logger,
       metrics,

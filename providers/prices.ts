@@ -60,6 +60,19 @@ export const currencySchema = z
 
 export const GIB = 1024 ** 3;
 
+/**
+ * Phases in which a Proxy's instance exists and is billed: booting
+ * (Provisioning), serving (Ready), failing its checks (Unhealthy) or
+ * draining and being deleted (Deleting). Pending (nothing asked of the
+ * provider yet) and Failed cost nothing.
+ */
+export const COSTING_PHASES: ReadonlySet<string> = new Set([
+  'Provisioning',
+  'Ready',
+  'Unhealthy',
+  'Deleting',
+]);
+
 /** An entry's prices as the cost meters and the pool read them. */
 export interface EntryPricing {
   /** The entry makes Spot instances: the `spot` price applies. */
