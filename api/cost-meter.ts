@@ -30,6 +30,7 @@ import {
   perSessionPrice,
   type PriceBook,
 } from '../providers/prices.js';
+import type { ProxyPool } from '../resources/proxy-schema.js';
 import type { ProxyCatalog, ProxyView } from './proxy-catalog.js';
 
 export interface CostMeterOptions {
@@ -197,4 +198,30 @@ export function createCostMeter(opts: CostMeterOptions): CostMeter {
       sync();
     },
   };
+}
+
+/**
+ * `egress_pool_budget_limited{namespace, pool}`: 1 while a ProxyPool's
+ * BudgetLimited condition is True (its budget holds the autoscaler back,
+ * spec.replicas is over it, or rotation waits for the day's budget), 0
+ * while it is not, for every pool with a spec.budget, from the api's
+ * ProxyPool informer. The alert EgressPoolBudgetLimited watches it.
+ */
+export function registerPoolBudgetMetrics(registry: Registry, pools: { list(): readonly ProxyPool[] }): void {
+  const gauge: Gauge<'namespace' | 'pool'> = new Gauge({
+    name: 'egress_pool_budget_limited',
+    help: "1 while a ProxyPool's BudgetLimited condition is True (its spec.budget holds it back), 0 otherwise; pools with a budget only",
+    labelNames: ['namespace', 'pool'] as const,
+    registers: [registry],
+    collect() {
+      gauge.reset();
+      for (const pool of pools.list()) {
+        if (!pool.spec.budget) continue;
+        const limited = (pool.status?.conditions ?? []).some(
+          (c) => c.type === 'BudgetLimited' && c.status === 'True',
+        );
+        gauge.set({ namespace: pool.metadata.namespace ?? '', pool: pool.metadata.name }, limited ? 1 : 0);
+      }
+    },
+  });
 }

@@ -58,7 +58,7 @@ import {
   type ProvidersConfig,
 } from '../providers/config.js';
 import { EMPTY_PRICE_BOOK } from '../providers/prices.js';
-import { createCostMeter, type CostMeter } from '../api/cost-meter.js';
+import { createCostMeter, registerPoolBudgetMetrics, type CostMeter } from '../api/cost-meter.js';
 import { registerProviderRequestMetrics } from '../providers/metrics.js';
 import type { ApiPartConfig, BridgeConfig, GatewayPartConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
@@ -400,6 +400,7 @@ export async function startApi(
     });
     await pools.start();
     scope.defer('ProxyPool informer', () => pools.stop());
+    registerPoolBudgetMetrics(registry, pools);
     // The Temporal client comes after the server is up; reports start only then.
     const temporal: { client?: Client } = {};
     const demand = createPoolDemand({

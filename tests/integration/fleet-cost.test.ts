@@ -51,8 +51,8 @@ function metric(text: string, name: string, labels: Record<string, string>): num
   for (const line of text.split('\n')) {
     const m = /^([a-z_]+)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
-    const have = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
-    if (Object.entries(labels).every(([k, v]) => have[k] === v)) total += Number(m[3]);
+    const have = new Map([...(m[2] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1]!, l[2]!]));
+    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) total += Number(m[3]);
   }
   return total;
 }
