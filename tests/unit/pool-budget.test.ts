@@ -96,7 +96,7 @@ describe('the budget caps the size and says so', () => {
     const c = budgetCondition(state, 'local', 10, true);
     expect(c).toMatchObject({ type: 'BudgetLimited', status: 'True', reason: 'BudgetLimited' });
     expect(c!.message).toBe(
-      'budget.maxPerHour 0.2000 USD allows 4 proxies at 0.0500 USD each per hour; demand asks for 10',
+      'budget.maxPerHour 0.2000 USD allows 4 proxies at 0.0500 USD each per hour; demand asks for up to 10',
     );
     expect(budgetCondition(state, 'local', 3, true)).toMatchObject({
       status: 'False',

@@ -151,7 +151,7 @@ export function budgetCondition(
           type: 'BudgetLimited',
           status: 'True',
           reason: 'BudgetLimited',
-          message: `${limitText} allows ${proxies(allowed)} at ${price}; demand asks for ${wanted}`,
+          message: `${limitText} allows ${proxies(allowed)} at ${price}; demand asks for up to ${wanted}`,
         }
       : {
           type: 'BudgetLimited',

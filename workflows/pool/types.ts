@@ -182,7 +182,7 @@ export interface CostState {
   seen: PoolCostObservation;
   /** Members the budget pays for at the latest price (absent: no budget, or the price is unknown). */
   allowed?: number;
-  /** BudgetLimited was True at the latest look (a report that changes it wakes the pool). */
+  /** The autoscaler's want was over the budget at the latest look (a report that changes it wakes the pool). */
   limited?: boolean;
 }
 

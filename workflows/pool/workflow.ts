@@ -32,6 +32,7 @@ import { bannedOut, initialRotation, markBanned, markDue, recordBans } from './r
 import { applyPoolDesired, available, memberName, planPool, poolConditions } from './state.js';
 import {
   DEFAULT_POOL_TIMING,
+  type AutoscaleState,
   type PoolDemandReport,
   type PoolMember,
   type PoolState,
@@ -184,7 +185,8 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
       rotationHeld,
     );
     const wasLimited = state.conditions.some((c) => c.type === 'BudgetLimited' && c.status === 'True');
-    if (cost) cost.limited = budget?.status === 'True';
+    // Whether the autoscaler's want is over the budget (what the demand handler compares with).
+    if (cost) cost.limited = budget?.status === 'True' && budget.reason === 'BudgetLimited';
     state.conditions = poolConditions(state, plan, seen, new Date(nowMs), budget ? [budget] : []);
     const status = {
       ...plan.status,
@@ -307,7 +309,12 @@ function takeDemand(
     // Within the budget: a want above it changes nothing but the condition, which a look writes once.
     if (withinBudget(state, decision.replicas) !== scale.replicas) changed = true;
     const allowed = state.cost?.allowed;
-    if (allowed !== undefined && decision.replicas > allowed !== Boolean(state.cost?.limited)) changed = true;
+    if (
+      allowed !== undefined &&
+      askedFor(scale, decision.replicas, nowMs, autoscaling.scaleDownStabilizationMs) > allowed !==
+        Boolean(state.cost?.limited)
+    )
+      changed = true;
     recheckAtMs = decision.recheckAtMs;
   }
   if (rotation?.afterBans && report.bans.length > 0) {
@@ -357,9 +364,25 @@ function keepSize(
     scale.lastScaleMs = nowMs;
   }
   if (decision.recheckAtMs !== undefined) timers.push(decision.recheckAtMs);
-  // What demand asks for: the latest recommendation, when it is above the step the decision may take.
-  const latest = scale.recommendations[scale.recommendations.length - 1]?.[1] ?? 0;
-  return { replicas, wanted: Math.max(decision.replicas, latest) };
+  return { replicas, wanted: askedFor(scale, decision.replicas, nowMs, spec.scaleDownStabilizationMs) };
+}
+
+/**
+ * What demand asks for before the budget: the decision, or the highest
+ * recommendation in force within the scale-down window when that is more
+ * (the window the pool would not shrink within either, so the answer does
+ * not flicker with each report's refusals). One rule for the look and the
+ * demand handler, so a report never wakes the pool for a condition the
+ * look would not change.
+ */
+function askedFor(scale: AutoscaleState, decided: number, nowMs: number, windowMs: number): number {
+  let most = decided;
+  const recs = scale.recommendations;
+  for (let i = recs.length - 1; i >= 0; i--) {
+    most = Math.max(most, recs[i]![1]);
+    if (recs[i]![0] <= nowMs - windowMs) break;
+  }
+  return most;
 }
 
 /** At least 90 % of the size kept is available (all of it below ten members). */
