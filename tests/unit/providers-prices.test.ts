@@ -3,8 +3,16 @@
  * naming its field, an absent one stays unknown (never zero), and the
  * lookups pick the machine type's and the market's price.
  */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseProvidersConfig, priceBookOf, ProvidersConfigError } from '../../providers/config.js';
+import {
+  loadProvidersConfig,
+  parseProvidersConfig,
+  priceBookOf,
+  ProvidersConfigError,
+} from '../../providers/config.js';
 import { instanceHourPrice, perGiBPrice, perSessionPrice } from '../../providers/prices.js';
 
 function issuesOf(yaml: string): string[] {
@@ -93,5 +101,18 @@ providers:
   it('a zero price is a price (free), distinct from none', () => {
     const book = priceBookOf(parseProvidersConfig(local('{ perInstanceHour: { onDemand: 0 } }'), 'p.yaml'));
     expect(instanceHourPrice(book, 'cheap')).toBe(0);
+  });
+
+  it('a file with a negative price is refused at load, naming the file and the field', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ep-prices-'));
+    try {
+      const path = join(dir, 'providers.yaml');
+      await writeFile(path, local('{ perInstanceHour: { onDemand: -0.5 } }'));
+      await expect(loadProvidersConfig(path)).rejects.toThrow(
+        `${path}: invalid providers config:\n  providers[0].prices.perInstanceHour.onDemand: must not be negative`,
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
