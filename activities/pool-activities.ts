@@ -30,7 +30,8 @@ import {
   poolSelector,
   templateHashOf,
 } from '../kube/proxy-pools.js';
-import type { PoolMember, PoolRef } from '../workflows/pool/types.js';
+import type { PoolCostObservation, PoolMember, PoolRef } from '../workflows/pool/types.js';
+import { COSTING_PHASES, instanceHourPrice, type PriceBook } from '../providers/prices.js';
 import type { PoolActivities } from './types.js';
 
 export interface PoolActivitiesDeps {
@@ -43,6 +44,11 @@ export interface PoolActivitiesDeps {
    * and scale-up.
    */
   providerPaused?: (provider: string) => string | undefined;
+  /**
+   * The providers config's prices: the list reports what the members cost
+   * (the pool's costPerHour, its budget). Absent: no cost is reported.
+   */
+  prices?: PriceBook;
 }
 
 const proxiesText = (n: number): string => `${n} ${n === 1 ? 'proxy' : 'proxies'}`;
@@ -77,6 +83,21 @@ export function memberOf(proxy: Proxy, pool: ProxyPool | undefined, currentHash:
     ...(proxy.status?.expiresAt ? { expiresAt: proxy.status.expiresAt } : {}),
     // Only a member of the current template can be out of step with it; older ones are being replaced.
     matchesTemplate: !pool || hash !== currentHash || matchesTemplate(proxy, pool),
+  };
+}
+
+/**
+ * What the pool's members cost: how many run (their phase), at the hourly
+ * price of the template's entry and machine type (the price of the members
+ * the pool makes now, which a budget is about).
+ */
+export function costOf(prices: PriceBook, pool: ProxyPool, members: readonly Proxy[]): PoolCostObservation {
+  const { provider = '', placement } = pool.spec.template.spec;
+  const perInstanceHour = instanceHourPrice(prices, provider, placement?.machineType);
+  return {
+    ...(prices.currency !== undefined ? { currency: prices.currency } : {}),
+    ...(perInstanceHour !== undefined ? { perInstanceHour } : {}),
+    running: members.filter((p) => COSTING_PHASES.has(p.status?.phase ?? '')).length,
   };
 }
 
@@ -117,14 +138,17 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
     async listPoolMembers({ pool: ref }) {
       const pool = await pools.read(ref);
       const hash = pool ? templateHashOf(pool) : '';
-      const members = (await ownedMembers(ref)).map((p) => memberOf(p, pool, hash));
+      const owned = await ownedMembers(ref);
+      const members = owned.map((p) => memberOf(p, pool, hash));
       const watched = pool && (pool.spec.autoscaling || pool.spec.rotation);
       const provider = watched ? await providerState(pool.spec.template.spec.provider ?? '') : undefined;
+      const cost = pool && deps.prices ? costOf(deps.prices, pool, owned) : undefined;
       return {
         poolExists: pool !== undefined,
         templateHash: hash,
         members,
         ...(provider ? { provider } : {}),
+        ...(cost ? { cost } : {}),
       };
     },
 
@@ -245,8 +269,10 @@ export function createPoolActivities(deps: PoolActivitiesDeps): PoolActivities {
       return { restored };
     },
 
-    async writePoolStatus({ pool: ref, status }) {
-      return pools.writeStatus(ref, status);
+    async writePoolStatus({ pool: ref, status, event: change }) {
+      const written = await pools.writeStatus(ref, status);
+      if (written === 'written' && change) await event(ref, change.type, change.reason, 'Scale', change.note);
+      return written;
     },
   };
 }

@@ -178,5 +178,10 @@ export interface PoolActivities {
     members: Array<{ name: string; uid: string }>;
   }): Promise<{ restored: number }>;
   /** Replaces the pool's status (UID tested); 'gone' when the pool no longer exists. */
-  writePoolStatus(input: { pool: PoolRef; status: ProxyPoolStatus }): Promise<'written' | 'gone'>;
+  writePoolStatus(input: {
+    pool: PoolRef;
+    status: ProxyPoolStatus;
+    /** An Event to record once the status is written (a condition that just turned, such as BudgetLimited). */
+    event?: { type: 'Normal' | 'Warning'; reason: string; note: string };
+  }): Promise<'written' | 'gone'>;
 }

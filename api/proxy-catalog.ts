@@ -44,6 +44,8 @@ export interface ProxyView {
   credentialsRef?: CredentialsRef;
   /** spec.provider: the providers-config entry of a Managed Proxy; absent for an External one. */
   provider?: string;
+  /** spec.placement.machineType: which of its entry's hourly prices applies (api/cost-meter.ts). */
+  machineType?: string;
 }
 
 export interface ProxyCatalog {
@@ -89,6 +91,7 @@ export function proxyViewFromResource(proxy: Proxy): ProxyView {
     pool: metadata.labels?.[LABEL_POOL] ?? '',
     ...credentialsOf(proxy),
     ...(spec.provider ? { provider: spec.provider } : {}),
+    ...(spec.placement?.machineType ? { machineType: spec.placement.machineType } : {}),
   };
 }
 

@@ -167,7 +167,17 @@ function apiProvidersConfigOption(cmd: Command): Command {
   return cmd.addOption(
     new Option(
       '--providers-config <path>',
-      "providers config YAML, read for its entries' health: blocks (the prober's per-entry probe URL and interval; env PROVIDERS_CONFIG)",
+      "providers config YAML, read for its entries' health: blocks (the prober's per-entry probe URL and interval) and prices (what the fleet costs; env PROVIDERS_CONFIG)",
+    ),
+  );
+}
+
+/** `gateway` alone (dev has it from the worker's options): the entries' per-GiB prices. */
+function gatewayProvidersConfigOption(cmd: Command): Command {
+  return cmd.addOption(
+    new Option(
+      '--providers-config <path>',
+      "providers config YAML, read for its entries' prices: what the bytes relayed through their proxies cost (egress_proxy_cost_total; env PROVIDERS_CONFIG)",
     ),
   );
 }
@@ -547,7 +557,14 @@ export function buildCli(env: NodeJS.ProcessEnv, deps: CliDeps = {}): Command {
     gateway: {
       description:
         'run the gateway: one HTTP proxy endpoint (CONNECT and plain HTTP) that leases a Ready proxy per connection or session',
-      options: [gatewayConnectionOptions, metricsOption, watchNamespacesOption, leaseOptions, gatewayOptions],
+      options: [
+        gatewayConnectionOptions,
+        metricsOption,
+        watchNamespacesOption,
+        leaseOptions,
+        gatewayOptions,
+        gatewayProvidersConfigOption,
+      ],
     },
   };
   for (const name of COMMANDS) {

@@ -102,7 +102,11 @@ export type ApiPartConfig = Pick<
  * The gateway: the crawlers' proxy endpoint. It reads Proxies (its own
  * informer) and leases through the lease store; it never talks to Temporal.
  */
-export type GatewayPartConfig = Pick<CommonConfig, 'kubeconfig' | 'metricsAddr' | 'watchNamespaces'> & {
+export type GatewayPartConfig = Pick<
+  CommonConfig,
+  // The entries' prices, for what relayed bytes cost; optional for the gateway.
+  'kubeconfig' | 'metricsAddr' | 'watchNamespaces' | 'providersConfig'
+> & {
   options: GatewayOptions;
 };
 
@@ -195,7 +199,7 @@ export function planCommand(
   }
   if (command === 'dev' || command === 'gateway') {
     plan.gateway = {
-      ...pick(common, ['kubeconfig', 'metricsAddr', 'watchNamespaces'] as const),
+      ...pick(common, ['kubeconfig', 'metricsAddr', 'watchNamespaces', 'providersConfig'] as const),
       options: readGatewayConfig(env, flags, command === 'dev' ? DEV_GATEWAY_DEFAULTS : {}),
     };
   }

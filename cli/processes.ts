@@ -57,8 +57,11 @@ import {
   buildProviders,
   loadProvidersConfig,
   devProvidersConfig,
+  priceBookOf,
   type ProvidersConfig,
 } from '../providers/config.js';
+import { EMPTY_PRICE_BOOK } from '../providers/prices.js';
+import { createCostMeter, registerPoolBudgetMetrics, type CostMeter } from '../api/cost-meter.js';
 import { registerProviderRequestMetrics } from '../providers/metrics.js';
 import type { ApiPartConfig, BridgeConfig, GatewayPartConfig, WorkerConfig } from './plan.js';
 import { deriveInstallation } from './kube.js';
@@ -197,6 +200,7 @@ export async function startWorker(
       taskQueue: config.taskQueue,
       kubeConfig: kc,
       registry,
+      prices: priceBookOf(providersConfig),
       installation,
       logger,
       metrics,
@@ -353,13 +357,18 @@ export async function startApi(
     tenants: TenantDirectory;
     demand: PoolDemand;
     credentials: CredentialsLookup;
+    /** What the fleet costs: instance time when this replica probes; a gateway in this process (`dev`) adds its traffic. */
+    cost: CostMeter;
   }
 > {
   const tracing = opts.tracing ?? TRACING_OFF;
   // The prober's per-entry probe settings (the entries' `health:` blocks); read before anything starts.
-  const entryHealth = config.providersConfig
-    ? entryHealthOf(await loadProvidersConfig(config.providersConfig))
+  // And its prices, for what the fleet costs (api/cost-meter.ts).
+  const providersConfig = config.providersConfig
+    ? await loadProvidersConfig(config.providersConfig)
     : undefined;
+  const entryHealth = providersConfig ? entryHealthOf(providersConfig) : undefined;
+  const prices = providersConfig ? priceBookOf(providersConfig) : EMPTY_PRICE_BOOK;
   // A failure (the port in use, Temporal unreachable, ...) stops what
   // already runs, newest first, then rethrows: the informer's watch and the
   // server would otherwise keep the process alive, and it would hang.
@@ -394,6 +403,7 @@ export async function startApi(
     });
     await pools.start();
     scope.defer('ProxyPool informer', () => pools.stop());
+    registerPoolBudgetMetrics(registry, pools);
     // The Temporal client comes after the server is up; reports start only then.
     const temporal: { client?: Client } = {};
     const demand = createPoolDemand({
@@ -417,6 +427,12 @@ export async function startApi(
       tenantsFile: apiOptions.tenantsFile,
       logger,
     });
+    // Instance time is counted by the replica that probes, the one of its
+    // kind (docs/architecture.md, "What the fleet costs"): replicas serving
+    // leases only would each count the same instances again.
+    const cost = createCostMeter({ prices, registry, ...(apiOptions.prober ? { catalog } : {}) });
+    cost.start();
+    scope.defer('cost meter', () => cost.stop());
     scope.defer('tenants file watch', () => tenants.close());
     const dashboard = apiOptions.dashboard
       ? await startDashboard(scope, {
@@ -521,6 +537,7 @@ export async function startApi(
       tenants,
       demand,
       credentials,
+      cost,
       traffic: (reports) => traffic(reports),
       done: new Promise(() => undefined),
       describe: () =>
@@ -655,7 +672,7 @@ async function startProxyCaches(
  */
 export async function startGateway(
   options: GatewayOptions,
-  config: Pick<GatewayPartConfig, 'metricsAddr' | 'watchNamespaces'>,
+  config: Pick<GatewayPartConfig, 'metricsAddr' | 'watchNamespaces' | 'providersConfig'>,
   kc: KubeConfig | undefined,
   logger: Logger,
   registry: Registry = new Registry(),
@@ -670,6 +687,8 @@ export async function startGateway(
       credentials?: CredentialsLookup;
       /** The prober in this process: the gateway's traffic reports (passive health). */
       traffic?: (reports: TrafficReport[]) => void;
+      /** The lease API's cost meter: the gateway's bytes add to the same counters. */
+      cost?: CostMeter;
     };
   } = {},
 ): Promise<Running & { url: string; metricsUrl: string }> {
@@ -679,6 +698,15 @@ export async function startGateway(
     let catalog: ProxyCatalog;
     let leaseStore: LeaseStore;
     let credentials: CredentialsLookup | undefined;
+    // What relayed bytes cost: the entries' per-GiB prices (--providers-config), or the lease API's meter in this process.
+    const cost =
+      opts.shared?.cost ??
+      createCostMeter({
+        prices: config.providersConfig
+          ? priceBookOf(await loadProvidersConfig(config.providersConfig))
+          : EMPTY_PRICE_BOOK,
+        registry,
+      });
     if (opts.shared) {
       ({ catalog, leaseStore, credentials } = opts.shared);
     } else {
@@ -705,6 +733,7 @@ export async function startGateway(
       ...(opts.shared?.tenants ? { tenants: opts.shared.tenants } : {}),
       ...(opts.shared?.demand ? { demand: opts.shared.demand } : {}),
       ...(opts.shared?.traffic ? { traffic: opts.shared.traffic } : {}),
+      cost,
       ...(tracing.traceHook ? { traceHook: tracing.traceHook } : {}),
     });
     let metricsServer: { url: string; close(): Promise<void> } | undefined;

@@ -29,6 +29,7 @@ import { createPoolActivities } from '../activities/pool-activities.js';
 import { createProviderCheckActivities } from '../activities/provider-check-activities.js';
 import { createProviderActivities } from '../activities/provider-activities.js';
 import type { ProviderRegistry } from '../providers/config.js';
+import type { PriceBook } from '../providers/prices.js';
 import { DEFAULT_TIMING, type ProxyTiming } from '../workflows/proxy/types.js';
 
 const SDK_LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = {
@@ -121,6 +122,8 @@ export interface WorkerDeps {
   registry: ProviderRegistry;
   installation: string;
   logger: Logger;
+  /** The providers config's prices: pools report what their members cost and keep their budgets. */
+  prices?: PriceBook;
   /** A prebuilt bundle (tests bundle once per run); bundled from source when absent. */
   workflowBundle?: WorkflowBundleOption;
   /** Caps memory: a cached workflow costs on the order of 1 MB. */
@@ -220,6 +223,7 @@ export async function createProxyWorker(deps: WorkerDeps): Promise<Worker> {
       kubeConfig: deps.kubeConfig,
       logger: deps.logger,
       events,
+      ...(deps.prices ? { prices: deps.prices } : {}),
       providerPaused: (provider) => {
         const view = circuits.view(provider);
         return view.open ? `${view.consecutiveFailures} calls failed in a row` : undefined;

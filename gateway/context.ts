@@ -11,6 +11,7 @@ import type { TenantRates } from '../tenants/rate.js';
 import type { Tenant } from '../tenants/tenants.js';
 import type { ConnectionSlots } from './connection-slots.js';
 import type { PoolDemand } from '../api/pool-demand.js';
+import type { CostMeter } from '../api/cost-meter.js';
 import { credentialsOfView, type ProxyView } from '../api/proxy-catalog.js';
 import { proxyAuthorization, type CredentialsLookup } from '../credentials/proxy-credentials.js';
 import type { TraceHook, TraceSpan } from '../tracing/http.js';
@@ -90,6 +91,8 @@ export interface GatewayContext {
   credentials: CredentialsLookup | undefined;
   /** Tells the prober how each proxy's traffic went (passive health). */
   traffic: TrafficHealth;
+  /** What relayed bytes cost, by proxy and by tenant (api/cost-meter.ts). */
+  cost: Pick<CostMeter, 'traffic'> | undefined;
 }
 
 /**
@@ -179,6 +182,7 @@ export function recordCarried(
   const { lease, attempts } = carried;
   ctx.metrics.bytes(lease.proxy, where.target, bytes.sent, bytes.received);
   ctx.metrics.tenantConnection(where.tenant, kind);
+  ctx.cost?.traffic(lease.proxy, where.tenant, bytes.sent + bytes.received);
   ctx.accessLog({
     kind,
     client: where.client,

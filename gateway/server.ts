@@ -47,6 +47,7 @@ import { handleRequest } from './plain-http.js';
 import { createUpstreamAgents } from './upstream-request.js';
 import { createTrafficHealth, type TrafficHealth, type TrafficSink } from './traffic-health.js';
 import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
+import type { CostMeter } from '../api/cost-meter.js';
 
 export type { GatewaySettings } from './context.js';
 
@@ -71,6 +72,8 @@ export interface CreateGatewayOptions {
   traffic?: TrafficSink;
   /** How long traffic reports gather before they are sent (default 1 s). */
   trafficFlushMs?: number;
+  /** Counts what the relayed bytes cost and each tenant's traffic (api/cost-meter.ts); none: not counted. */
+  cost?: Pick<CostMeter, 'traffic'>;
 }
 
 export interface Gateway {
@@ -135,6 +138,7 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     resolver: createDestinationResolver(settings.egressResolver),
     agents: createUpstreamAgents(),
     credentials: opts.credentials,
+    cost: opts.cost,
     traffic: trafficHealthFor(opts, log),
     carrying: {
       opened() {

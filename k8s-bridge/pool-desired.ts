@@ -77,6 +77,14 @@ export function poolDesiredOf(pool: ProxyPool, members: readonly Proxy[]): PoolD
           },
         }
       : {}),
+    ...(pool.spec.budget
+      ? {
+          budget: {
+            maxPerHour: pool.spec.budget.maxPerHour,
+            ...(pool.spec.budget.maxPerDay !== undefined ? { maxPerDay: pool.spec.budget.maxPerDay } : {}),
+          },
+        }
+      : {}),
     maxLeasesPerMember: pool.spec.template.spec.maxLeases ?? DEFAULT_MAX_LEASES,
     deletionRequested: Boolean(pool.metadata.deletionTimestamp),
     membersVersion: membersVersion(members),

@@ -233,6 +233,7 @@ export const runDev: RunDev = async (plan, logger, env) => {
         demand: api.demand,
         credentials: api.credentials,
         traffic: api.traffic,
+        cost: api.cost,
       },
     });
     started(gateway);

@@ -42,6 +42,7 @@ import { createVendorProvider } from './vendor/provider.js';
 import { withMetrics, type ProviderRequestMetrics } from './metrics.js';
 import { withTracing } from './tracing.js';
 import { providerHealthSchema, type ProviderHealth } from './health-config.js';
+import { currencySchema, makesSpot, pricesSchema, type EntryPrices, type PriceBook } from './prices.js';
 
 /** What a provider factory may use; passed in by the composition root. */
 export interface ProviderDeps {
@@ -205,14 +206,33 @@ type ConfigOf<K extends ProviderTypeName> = z.output<(typeof PROVIDER_TYPES)[K][
 /**
  * One validated entry: the type's block, parsed with its defaults, is
  * `config`; `health` (optional) is the prober's settings for its Proxies
- * (health-config.ts), which no provider reads.
+ * (health-config.ts), which no provider reads; `prices` (optional) what its
+ * instances and traffic cost (prices.ts), which no provider reads either.
  */
 export type ProviderConfigEntry = {
-  [K in ProviderTypeName]: { name: string; type: K; config: ConfigOf<K>; health?: ProviderHealth };
+  [K in ProviderTypeName]: {
+    name: string;
+    type: K;
+    config: ConfigOf<K>;
+    health?: ProviderHealth;
+    prices?: EntryPrices;
+  };
 }[ProviderTypeName];
 
 export interface ProvidersConfig {
+  /** The currency of every price in the file (present whenever an entry has prices). */
+  currency?: string;
   providers: ProviderConfigEntry[];
+}
+
+/** The entries' prices, for the cost meters (api, gateway) and the pools' budgets (worker). */
+export function priceBookOf(config: ProvidersConfig): PriceBook {
+  const entries: PriceBook['entries'] = Object.fromEntries(
+    config.providers.flatMap((p) =>
+      p.prices ? [[p.name, { spot: makesSpot(p.type, p.config), prices: p.prices }] as const] : [],
+    ),
+  );
+  return config.currency !== undefined ? { currency: config.currency, entries } : { entries };
 }
 
 export class ProvidersConfigError extends Error {
@@ -243,6 +263,7 @@ const entrySchema = z
     name: providerNameSchema,
     type: z.enum(PROVIDER_TYPE_NAMES),
     health: providerHealthSchema.optional(),
+    prices: pricesSchema.optional(),
     ...blockShape,
   })
   .transform((entry, ctx) => {
@@ -251,6 +272,13 @@ const entrySchema = z
         ctx.addIssue({ code: 'custom', path: [other], message: `block does not match type "${entry.type}"` });
       }
     }
+    // A session is what a vendor sells; other entries' Proxies are instances, priced by the hour.
+    if (entry.prices?.perSession !== undefined && entry.type !== 'vendor')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['prices', 'perSession'],
+        message: `is for vendor entries only (type "${entry.type}" is priced per instance-hour)`,
+      });
     const schema: z.ZodType = PROVIDER_TYPES[entry.type].configSchema;
     const block = entry[entry.type];
     let config: unknown = block;
@@ -267,22 +295,33 @@ const entrySchema = z
       type: entry.type,
       config,
       ...(entry.health ? { health: entry.health } : {}),
+      ...(entry.prices ? { prices: entry.prices } : {}),
     } as ProviderConfigEntry;
   });
 
-const fileSchema = z.strictObject({ providers: z.array(entrySchema) }).superRefine((file, ctx) => {
-  const seen = new Map<string, number>();
-  file.providers.forEach((p, i) => {
-    const first = seen.get(p.name);
-    if (first === undefined) seen.set(p.name, i);
-    else
+const fileSchema = z
+  .strictObject({ currency: currencySchema.optional(), providers: z.array(entrySchema) })
+  .superRefine((file, ctx) => {
+    // Prices without a currency would be numbers of nothing: stated once, here.
+    const priced = file.providers.findIndex((p) => p.prices !== undefined);
+    if (priced >= 0 && file.currency === undefined)
       ctx.addIssue({
         code: 'custom',
-        path: ['providers', i, 'name'],
-        message: `duplicate provider name "${p.name}" (first used at providers[${first}].name)`,
+        path: ['currency'],
+        message: `is required when an entry has prices (providers[${priced}].prices): a three-letter code such as USD`,
       });
+    const seen = new Map<string, number>();
+    file.providers.forEach((p, i) => {
+      const first = seen.get(p.name);
+      if (first === undefined) seen.set(p.name, i);
+      else
+        ctx.addIssue({
+          code: 'custom',
+          path: ['providers', i, 'name'],
+          message: `duplicate provider name "${p.name}" (first used at providers[${first}].name)`,
+        });
+    });
   });
-});
 
 /** `providers[1].local.startDelay` from zod's path segments. */
 export function formatPath(path: readonly PropertyKey[]): string {

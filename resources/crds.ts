@@ -170,6 +170,7 @@ export function proxyPoolCrd(): Json {
             { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
             { name: 'Up-to-date', type: 'integer', jsonPath: '.status.updatedReplicas' },
             { name: 'Available', type: 'integer', jsonPath: '.status.availableReplicas' },
+            { name: 'Cost/h', type: 'string', jsonPath: '.status.costPerHour' },
             { name: 'Leases', type: 'integer', jsonPath: '.status.autoscaling.activeLeases', priority: 1 },
             { name: 'Rotated', type: 'integer', jsonPath: '.status.rotation.rotatedTotal', priority: 1 },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },

@@ -405,6 +405,26 @@ export const proxyPoolSpecSchema = {
         },
       ],
     },
+    budget: {
+      type: 'object',
+      description:
+        "What the pool's instances may cost, in the providers config's currency, at its entry's hourly price: autoscaling never keeps more members than the budget pays for (condition BudgetLimited); spec.replicas (kubectl scale) beyond it is kept but flagged; with maxPerDay, rotation waits while a replacement would take the last 24 hours over it.",
+      required: ['maxPerHour'],
+      properties: {
+        maxPerHour: {
+          type: 'number',
+          minimum: 0,
+          description: "The most the pool's running instances may cost per hour.",
+        },
+        maxPerDay: {
+          type: 'number',
+          minimum: 0,
+          description:
+            'The most they may cost over any 24 hours: a run rate above maxPerDay / 24 is not kept either.',
+        },
+      },
+      additionalProperties: false,
+    },
   },
   additionalProperties: false,
 } as const;
@@ -424,6 +444,16 @@ export const proxyPoolStatusSchema = {
       type: 'integer',
       format: 'int32',
       description: 'The size the pool keeps: spec.replicas, or the autoscaler’s choice.',
+    },
+    costPerHour: {
+      type: 'string',
+      description:
+        "What the pool's running instances cost per hour now, at their entry's price (`0.2000 USD`), or `unknown` when the providers config gives no price for them. Instances only: relayed traffic is in egress_proxy_cost_total.",
+    },
+    costLastHour: {
+      type: 'string',
+      description:
+        "What the pool's instances cost over the hour before the status was written (`0.1500 USD`), or `unknown`.",
     },
     autoscaling: {
       type: 'object',

@@ -13,7 +13,12 @@ import { DefaultLogger, Runtime, type NativeConnection, type Worker } from '@tem
 import type { KubeConfig } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
 import { inject } from 'vitest';
-import { buildProviders, parseProvidersConfig, type ProviderRegistry } from '../../providers/config.js';
+import {
+  buildProviders,
+  parseProvidersConfig,
+  priceBookOf,
+  type ProviderRegistry,
+} from '../../providers/config.js';
 import type { Instance, Provider } from '../../providers/types.js';
 import { createBridge, type Bridge, type BridgeOptions } from '../../k8s-bridge/bridge.js';
 import { createProxyWorker } from '../../cli/worker.js';
@@ -111,8 +116,9 @@ export async function startControlPlane(opts: {
     opts.providersYaml?.(stateRoot, range) ??
     `providers:\n  - name: local\n    type: local\n    local:\n      stateDir: ${stateRoot}/local\n      addressRange: ${range}\n`;
   const installation = opts.installation ?? 'test-installation';
+  const parsed = parseProvidersConfig(yaml, 'test providers config');
   const base = buildProviders(
-    parseProvidersConfig(yaml, 'test providers config'),
+    parsed,
     { logger, stateRoot, installation, claims: kubeClaimStores(kc), readSecret: kubeSecretReader(kc) },
     opts.providerTypes,
   );
@@ -142,6 +148,7 @@ export async function startControlPlane(opts: {
       taskQueue,
       kubeConfig: kc,
       registry,
+      prices: priceBookOf(parsed),
       installation,
       logger,
       workflowBundle: workflowBundle(),

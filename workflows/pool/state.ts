@@ -152,6 +152,8 @@ export function poolConditions(
   plan: PoolPlan,
   seen: PoolObservation,
   now: Date,
+  /** More conditions decided elsewhere (BudgetLimited, budget.ts). */
+  extra: readonly ConditionSpec[] = [],
 ): Condition[] {
   const { desired } = state;
   const s = plan.status;
@@ -186,6 +188,7 @@ export function poolConditions(
           },
     );
   }
+  specs.push(...extra);
   return withTransitionTimes(specs, state.conditions, desired.generation, now);
 }
 

@@ -33,6 +33,12 @@ export interface PoolRotation {
   afterBans?: { reports: number; distinctTargets: number; windowMs: number };
 }
 
+/** `spec.budget`, in the providers config's currency. */
+export interface PoolBudget {
+  maxPerHour: number;
+  maxPerDay?: number;
+}
+
 /** What the bridge saw of the pool and its members. Idempotent by (generation, membersVersion). */
 export interface PoolDesired {
   generation: number;
@@ -41,6 +47,8 @@ export interface PoolDesired {
   strategy: PoolStrategy;
   autoscaling?: PoolAutoscaling;
   rotation?: PoolRotation;
+  /** What the pool's instances may cost (absent in runs started before budgets). */
+  budget?: PoolBudget;
   /** The template's maxLeases: one member's share of lease capacity (absent in runs started before autoscaling). */
   maxLeasesPerMember?: number;
   deletionRequested: boolean;
@@ -84,6 +92,21 @@ export interface PoolObservation {
    * and scale-up (replacing them would only churn).
    */
   provider?: { name: string; ready: boolean; message: string };
+  /**
+   * What the members cost, from the worker's providers config (absent in
+   * runs from before prices: their histories' results carry none, and the
+   * pool then writes no cost and keeps no budget).
+   */
+  cost?: PoolCostObservation;
+}
+
+export interface PoolCostObservation {
+  /** The providers config's currency (absent: it names no prices). */
+  currency?: string;
+  /** One member's price per hour (its entry's, for the template's machine type); absent: unknown. */
+  perInstanceHour?: number;
+  /** Members whose instance runs now (phase Provisioning, Ready, Unhealthy or Deleting). */
+  running: number;
 }
 
 /**
@@ -148,6 +171,19 @@ export interface PoolState {
   autoscale?: AutoscaleState;
   /** Rotation's state: ban tallies, members marked for replacement, the last rotation. */
   rotation?: RotationState;
+  /** The instance cost the pool has seen, and what its budget allows (absent until a look observes a cost). */
+  cost?: CostState;
+}
+
+export interface CostState {
+  /** The run rate per hour from each look on (workflow time, epoch ms), oldest first; a day at most. */
+  rates: Array<[atMs: number, perHour: number]>;
+  /** The latest observation. */
+  seen: PoolCostObservation;
+  /** Members the budget pays for at the latest price (absent: no budget, or the price is unknown). */
+  allowed?: number;
+  /** The autoscaler's want was over the budget at the latest look (a report that changes it wakes the pool). */
+  limited?: boolean;
 }
 
 export interface AutoscaleState {

@@ -26,11 +26,13 @@ import { DEFAULT_MAX_LEASES } from '../../resources/proxy-defaults.js';
 import { PATCHES } from '../versions.js';
 import { POOL_ACTIVITY_OPTIONS } from './activity-options.js';
 import { applyDemandReport, aggregateDemand, decideReplicas, initialAutoscale } from './autoscale.js';
+import { budgetCondition, costStatus, observeCost, rotationOverDayBudget, withinBudget } from './budget.js';
 import { poolChangedSignal, poolDemandSignal, poolStateQuery } from './messages.js';
 import { bannedOut, initialRotation, markBanned, markDue, recordBans } from './rotation.js';
 import { applyPoolDesired, available, memberName, planPool, poolConditions } from './state.js';
 import {
   DEFAULT_POOL_TIMING,
+  type AutoscaleState,
   type PoolDemandReport,
   type PoolMember,
   type PoolState,
@@ -42,6 +44,8 @@ const pool = proxyActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.members);
 const statusWriter = proxyLocalActivities<PoolActivities>(POOL_ACTIVITY_OPTIONS.statusWrite);
 
 const DEFAULT_MAX_HISTORY_EVENTS = 4_000;
+/** While the day's budget holds rotation back, look again this often (spending leaves the 24-hour window only as time passes). */
+const ROTATION_BUDGET_RECHECK_MS = 5 * 60_000;
 /**
  * Members made or deleted per step: one activity makes them one after the
  * other within its one-minute timeout, and the next step follows at once
@@ -148,8 +152,19 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
     state.lastLookMs = nowMs;
     providerReady = seen.provider?.ready ?? true;
     const timers: number[] = [];
-    const replicas = keepSize(state, nowMs, providerReady, timers);
-    const { marked, nextDueAtMs } = markRotations(state, seen.members, nowMs, providerReady);
+    // What the members cost and what the budget allows, before the size is
+    // decided (runs whose list results carry no cost skip all of it).
+    const cost = seen.cost ? observeCost(state, seen.cost, nowMs) : undefined;
+    const { replicas, wanted } = keepSize(state, nowMs, providerReady, timers);
+    // With a day budget, a replacement that would take the last 24 hours over it waits.
+    const rotationHeld = cost ? rotationOverDayBudget(state, nowMs) : undefined;
+    if (rotationHeld) timers.push(nowMs + ROTATION_BUDGET_RECHECK_MS);
+    const { marked, nextDueAtMs } = markRotations(
+      state,
+      seen.members,
+      nowMs,
+      providerReady && rotationHeld === undefined,
+    );
     if (nextDueAtMs !== undefined) timers.push(nextDueAtMs);
     // Paused by the provider: look again soon to see it back (nothing else would wake the pool).
     if (!providerReady && (state.desired.rotation || state.desired.autoscaling))
@@ -158,18 +173,36 @@ export async function proxyPoolWorkflow(input: PoolWorkflowInput): Promise<void>
       replicas,
       marked,
       ...(state.autoscale ? { leasesByMember: state.autoscale.leasesByMember } : {}),
-      ...(state.desired.autoscaling ? { minAvailableFloor: state.desired.autoscaling.minReplicas } : {}),
+      ...(state.desired.autoscaling
+        ? { minAvailableFloor: withinBudget(state, state.desired.autoscaling.minReplicas) }
+        : {}),
     });
-    state.conditions = poolConditions(state, plan, seen, new Date(nowMs));
+    const budget = budgetCondition(
+      state,
+      seen.provider?.name ?? '',
+      wanted,
+      state.desired.autoscaling !== undefined,
+      rotationHeld,
+    );
+    const wasLimited = state.conditions.some((c) => c.type === 'BudgetLimited' && c.status === 'True');
+    // Whether the autoscaler's want is over the budget (what the demand handler compares with).
+    if (cost) cost.limited = budget?.status === 'True' && budget.reason === 'BudgetLimited';
+    state.conditions = poolConditions(state, plan, seen, new Date(nowMs), budget ? [budget] : []);
     const status = {
       ...plan.status,
+      ...(cost ? costStatus(cost, nowMs) : {}),
       ...extraStatus(state, nowMs, nextDueAtMs, seen.members.some(ends)),
       conditions: state.conditions,
     };
+    // An Event when the budget starts holding the pool back (the condition keeps saying so).
+    const event =
+      budget?.status === 'True' && !wasLimited
+        ? { type: 'Warning' as const, reason: budget.reason, note: budget.message }
+        : undefined;
     const serialised = JSON.stringify(status);
     if (serialised !== state.lastWrittenStatus) {
       try {
-        await statusWriter.writePoolStatus({ pool: state.ref, status });
+        await statusWriter.writePoolStatus({ pool: state.ref, status, ...(event ? { event } : {}) });
         state.lastWrittenStatus = serialised;
       } catch (error) {
         log.warn('pool status write failed; will retry on the next change', {
@@ -273,7 +306,15 @@ function takeDemand(
       scaleUpAllowed: providerReady,
       lastStepReady: lastStepReady(scale, state.lastAvailable),
     });
-    if (decision.replicas !== scale.replicas) changed = true;
+    // Within the budget: a want above it changes nothing but the condition, which a look writes once.
+    if (withinBudget(state, decision.replicas) !== scale.replicas) changed = true;
+    const allowed = state.cost?.allowed;
+    if (
+      allowed !== undefined &&
+      askedFor(scale, decision.replicas, nowMs, autoscaling.scaleDownStabilizationMs) > allowed !==
+        Boolean(state.cost?.limited)
+    )
+      changed = true;
     recheckAtMs = decision.recheckAtMs;
   }
   if (rotation?.afterBans && report.bans.length > 0) {
@@ -289,25 +330,59 @@ function takeDemand(
   return recheckAtMs === undefined ? { changed } : { changed, recheckAtMs };
 }
 
-/** The size to keep now: spec.replicas, or the autoscaler's decision (timers: when to decide again). */
-function keepSize(state: PoolState, nowMs: number, providerReady: boolean, timers: number[]): number {
+/**
+ * The size to keep now: spec.replicas (kept as asked, even over the
+ * budget: the condition says so), or the autoscaler's decision within the
+ * budget (timers: when to decide again); and the size asked for before
+ * the budget.
+ */
+function keepSize(
+  state: PoolState,
+  nowMs: number,
+  providerReady: boolean,
+  timers: number[],
+): { replicas: number; wanted: number } {
   const spec = state.desired.autoscaling;
   if (!spec) {
     delete state.autoscale;
-    return state.desired.replicas;
+    return { replicas: state.desired.replicas, wanted: state.desired.replicas };
   }
   const scale = (state.autoscale ??= initialAutoscale(spec, state.desired.replicas));
   const decision = decideReplicas(scale, nowMs, spec, {
     scaleUpAllowed: providerReady,
     lastStepReady: lastStepReady(scale, state.lastAvailable),
   });
-  if (decision.replicas !== scale.replicas) {
-    log.info('autoscaling', { pool: state.ref, from: scale.replicas, to: decision.replicas });
-    scale.replicas = decision.replicas;
+  const replicas = withinBudget(state, decision.replicas);
+  if (replicas !== scale.replicas) {
+    log.info('autoscaling', {
+      pool: state.ref,
+      from: scale.replicas,
+      to: replicas,
+      ...(replicas < decision.replicas ? { wanted: decision.replicas, capped: 'budget' } : {}),
+    });
+    scale.replicas = replicas;
     scale.lastScaleMs = nowMs;
   }
   if (decision.recheckAtMs !== undefined) timers.push(decision.recheckAtMs);
-  return scale.replicas;
+  return { replicas, wanted: askedFor(scale, decision.replicas, nowMs, spec.scaleDownStabilizationMs) };
+}
+
+/**
+ * What demand asks for before the budget: the decision, or the highest
+ * recommendation in force within the scale-down window when that is more
+ * (the window the pool would not shrink within either, so the answer does
+ * not flicker with each report's refusals). One rule for the look and the
+ * demand handler, so a report never wakes the pool for a condition the
+ * look would not change.
+ */
+function askedFor(scale: AutoscaleState, decided: number, nowMs: number, windowMs: number): number {
+  let most = decided;
+  const recs = scale.recommendations;
+  for (let i = recs.length - 1; i >= 0; i--) {
+    most = Math.max(most, recs[i]![1]);
+    if (recs[i]![0] <= nowMs - windowMs) break;
+  }
+  return most;
 }
 
 /** At least 90 % of the size kept is available (all of it below ten members). */
