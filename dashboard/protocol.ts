@@ -59,6 +59,9 @@ export interface PoolRow {
   /** The pool's members as the dashboard sees them: how many are Ready. */
   readyMembers: number;
   leases: number;
+  /** status.costPerHour / costLastHour as the pool workflow wrote them (`0.2000 USD`, `unknown`); absent before. */
+  costPerHour?: string;
+  costLastHour?: string;
   autoscaling?: {
     min: number;
     max: number;

@@ -127,11 +127,30 @@ export class FleetPage implements Page {
     this.byPool.update(sorted(pools));
     this.reasons.update([...reasons].sort((a, b) => b[1] - a[1]));
     const tunnels = store.gateway?.present ? `; gateway tunnels open: ${store.gateway.activeTunnels}` : '';
+    const cost = poolsCost(store.pools);
     setText(
       this.summary,
-      `${store.proxies.size} Proxies; leases held ${leases} of ${capacity}${tunnels}; ${store.pools.length} pools`,
+      `${store.proxies.size} Proxies; leases held ${leases} of ${capacity}${tunnels}; ${store.pools.length} pools${cost}`,
     );
   }
+}
+
+/** The pools' instance cost per hour, summed where known (`; pools cost 1.2000 USD/h, 1 unknown`). */
+function poolsCost(pools: readonly PoolRow[]): string {
+  let total = 0;
+  let currency = '';
+  let unknown = 0;
+  for (const p of pools) {
+    const m = /^([\d.]+) (\S+)$/.exec(p.costPerHour ?? '');
+    if (!m) {
+      if (p.costPerHour !== undefined) unknown++;
+      continue;
+    }
+    total += Number(m[1]);
+    currency = m[2]!;
+  }
+  if (currency === '' && unknown === 0) return '';
+  return `; pools cost ${currency === '' ? 'unknown' : `${total.toFixed(4)} ${currency}/h`}${currency !== '' && unknown > 0 ? `, ${unknown} unknown` : ''}`;
 }
 
 // ---------------------------------------------------------------- Proxies
@@ -364,6 +383,8 @@ export class PoolsPage implements Page {
       { title: 'Updated', className: 'num', cell: text((p) => String(p.updated)) },
       { title: 'Draining', className: 'num', cell: text((p) => String(p.draining)) },
       { title: 'Leases', className: 'num', cell: text((p) => String(p.leases)) },
+      { title: 'Cost/h', className: 'num', cell: text((p) => p.costPerHour ?? '') },
+      { title: 'Last hour', className: 'num', cell: text((p) => p.costLastHour ?? '') },
       {
         title: 'Autoscaling',
         cell: text((p) =>

@@ -89,6 +89,8 @@ export function poolRow(
     draining: status.drainingReplicas ?? 0,
     readyMembers: members.filter((m) => m.phase === 'Ready' && !m.deleting).length,
     leases: members.reduce((sum, m) => sum + m.leases, 0),
+    ...(status.costPerHour !== undefined ? { costPerHour: status.costPerHour } : {}),
+    ...(status.costLastHour !== undefined ? { costLastHour: status.costLastHour } : {}),
     ...(auto
       ? {
           autoscaling: {

@@ -90,7 +90,11 @@ function pool(name: string, replicas: number): ProxyPool {
     kind: 'ProxyPool',
     metadata: { name, namespace: 'ns', uid: `pool-${name}` },
     spec: { replicas, template: { spec: { mode: 'Managed', provider: 'local' } } } as ProxyPool['spec'],
-    status: { desiredReplicas: replicas, readyReplicas: replicas },
+    status: {
+      desiredReplicas: replicas,
+      readyReplicas: replicas,
+      costPerHour: `${(replicas * 0.05).toFixed(4)} USD`,
+    },
   };
 }
 
@@ -166,9 +170,9 @@ describe('dashboard fleet state', () => {
       maxLeases: 2,
     });
     expect(a1.message).toBe('<b>not markup</b>');
-    expect(last(seen, 'pools')!.map((p) => [p.id, p.readyMembers])).toEqual([
-      ['ns/alpha', 2],
-      ['ns/beta', 0],
+    expect(last(seen, 'pools')!.map((p) => [p.id, p.readyMembers, p.costPerHour])).toEqual([
+      ['ns/alpha', 2, '0.1000 USD'],
+      ['ns/beta', 0, '0.0500 USD'],
     ]);
     expect(last(seen, 'providers')!.map((p) => p.name)).toEqual(['gcp', 'local']);
 
