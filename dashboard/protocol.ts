@@ -125,6 +125,15 @@ export interface GatewayView {
   targets: TrafficRow[];
 }
 
+/** What the fleet costs, from the api's cost metrics (issue 53); empty when no price is configured. */
+export interface CostView {
+  /** The providers config's `currency`; '' when none is set. */
+  currency: string;
+  providers: Array<{ provider: string; total: number; perHour: number; unknownProxies: number }>;
+  /** The top tenants by bytes relayed (the gateway's), with what that traffic cost. */
+  tenants: Array<{ tenant: string; bytes: number; cost: number }>;
+}
+
 /** Who is looking. */
 export interface SessionInfo {
   tenant: string;
@@ -143,4 +152,6 @@ export interface DashboardEvents {
   pools: PoolRow[];
   providers: ProviderRow[];
   gateway: GatewayView;
+  /** Unscoped tenants only: the fleet's money is not a scoped tenant's to see. */
+  cost: CostView;
 }

@@ -3,7 +3,7 @@
  * while the user moves between pages) and updated from the store.
  */
 import uPlot from 'uplot';
-import type { PoolRow, ProviderRow, ProxyRow, TrafficRow } from '../protocol.js';
+import type { CostView, PoolRow, ProviderRow, ProxyRow, TrafficRow } from '../protocol.js';
 import { cordonProxy, scalePool } from './connection.js';
 import { clear, formatAge, formatBytes, h, KeyedTable, setText, type Column } from './dom.js';
 import type { Store } from './store.js';
@@ -46,6 +46,9 @@ export class FleetPage implements Page {
   private readonly byProvider: KeyedTable<[string, Tally]>;
   private readonly byPool: KeyedTable<[string, Tally]>;
   private readonly reasons: KeyedTable<[string, number]>;
+  private readonly costs: KeyedTable<CostView['providers'][number]>;
+  private readonly tenants: KeyedTable<CostView['tenants'][number]>;
+  private currency = '';
 
   constructor() {
     const columns = (field: 'provider' | 'pool'): Array<Column<[string, Tally]>> => {
@@ -88,6 +91,26 @@ export class FleetPage implements Page {
       ],
       ([r]) => r,
     );
+    const money = (n: number) => `${n.toFixed(4)}${this.currency ? ` ${this.currency}` : ''}`;
+    this.costs = new KeyedTable(
+      'Cost by provider',
+      [
+        { title: 'Provider', cell: text((c) => c.provider) },
+        { title: 'So far', className: 'num', cell: text((c) => money(c.total)) },
+        { title: 'Per hour now', className: 'num', cell: text((c) => money(c.perHour)) },
+        { title: 'Proxies of unknown price', className: 'num', cell: text((c) => String(c.unknownProxies)) },
+      ],
+      (c) => c.provider,
+    );
+    this.tenants = new KeyedTable(
+      'Top tenants by traffic',
+      [
+        { title: 'Tenant', cell: text((t) => t.tenant) },
+        { title: 'Bytes', className: 'num', cell: text((t) => formatBytes(t.bytes)) },
+        { title: 'Traffic cost', className: 'num', cell: text((t) => money(t.cost)) },
+      ],
+      (t) => t.tenant,
+    );
     this.el = h(
       'section',
       { 'aria-labelledby': 'fleet-h' },
@@ -96,6 +119,8 @@ export class FleetPage implements Page {
       this.byProvider.el,
       this.byPool.el,
       this.reasons.el,
+      this.costs.el,
+      this.tenants.el,
     );
   }
 
@@ -126,6 +151,9 @@ export class FleetPage implements Page {
     this.byProvider.update(sorted(providers));
     this.byPool.update(sorted(pools));
     this.reasons.update([...reasons].sort((a, b) => b[1] - a[1]));
+    this.currency = store.cost?.currency ?? '';
+    this.costs.update(store.cost?.providers ?? []);
+    this.tenants.update(store.cost?.tenants ?? []);
     const tunnels = store.gateway?.present ? `; gateway tunnels open: ${store.gateway.activeTunnels}` : '';
     const cost = poolsCost(store.pools);
     setText(

@@ -1,5 +1,6 @@
 /** What the page holds: the latest of each event, the Proxies by id. */
 import type {
+  CostView,
   DashboardEvents,
   GatewayView,
   PoolRow,
@@ -14,6 +15,7 @@ export class Store {
   pools: PoolRow[] = [];
   providers: ProviderRow[] = [];
   gateway: GatewayView | undefined;
+  cost: CostView | undefined;
   /** Bumped on every change, so a page can tell whether it needs to redraw. */
   version = 0;
 
@@ -37,6 +39,9 @@ export class Store {
         break;
       case 'gateway':
         this.gateway = data as GatewayView;
+        break;
+      case 'cost':
+        this.cost = data as CostView;
         break;
       default:
         return;

@@ -20,6 +20,7 @@ import { storeKey, type LeaseStore } from '../../api/lease-store.js';
 import type { ProviderHealth, Proxy, ProxyPool } from '../../resources/proxy-schema.js';
 import { inScope, poolAllowed, unscoped, type Tenant } from '../../tenants/tenants.js';
 import type {
+  CostView,
   DashboardEvents,
   GatewayView,
   PoolHistoryPoint,
@@ -27,7 +28,7 @@ import type {
   ProviderRow,
   ProxyRow,
 } from '../protocol.js';
-import { gatewayView, type GatewaySample } from './gateway-figures.js';
+import { costView, gatewayView, type GatewaySample } from './gateway-figures.js';
 import { poolIdOf, poolRow, providerRow, proxyRow, type TemporalUiLink } from './rows.js';
 
 export const DEFAULT_TICK_MS = 500;
@@ -42,7 +43,7 @@ export interface FleetStateOptions {
   /** Absent: the Providers page says none is known. */
   providerHealths?: ResilientInformer<ProviderHealth>;
   leaseStore: Pick<LeaseStore, 'activeCounts' | 'coolingCounts'>;
-  /** Where the gateway's metrics are, when a gateway runs in this process. */
+  /** This process's metrics: the gateway's (when one runs in it) and the cost meter's. */
   gatewayRegistry?: Registry;
   temporalUi?: TemporalUiLink;
   logger: Logger;
@@ -97,6 +98,7 @@ export function createFleetState(options: FleetStateOptions): FleetState {
   const coolingKnown = options.leaseStore.coolingCounts !== undefined;
   let gateway: GatewayView = emptyGateway(options.gatewayRegistry !== undefined);
   let gatewayVersion = 0;
+  let cost: CostView = { currency: '', providers: [], tenants: [] };
   let previousGateway: GatewaySample | undefined;
   let ticks = 0;
   const unsubscribes: Array<() => void> = [];
@@ -216,6 +218,7 @@ export function createFleetState(options: FleetStateOptions): FleetState {
     if (first || s.gatewayVersion !== gatewayVersion) {
       s.gatewayVersion = gatewayVersion;
       s.send('gateway', gatewayFor(s.tenant, visible));
+      s.send('cost', unscoped(s.tenant) ? cost : { currency: cost.currency, providers: [], tenants: [] });
     }
   };
 
@@ -228,6 +231,7 @@ export function createFleetState(options: FleetStateOptions): FleetState {
         const sample = await gatewayView(options.gatewayRegistry, previousGateway, Date.now());
         previousGateway = sample.sample;
         gateway = sample.view;
+        cost = await costView(options.gatewayRegistry);
         gatewayVersion++;
       }
       for (const s of subscribers) {

@@ -5,7 +5,7 @@
  * between two readings.
  */
 import type { Registry } from 'prom-client';
-import type { GatewayView, TrafficRow } from '../protocol.js';
+import type { CostView, GatewayView, TrafficRow } from '../protocol.js';
 
 const TOP_TARGETS = 20;
 
@@ -133,4 +133,36 @@ export async function gatewayView(
       targets,
     },
   };
+}
+
+const TOP_TENANTS = 10;
+
+/** The cost metrics of this process (api/cost-meter.ts), by provider and by tenant. */
+export async function costView(registry: Registry): Promise<CostView> {
+  const [total, perHour, unknown, tenantBytes, tenantCost, currency] = await Promise.all([
+    series(registry, 'egress_proxy_cost_total'),
+    series(registry, 'egress_proxy_cost_per_hour'),
+    series(registry, 'egress_proxy_cost_unknown_proxies'),
+    series(registry, 'egress_tenant_traffic_bytes_total'),
+    series(registry, 'egress_tenant_traffic_cost_total'),
+    series(registry, 'egress_cost_currency_info'),
+  ]);
+  const totals = sumBy(total, 'provider');
+  const rates = sumBy(perHour, 'provider');
+  const unknowns = sumBy(unknown, 'provider');
+  const providers = [...new Set([...totals.keys(), ...rates.keys(), ...unknowns.keys()])]
+    .sort()
+    .map((provider) => ({
+      provider,
+      total: totals.get(provider) ?? 0,
+      perHour: rates.get(provider) ?? 0,
+      unknownProxies: unknowns.get(provider) ?? 0,
+    }));
+  const bytes = sumBy(tenantBytes, 'tenant');
+  const costs = sumBy(tenantCost, 'tenant');
+  const tenants = [...bytes.keys()]
+    .map((tenant) => ({ tenant, bytes: bytes.get(tenant) ?? 0, cost: costs.get(tenant) ?? 0 }))
+    .sort((a, b) => b.bytes - a.bytes)
+    .slice(0, TOP_TENANTS);
+  return { currency: String(currency[0]?.labels.currency ?? ''), providers, tenants };
 }

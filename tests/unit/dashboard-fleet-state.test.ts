@@ -6,7 +6,10 @@
  */
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { createCostMeter } from '../../api/cost-meter.js';
 import { MemoryLeaseStore } from '../../api/lease-store.js';
+import { createStaticProxyCatalog } from '../../api/proxy-catalog.js';
 import { createFleetState, type FleetState } from '../../dashboard/server/fleet-state.js';
 import type { DashboardEvents } from '../../dashboard/protocol.js';
 import type { InformerEvent, ResilientInformer } from '../../kube/informer.js';
@@ -239,5 +242,56 @@ describe('dashboard fleet state', () => {
     );
     const point = state!.pool(defaultTenant('t'), 'ns/alpha')!.history[0]!;
     expect(point).toMatchObject({ desired: 2, ready: 2, leases: 0 });
+  });
+
+  it('shows the cost meter of its process by provider and the top tenants by traffic; a scoped tenant sees none of it', async () => {
+    const registry = new Registry();
+    let t = 0;
+    const meter = createCostMeter({
+      prices: {
+        currency: 'EUR',
+        entries: { local: { spot: false, prices: { perInstanceHour: { onDemand: 3.6 }, perGiB: 1 } } },
+      },
+      registry,
+      catalog: createStaticProxyCatalog([proxy('a1', { pool: 'alpha' })]),
+      now: () => t,
+    });
+    meter.sync();
+    t = 1_000;
+    meter.traffic({ id: 'ns/a1', provider: 'local', pool: 'alpha' }, 'team-x', 2 ** 30);
+    const proxies = memoryInformer([proxy('a1', { pool: 'alpha' })]);
+    const pools = memoryInformer([pool('alpha', 1)]);
+    state = createFleetState({
+      proxies: proxies.informer,
+      pools: pools.informer,
+      leaseStore: new MemoryLeaseStore(),
+      gatewayRegistry: registry,
+      logger: pino({ level: 'silent' }),
+      tickMs: 20,
+    });
+    state.start();
+    const { seen } = subscribe();
+    // The first event is sent at once, before a tick has read the metrics.
+    const cost = await eventually('the cost event with the figures', () => {
+      const latest = last(seen, 'cost');
+      return Promise.resolve(latest && latest.providers.length > 0 ? latest : undefined);
+    });
+    expect(cost.currency).toBe('EUR');
+    // One second at 3.6 an hour, and one GiB at 1.
+    expect(cost.providers).toHaveLength(1);
+    expect(cost.providers[0]!.provider).toBe('local');
+    expect(cost.providers[0]!.total).toBeCloseTo(1.001, 6);
+    expect(cost.tenants).toEqual([{ tenant: 'team-x', bytes: 2 ** 30, cost: 1 }]);
+    const [scoped] = parseTenants(
+      { tenants: [{ name: 'team', tokenSha256: 'b'.repeat(64), pools: ['alpha'] }] },
+      'test',
+    );
+    const other = subscribe(scoped);
+    // After a tick (a gateway event follows each reading), still nothing of the money.
+    const ticks = seen.filter((s) => s.event === 'gateway').length;
+    await eventually('a later reading', () =>
+      Promise.resolve(seen.filter((s) => s.event === 'gateway').length > ticks || undefined),
+    );
+    expect(last(other.seen, 'cost')).toEqual({ currency: 'EUR', providers: [], tenants: [] });
   });
 });
