@@ -20,26 +20,18 @@ export interface DashboardAssets {
 export const ASSET_NAMES = { js: 'app.js', css: 'app.css' } as const;
 
 /**
- * Bundles dashboard/client/ with esbuild (a devDependency: source checkouts
- * and the build only). `entry` defaults to the client beside this source file.
+ * Bundles dashboard/client/ with esbuild, with the build script's options
+ * (infra/scripts/bundle-dashboard.mjs: one definition). Both are
+ * devDependencies' and the source tree's: a source checkout and the build
+ * only; the image serves the bundle the build wrote.
  */
-export async function bundleDashboard(
-  entryUrl: URL = new URL('../client/main.ts', import.meta.url),
-): Promise<{ js: Buffer; css: Buffer }> {
+export async function bundleDashboard(): Promise<{ js: Buffer; css: Buffer }> {
   const esbuild = await import('esbuild');
-  const entry = fileURLToPath(entryUrl);
-  const result = await esbuild.build({
-    entryPoints: [entry],
-    bundle: true,
-    format: 'esm',
-    minify: true,
-    target: ['es2022'],
-    outdir: 'out',
-    entryNames: 'app',
-    write: false,
-    logLevel: 'silent',
-    legalComments: 'none',
-  });
+  const script = new URL('../../infra/scripts/bundle-dashboard.mjs', import.meta.url);
+  const { DASHBOARD_BUILD_OPTIONS } = (await import(script.href)) as {
+    DASHBOARD_BUILD_OPTIONS: import('esbuild').BuildOptions & { write: false };
+  };
+  const result = await esbuild.build(DASHBOARD_BUILD_OPTIONS);
   const js = result.outputFiles.find((f) => f.path.endsWith('.js'));
   const css = result.outputFiles.find((f) => f.path.endsWith('.css'));
   if (!js || !css) throw new Error('the dashboard bundle lacks its JavaScript or its stylesheet');

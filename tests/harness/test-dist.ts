@@ -76,7 +76,7 @@ export async function buildTestDist(
   });
   writeFileSync(join(outDir, 'workflow-bundle.js'), workflowBundleCode);
   // Where the compiled api finds the dashboard's bundle (dist/dashboard/assets after `npm run build`).
-  const dashboard = await bundleDashboard(new URL('../../dashboard/client/main.ts', import.meta.url));
+  const dashboard = await bundleDashboard();
   mkdirSync(join(outDir, 'dashboard', 'assets'), { recursive: true });
   writeFileSync(join(outDir, 'dashboard', 'assets', ASSET_NAMES.js), dashboard.js);
   writeFileSync(join(outDir, 'dashboard', 'assets', ASSET_NAMES.css), dashboard.css);

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { privateLoopbackRange } from '../helpers/control-plane.js';
-import { ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
+import { LEASE_API_LISTENING, ROOT, startCli, type CliProcess, testServerArgs } from '../helpers/cli.js';
 import {
   createNamespace,
   createProxy,
@@ -56,10 +56,15 @@ describe('the image contents: the built tree with production dependencies only',
       cwd: app,
       timeout: 300_000,
     });
-    // The build stage's last step: the workflow bundle the worker loads instead of running webpack.
+    // The build stage's last steps: the workflow bundle the worker loads instead of running
+    // webpack, and the dashboard's bundle the api serves (the image has no bundler).
     await run(process.execPath, [join(ROOT, 'infra/scripts/bundle-workflows.mjs')], {
       cwd: app,
       timeout: 300_000,
+    });
+    await run(process.execPath, [join(ROOT, 'infra/scripts/bundle-dashboard.mjs')], {
+      cwd: app,
+      timeout: 120_000,
     });
   }, 720_000);
   afterAll(async () => {
@@ -140,8 +145,15 @@ describe('the image contents: the built tree with production dependencies only',
     // It loaded the build's bundle rather than bundling at start.
     expect(worker.output()).toMatch(/"workflowBundle":"[^"]*\/dist\/workflow-bundle\.js"[^\n]*workflow code/);
     await bridge.waitFor(/bridge started/, 120_000);
-    await api.waitFor(/lease API listening/, 120_000);
+    const apiUrl = (await api.waitFor(LEASE_API_LISTENING, 120_000))[1]!;
     expect(await (await fetch(`${base}/metrics`)).text()).toContain('commit="feedc0de"');
+    // The dashboard from the build's bundle: the page names its script, which is served.
+    const page = await (await fetch(`${apiUrl}/ui`)).text();
+    const script = /src="(\/ui\/assets\/app\.js\?v=[0-9a-f]+)"/.exec(page)?.[1];
+    expect(script, page).toBeDefined();
+    const asset = await fetch(`${apiUrl}${script!}`);
+    expect(asset.status).toBe(200);
+    expect((await asset.arrayBuffer()).byteLength).toBeGreaterThan(10_000);
 
     await createProxy(objects, namespace, 'from-image', { mode: 'Managed', provider: 'local', port: 18401 });
     const running = await waitForProxy(objects, namespace, 'from-image', 'Running', isProvisioned);

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { API_VERSION } from '../../kube/coordinates.js';
 import { createStaticProxyCatalog, proxyViewFromResource } from '../../api/proxy-catalog.js';
-import type { Proxy, ProxySpec, ProxySpecInput } from '../../resources/proxy-schema.js';
+import {
+  ANNOTATION_CORDONED,
+  type Proxy,
+  type ProxySpec,
+  type ProxySpecInput,
+} from '../../resources/proxy-schema.js';
+import { partition } from '../../api/routes/selection.js';
 
 // Specs as a user writes them: the view must not rely on the apiserver
 // having materialised defaults.
@@ -67,6 +73,7 @@ describe('proxyViewFromResource', () => {
       maxLeases: 5,
       deleting: false,
       draining: false,
+      cordoned: false,
       pool: '',
       provider: 'local',
       // Its generated Secret, by name: the view never holds the values.
@@ -77,6 +84,21 @@ describe('proxyViewFromResource', () => {
         generated: true,
       },
     });
+  });
+
+  it('reads the cordon annotation ("true" only), and selection leaves a cordoned proxy out as it does a draining one', () => {
+    const make = (name: string, value?: string) =>
+      proxyViewFromResource(
+        proxy(
+          name,
+          { mode: 'External', endpoint: { host: '10.0.0.1', port: 3128 } },
+          { phase: 'Ready', conditions: healthy },
+          value === undefined ? {} : { annotations: { [ANNOTATION_CORDONED]: value } },
+        ),
+      );
+    const views = [make('a', 'true'), make('b', 'false'), make('c')];
+    expect(views.map((v) => v.cordoned)).toEqual([true, false, false]);
+    expect(partition(views, []).candidates.map((v) => v.id)).toEqual(['crawl/b', 'crawl/c']);
   });
 
   it("uses the port the provider chose (status.port: a vendor's super-proxy, a list entry) over spec.port", () => {
