@@ -14,7 +14,7 @@
  * Only CONNECT: BIND and UDP ASSOCIATE are answered 0x07 (command not
  * supported), since a fleet proxy speaks HTTP CONNECT and carries neither.
  */
-import { createServer, type Server, type Socket } from 'node:net';
+import { createServer, isIP, type Server, type Socket } from 'node:net';
 import { parseTraceparent } from '../tracing/http.js';
 import { clientKey } from '../tenants/guess-limiter.js';
 import { admit, type Admitted } from './admission.js';
@@ -118,7 +118,9 @@ export function parseRequest(buf: Buffer): Parsed<SocksRequest> {
     end = 5 + len;
     if (buf.length < end + 2) return { kind: 'more' };
     // Latin-1 keeps every byte one character; anything but a host name fails parseAuthority (400).
-    host = buf.subarray(5, end).toString('latin1');
+    const name = buf.subarray(5, end).toString('latin1');
+    // Some clients send an IPv6 literal as a name: written as CONNECT would, in brackets.
+    host = isIP(name) === 6 ? `[${name}]` : name;
   } else {
     return { kind: 'bad', reason: `unknown address type ${type}`, reply: REPLY.addressTypeNotSupported };
   }
