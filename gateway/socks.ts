@@ -23,7 +23,7 @@ import type { ProxyCredentials } from './credentials.js';
 import { Refusal } from './refusal.js';
 import { parseAuthority, serveTunnel } from './tunnel.js';
 
-/** How long a client has to send its greeting, credentials and request (the HTTP listener's head timeout). */
+/** How long a client has, in all, to send its greeting, credentials and request (the HTTP listener's head timeout). */
 export const SOCKS_HANDSHAKE_TIMEOUT_MS = 10_000;
 /** Bytes a client may send after its request, before the tunnel is answered; more and it is cut off. */
 const MAX_EARLY_BYTES = 64 * 1024;
@@ -161,10 +161,12 @@ function serveSocks(ctx: GatewayContext, socket: Socket): void {
     socket.off('data', onData);
     socket.destroy();
   };
-  socket.setTimeout(SOCKS_HANDSHAKE_TIMEOUT_MS, () => {
+  // A bound on the whole handshake, not on its pauses: a byte every few seconds does not keep it alive.
+  const slow = setTimeout(() => {
     ctx.log.debug({ client: address, stage }, 'gateway: SOCKS5 handshake too slow');
     abandon();
-  });
+  }, SOCKS_HANDSHAKE_TIMEOUT_MS);
+  socket.once('close', () => clearTimeout(slow));
   /** A handshake the gateway cannot answer in SOCKS5 terms: counted, closed. */
   const malformed = (reason: string, code?: number) => {
     ctx.metrics.outcome('connect', 'bad_request');
@@ -224,7 +226,7 @@ function serveSocks(ctx: GatewayContext, socket: Socket): void {
         if (parsed.kind === 'bad') return malformed(parsed.reason, parsed.reply);
         buffered = buffered.subarray(parsed.used);
         socket.off('data', onData);
-        socket.setTimeout(0);
+        clearTimeout(slow);
         requested(parsed.value);
         return;
       }

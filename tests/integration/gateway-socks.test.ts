@@ -413,6 +413,8 @@ describe('gateway: SOCKS5, a pure tunnel, IPv6', () => {
       },
       'truncated request': { bytes: Buffer.concat([ok, Buffer.from([5, 1, 0, 1, 127])]), closeAfterMs: 200 },
       'leaves after the greeting': { bytes: greeting(2), closeAfterMs: 0 },
+      // Closed by the gateway at its handshake bound (10 s), not left waiting forever.
+      'stalls after the greeting': { bytes: greeting(2), expect: '0502' },
       'leaves right after its request': {
         bytes: Buffer.concat([ok, socksRequest(1, '127.0.0.1', target.port)]),
         closeAfterMs: 0,
