@@ -263,6 +263,12 @@ function gatewayOptions(cmd: Command): Command {
     )
     .addOption(
       new Option(
+        '--gateway-socks-addr <addr>',
+        "the gateway's SOCKS5 listen address (RFC 1928 with username/password; same leases and options), host:port or :port (default: none; dev 127.0.0.1:8093)",
+      ),
+    )
+    .addOption(
+      new Option(
         '--gateway-connect-timeout <duration>',
         'bound on reaching an upstream proxy and reading its answer to CONNECT (default 5s)',
       ),

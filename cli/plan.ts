@@ -126,6 +126,8 @@ export interface DevServersConfig {
   apiAddrGiven: boolean;
   /** `--gateway-addr` was given: use it as is; otherwise 127.0.0.1:8092, or a free port when that is taken. */
   gatewayAddrGiven: boolean;
+  /** `--gateway-socks-addr` was given: use it as is; otherwise 127.0.0.1:8093, or a free port when that is taken. */
+  gatewaySocksAddrGiven: boolean;
   /** `--tracing`: start a local Jaeger and send this process's spans to it (overrides an OTLP endpoint in the environment). */
   tracing?: boolean;
   /** `--node`: run a kubelet node on the local apiserver, and a `kubernetes` provider whose pods run on it. */
@@ -205,8 +207,17 @@ export function planCommand(
   }
   if (plan.api)
     requireAuthOffLoopback('the lease API', plan.api.options, plan.api.options, '--discovery-addr');
-  if (plan.gateway)
+  if (plan.gateway) {
     requireAuthOffLoopback('the gateway', plan.gateway.options, plan.gateway.options, '--gateway-addr');
+    const { socks } = plan.gateway.options;
+    if (socks)
+      requireAuthOffLoopback(
+        "the gateway's SOCKS5 listener",
+        socks,
+        plan.gateway.options,
+        '--gateway-socks-addr',
+      );
+  }
   if (command === 'dev') {
     if (flags.node && flags.kubeconfig) {
       throw new ConfigError(
@@ -222,6 +233,7 @@ export function planCommand(
       root: devRoot,
       apiAddrGiven: flags.discoveryAddr !== undefined,
       gatewayAddrGiven: flags.gatewayAddr !== undefined,
+      gatewaySocksAddrGiven: flags.gatewaySocksAddr !== undefined,
       ...(flags.tracing ? { tracing: true } : {}),
       ...(flags.node ? { node: true } : {}),
       ...(flags.temporalAddress ? { temporalAddress: flags.temporalAddress } : {}),

@@ -748,10 +748,18 @@ export async function startGateway(
     }
     const address = await gateway.listen(options.host, options.port);
     scope.defer('gateway', () => gateway.close());
+    const socks = options.socks
+      ? await gateway.listenSocks(options.socks.host, options.socks.port)
+      : undefined;
     const egress = describeEgressPolicy(options);
     const metricsUrl = metricsServer?.url ?? '';
     logger.info(
-      { url: address.url, ...(metricsUrl ? { metrics: metricsUrl } : {}), egress },
+      {
+        url: address.url,
+        ...(socks ? { socks: socks.url } : {}),
+        ...(metricsUrl ? { metrics: metricsUrl } : {}),
+        egress,
+      },
       'gateway listening',
     );
     return {
@@ -760,7 +768,7 @@ export async function startGateway(
       metricsUrl,
       done: new Promise(() => undefined),
       describe: () =>
-        `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''}${opts.shared ? '' : `; ${egress}`})`,
+        `proxy endpoint ${address.url} (curl -x http://session-1:TOKEN@${address.url.slice('http://'.length)} ...${socks ? `; SOCKS5 ${socks.url}: curl --socks5-hostname session-1:TOKEN@${socks.url.slice('socks5://'.length)} ...` : ''}; lease store ${opts.shared ? "the lease API's" : options.leaseStore.kind}${metricsUrl ? `, metrics ${metricsUrl}` : ''}${opts.shared ? '' : `; ${egress}`})`,
       stop: () => scope.close(),
     };
   });

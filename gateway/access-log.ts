@@ -25,6 +25,8 @@ export interface AccessEntry {
   attempts: number;
   sentBytes: number;
   receivedBytes: number;
+  /** `socks5` for the SOCKS5 listener's tunnels; absent for the HTTP listener's. */
+  via?: 'socks5' | undefined;
 }
 
 export type AccessLog = (entry: AccessEntry) => void;
@@ -42,10 +44,12 @@ export function createAccessLog(log: Logger): AccessLog {
     attempts,
     sentBytes,
     receivedBytes,
+    via,
   }) => {
     log.info(
       {
         kind,
+        ...(via ? { via } : {}),
         client,
         ...(tenant !== undefined ? { tenant } : {}),
         target,

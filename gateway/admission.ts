@@ -14,6 +14,7 @@ import {
   GatewayCredentialsError,
   parseUsername,
   type ConnectionOptions,
+  type ProxyCredentials,
 } from './credentials.js';
 import type { GatewayMetrics } from './metrics.js';
 import { Refusal } from './refusal.js';
@@ -40,9 +41,16 @@ export interface Admitted {
  * throws Refusal: 429 for an address that guessed wrong too often (before
  * any check) or a tenant over its requests per second, 407 for missing or
  * wrong credentials, 400 for a malformed username, 403 for a pool outside
- * the tenant's scope.
+ * the tenant's scope. `credentials` reads them from the front door (the
+ * HTTP listener's Proxy-Authorization header, the SOCKS5 listener's RFC
+ * 1929 sub-negotiation); it may throw GatewayCredentialsError, answered as
+ * a wrong password is.
  */
-export function admit(deps: AdmissionDeps, req: IncomingMessage, client: string): Admitted {
+export function admit(
+  deps: AdmissionDeps,
+  credentialsOf: () => ProxyCredentials | undefined,
+  client: string,
+): Admitted {
   if (!deps.tenants.open) {
     const wait = deps.guesses.blocked(client);
     if (wait) {
@@ -58,7 +66,7 @@ export function admit(deps: AdmissionDeps, req: IncomingMessage, client: string)
   let tenant: Tenant;
   let options: ConnectionOptions;
   try {
-    const credentials = decodeProxyAuthorization(req.headers['proxy-authorization']);
+    const credentials = credentialsOf();
     const found = deps.tenants.authenticate(credentials?.password);
     if (!found) {
       if (!credentials)
@@ -93,6 +101,11 @@ export function admit(deps: AdmissionDeps, req: IncomingMessage, client: string)
     });
   }
   return { tenant, options };
+}
+
+/** The HTTP listener's credentials: its Proxy-Authorization header, decoded (throws GatewayCredentialsError). */
+export function headerCredentials(req: IncomingMessage): () => ProxyCredentials | undefined {
+  return () => decodeProxyAuthorization(req.headers['proxy-authorization']);
 }
 
 /** The client's address as its connection shows it, an IPv4-mapped IPv6 address as the IPv4 one. */

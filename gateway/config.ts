@@ -26,6 +26,8 @@ import {
 export const DEFAULT_GATEWAY_ADDR = ':8080';
 /** `dev` binds the loopback; a taken port is replaced by a free one. */
 export const DEV_GATEWAY_ADDR = '127.0.0.1:8092';
+/** `dev`'s SOCKS5 listener; a taken port is replaced by a free one. A standalone gateway has none unasked. */
+export const DEV_GATEWAY_SOCKS_ADDR = '127.0.0.1:8093';
 /**
  * What `dev` starts its gateway with: its targets (the IP echo, the probe
  * target) live on the loopback on ports of their own, so it allows the
@@ -34,6 +36,7 @@ export const DEV_GATEWAY_ADDR = '127.0.0.1:8092';
  */
 export const DEV_GATEWAY_DEFAULTS = {
   gatewayAddr: DEV_GATEWAY_ADDR,
+  gatewaySocksAddr: DEV_GATEWAY_SOCKS_ADDR,
   egressAllowCidrs: '127.0.0.0/8,::1/128',
 } as const;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -45,6 +48,8 @@ export const gatewayOptionsSchema = z.strictObject({
   /** Listen host; '' means every interface. */
   host: z.string(),
   port: z.int().min(0).max(65535),
+  /** `--gateway-socks-addr`: the SOCKS5 listener's address (gateway/socks.ts); none: no SOCKS5 listener. */
+  socks: z.strictObject({ host: z.string(), port: z.int().min(0).max(65535) }).optional(),
   /** The API token crawlers send as the proxy password; '' accepts any password. */
   token: z.string(),
   /** `--insecure-no-auth`: serve without a token off the loopback, knowingly. */
@@ -91,6 +96,8 @@ export type GatewayOptions = z.infer<typeof gatewayOptionsSchema>;
 export interface GatewayFlags extends Omit<ApiFlags, 'discoveryAddr'>, GatewayLimitFlags {
   /** `--gateway-addr`, `host:port` or `:port` (default `:8080`). */
   gatewayAddr?: string | undefined;
+  /** `--gateway-socks-addr`, `host:port` or `:port` (default: no SOCKS5 listener; dev 127.0.0.1:8093). */
+  gatewaySocksAddr?: string | undefined;
   /** `--gateway-connect-timeout`, a duration (default 5s). */
   gatewayConnectTimeout?: string | undefined;
   /** `--gateway-attempts`, upstream proxies tried per connection (default 3). */
@@ -114,7 +121,12 @@ export { GatewayConfigError };
 export function readGatewayConfig(
   env: Readonly<Record<string, string | undefined>>,
   flags: GatewayFlags = {},
-  defaults: { gatewayAddr?: string; egressAllowCidrs?: string; egressAllowPorts?: string } = {},
+  defaults: {
+    gatewayAddr?: string;
+    gatewaySocksAddr?: string;
+    egressAllowCidrs?: string;
+    egressAllowPorts?: string;
+  } = {},
 ): GatewayOptions {
   let lease;
   try {
@@ -132,6 +144,15 @@ export function readGatewayConfig(
     );
   } catch (error) {
     throw new GatewayConfigError((error as Error).message);
+  }
+  let socks: { host: string; port: number } | undefined;
+  const socksAddr = flags.gatewaySocksAddr ?? defaults.gatewaySocksAddr;
+  if (socksAddr !== undefined) {
+    try {
+      socks = parseListenAddress(socksAddr, '--gateway-socks-addr');
+    } catch (error) {
+      throw new GatewayConfigError((error as Error).message);
+    }
   }
   let connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS;
   if (flags.gatewayConnectTimeout !== undefined) {
@@ -166,6 +187,7 @@ export function readGatewayConfig(
   const parsed = gatewayOptionsSchema.safeParse({
     host: address.host,
     port: address.port,
+    ...(socks ? { socks } : {}),
     token: lease.token,
     insecureNoAuth: lease.insecureNoAuth,
     ...(lease.tenantsFile !== undefined ? { tenantsFile: lease.tenantsFile } : {}),

@@ -149,19 +149,22 @@ export function recordRefused(
     client: string;
     admitted?: { tenant: Tenant; options: ConnectionOptions } | undefined;
     span?: TraceSpan | undefined;
+    /** The SOCKS5 listener's connections say so; the HTTP listener's say nothing. */
+    via?: 'socks5' | undefined;
   },
 ): void {
   ctx.metrics.outcome(kind, refusal.outcome);
   if (refusal.outcome === 'no_match' && where.admitted)
     ctx.demand?.noteDenied(where.admitted.options.selector, where.admitted.options.pool);
   where.span?.end(refusal.status);
-  ctx.accessLog(
-    refusedEntry(kind, where.target, refusal.status, where.started, {
+  ctx.accessLog({
+    ...refusedEntry(kind, where.target, refusal.status, where.started, {
       client: where.client,
       tenant: where.admitted?.tenant.name,
       session: where.admitted?.options.session,
     }),
-  );
+    ...(where.via ? { via: where.via } : {}),
+  });
 }
 
 /** A connection carried to its end: its bytes counted, one access line. */
@@ -176,6 +179,7 @@ export function recordCarried(
     status: number;
     client: string;
     tenant: string;
+    via?: 'socks5' | undefined;
   },
   bytes: { sent: number; received: number },
 ): void {
@@ -195,5 +199,6 @@ export function recordCarried(
     attempts,
     sentBytes: bytes.sent,
     receivedBytes: bytes.received,
+    ...(where.via ? { via: where.via } : {}),
   });
 }

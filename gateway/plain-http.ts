@@ -7,7 +7,7 @@ import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import { dialAddress, ipLiteralOf } from '../forwarding/egress-policy.js';
 import { connectionListed, endToEndHeaders } from '../forwarding/headers.js';
 import type { TraceSpan } from '../tracing/http.js';
-import { admit, clientAddress, hostOf, traceOf, type Admitted } from './admission.js';
+import { admit, clientAddress, headerCredentials, hostOf, traceOf, type Admitted } from './admission.js';
 import { checkDestination } from './destination.js';
 import {
   pickUpstream,
@@ -49,7 +49,7 @@ export async function handleRequest(
   let freeSlot: () => void;
   try {
     url = absoluteUrl(rawUrl);
-    admitted = admit(ctx, req, address);
+    admitted = admit(ctx, headerCredentials(req), address);
     // Checked here, before the lease; the request goes on by name (a proxy
     // rewrites Host from the URL, so an address there would break virtual
     // hosts): the proxies this product configures re-check what they resolve.

@@ -14,11 +14,14 @@
  * slows its writer (backpressure) and memory per connection stays a few
  * socket buffers.
  *
- * This module wires it once per gateway: the listener, the shared context,
+ * A second front door, the SOCKS5 listener (socks.ts), runs the same
+ * tunnel code (tunnel.ts) as CONNECT, on an address of its own.
+ *
+ * This module wires it once per gateway: the listeners, the shared context,
  * and shutdown.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { LeaseStore } from '../api/lease-store.js';
@@ -44,6 +47,7 @@ import type { GatewayContext, GatewaySettings } from './context.js';
 import { createGatewayLeases } from './leases.js';
 import { registerGatewayMetrics } from './metrics.js';
 import { handleRequest } from './plain-http.js';
+import { createSocksListener } from './socks.js';
 import { createUpstreamAgents } from './upstream-request.js';
 import { createTrafficHealth, type TrafficHealth, type TrafficSink } from './traffic-health.js';
 import type { CredentialsLookup } from '../credentials/proxy-credentials.js';
@@ -79,6 +83,8 @@ export interface CreateGatewayOptions {
 export interface Gateway {
   /** Listens; '' or undefined host: every interface; port 0 picks one. */
   listen(host: string | undefined, port: number): Promise<{ host: string; port: number; url: string }>;
+  /** The SOCKS5 listener (socks.ts) on its own address; the same leases, limits and logs. */
+  listenSocks(host: string | undefined, port: number): Promise<{ host: string; port: number; url: string }>;
   /** Stops accepting, closes open tunnels and requests, lets go of every lease. */
   close(): Promise<void>;
   /** Open tunnels and plain-HTTP requests in flight. */
@@ -152,31 +158,34 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
     },
   };
   const server = listenerFor(ctx);
-  server.maxConnections = settings.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
-  server.on('drop', () => metrics.limitTripped('max_connections'));
+  const socks = createSocksListener(ctx);
   const open = new Set<Socket>();
-  server.on('connection', (socket: Socket) => {
-    open.add(socket);
-    socket.once('close', () => open.delete(socket));
-    socket.setNoDelay(true);
-  });
+  for (const listener of [server, socks]) {
+    // Each listener holds up to the maximum (Node counts per server).
+    listener.maxConnections = settings.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
+    listener.on('drop', () => metrics.limitTripped('max_connections'));
+    listener.on('connection', (socket: Socket) => {
+      open.add(socket);
+      socket.once('close', () => open.delete(socket));
+      socket.setNoDelay(true);
+    });
+  }
 
   return {
     server,
     activeConnections: () => active,
-    listen(host, port) {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host || undefined, () => {
-          server.off('error', reject);
-          const address = server.address() as AddressInfo;
-          const urlHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-          resolve({ host: address.address, port: address.port, url: `http://${urlHost}:${address.port}` });
-        });
-      });
-    },
+    listen: (host, port) => listenOn(server, 'http', host, port),
+    listenSocks: (host, port) => listenOn(socks, 'socks5', host, port),
     async close() {
-      const closing = new Promise<void>((resolve) => server.close(() => resolve()));
+      const closing = Promise.all(
+        [server, socks].map(
+          (listener) =>
+            new Promise<void>((resolve) => {
+              if (!listener.listening) resolve();
+              else listener.close(() => resolve());
+            }),
+        ),
+      );
       for (const socket of open) socket.destroy();
       server.closeAllConnections();
       await closing;
@@ -186,6 +195,24 @@ export function createGateway(opts: CreateGatewayOptions): Gateway {
       await leases.close();
     },
   };
+}
+
+/** Listens on host:port; the URL names the scheme (`http` or `socks5`) and brackets an IPv6 address. */
+function listenOn(
+  listener: NetServer,
+  scheme: 'http' | 'socks5',
+  host: string | undefined,
+  port: number,
+): Promise<{ host: string; port: number; url: string }> {
+  return new Promise((resolve, reject) => {
+    listener.once('error', reject);
+    listener.listen(port, host || undefined, () => {
+      listener.off('error', reject);
+      const address = listener.address() as AddressInfo;
+      const urlHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      resolve({ host: address.address, port: address.port, url: `${scheme}://${urlHost}:${address.port}` });
+    });
+  });
 }
 
 /** The HTTP server, its timeouts, and which handler each kind of request goes to. */

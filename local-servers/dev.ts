@@ -218,12 +218,17 @@ export const runDev: RunDev = async (plan, logger, env) => {
     );
     started(api);
     // The gateway leases from the lease API's own catalog and store: one pool for both.
-    const gatewayOptions = dev.gatewayAddrGiven
-      ? gatewayConfig.options
-      : {
-          ...gatewayConfig.options,
-          port: await preferredOrFreePort(gatewayConfig.options.port, gatewayConfig.options.host),
-        };
+    // A taken default port (HTTP 8092, SOCKS5 8093) is replaced by a free one; a given address is used as is.
+    const { socks } = gatewayConfig.options;
+    const gatewayOptions = {
+      ...gatewayConfig.options,
+      ...(dev.gatewayAddrGiven
+        ? {}
+        : { port: await preferredOrFreePort(gatewayConfig.options.port, gatewayConfig.options.host) }),
+      ...(socks && !dev.gatewaySocksAddrGiven
+        ? { socks: { ...socks, port: await preferredOrFreePort(socks.port, socks.host) } }
+        : {}),
+    };
     const gateway = await startGateway(gatewayOptions, gatewayConfig, undefined, logger, metrics, {
       tracing,
       shared: {

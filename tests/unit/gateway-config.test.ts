@@ -106,12 +106,21 @@ describe('readGatewayConfig', () => {
     });
     expect(readGatewayConfig({}, { gatewayRateLimitStatuses: '' }).rateLimitStatuses).toEqual([]);
     expect(readGatewayConfig({}, {}, { gatewayAddr: '127.0.0.1:8092' }).port).toBe(8092);
+    // No SOCKS5 listener unless asked for; IPv6 listen addresses for both.
+    expect(readGatewayConfig({}, {}).socks).toBeUndefined();
+    expect(
+      readGatewayConfig({}, { gatewayAddr: '[::1]:8080', gatewaySocksAddr: '[::1]:1080' }),
+    ).toMatchObject({
+      host: '::1',
+      socks: { host: '::1', port: 1080 },
+    });
     expect(readGatewayConfig({}, { egressAllowPorts: 'any' }).egressAllowPorts).toEqual([[1, 65535]]);
   });
 
   it('dev allows the loopback (on every port, as an allowance); a flag still wins over it', () => {
     expect(readGatewayConfig({}, {}, DEV_GATEWAY_DEFAULTS)).toMatchObject({
       port: 8092,
+      socks: { host: '127.0.0.1', port: 8093 },
       egressAllowCidrs: ['127.0.0.0/8', '::1/128'],
       egressAllowPorts: [
         [80, 80],
@@ -131,6 +140,7 @@ describe('readGatewayConfig', () => {
 
   it.each([
     [{ gatewayAddr: '8080' }, '--gateway-addr: expected host:port or :port, got "8080"'],
+    [{ gatewaySocksAddr: '1080' }, '--gateway-socks-addr: expected host:port or :port, got "1080"'],
     [{ gatewayConnectTimeout: 'soon' }, '--gateway-connect-timeout: invalid duration "soon"'],
     [{ gatewayConnectTimeout: '0' }, '--gateway-connect-timeout must be positive'],
     [{ gatewayAttempts: '0' }, '--gateway-attempts: Too small'],

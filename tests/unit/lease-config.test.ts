@@ -225,5 +225,10 @@ describe('no listening off the loopback without auth', () => {
     // dev listens on the loopback: no token needed.
     expect(planCommand('dev', {}, {}).gateway?.options.host).toBe('127.0.0.1');
     expect(() => planCommand('dev', { gatewayAddr: ':8092' }, {})).toThrow(/--insecure-no-auth/);
+    // The SOCKS5 listener is held to the same rule, on its own address.
+    expect(() => planCommand('dev', { gatewaySocksAddr: ':1080' }, {})).toThrow(
+      /SOCKS5 listener would listen on :1080 .*--gateway-socks-addr 127\.0\.0\.1:1080/,
+    );
+    expect(planCommand('dev', {}, {}).gateway?.options.socks).toEqual({ host: '127.0.0.1', port: 8093 });
   });
 });
