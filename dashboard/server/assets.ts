@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import type { BuildOptions } from 'esbuild';
 
 export interface DashboardAssets {
   html: string;
@@ -29,7 +30,7 @@ export async function bundleDashboard(): Promise<{ js: Buffer; css: Buffer }> {
   const esbuild = await import('esbuild');
   const script = new URL('../../infra/scripts/bundle-dashboard.mjs', import.meta.url);
   const { DASHBOARD_BUILD_OPTIONS } = (await import(script.href)) as {
-    DASHBOARD_BUILD_OPTIONS: import('esbuild').BuildOptions & { write: false };
+    DASHBOARD_BUILD_OPTIONS: BuildOptions & { write: false };
   };
   const result = await esbuild.build(DASHBOARD_BUILD_OPTIONS);
   const js = result.outputFiles.find((f) => f.path.endsWith('.js'));

@@ -24,6 +24,18 @@ export function isUp(state: string): boolean {
   return mapState(state, '1.1.1.1') === 'Running';
 }
 
+/** A domain's vCPUs and memory from its XML (`<vcpu>`, `<memory unit=…>`); undefined when either is missing. */
+export function domainSize(xml: string | undefined): { vcpus: number; memoryMiB: number } | undefined {
+  if (!xml) return undefined;
+  const vcpus = Number(/<vcpu\b[^>]*>\s*(\d+)\s*<\/vcpu>/.exec(xml)?.[1] ?? NaN);
+  const memory = /<memory\b(?:[^>]*\bunit=['"](\w+)['"])?[^>]*>\s*(\d+)\s*<\/memory>/.exec(xml);
+  if (!memory || !Number.isFinite(vcpus)) return undefined;
+  const perMiB: Record<string, number> = { KiB: 1 / 1024, k: 1 / 1024, MiB: 1, M: 1, GiB: 1024, G: 1024 };
+  const factor = perMiB[memory[1] ?? 'KiB'];
+  if (factor === undefined) return undefined;
+  return { vcpus, memoryMiB: Math.ceil(Number(memory[2]) * factor) };
+}
+
 /** `virsh nodeinfo` → CPUs and total memory (0 when a field is missing). */
 export function parseNodeInfo(text: string): { cpus: number; memoryKiB: number } {
   const cpus = Number(/^CPU\(s\):\s+(\d+)/m.exec(text)?.[1] ?? 0);
@@ -99,14 +111,19 @@ export class Domains {
       refusal = err;
     }
     const after = (await this.state(h, name, signal)).trim();
-    if (after !== 'running' && after !== 'idle' && after !== 'blocked')
-      throw this.ops.fail(
-        'Transient',
-        'create',
-        id,
-        // virsh's own line says why (QEMU's refusal): the operator's first question.
-        `domain did not start (state "${after.slice(0, 32)}")${refusal ? `: ${refusal.firstLine()}` : ''}`,
-      );
+    if (after === 'running' || after === 'idle' || after === 'blocked') return;
+    // libvirt sometimes loses QEMU's reason ("process exited while connecting
+    // to monitor", on a loaded host): a domain bigger than the host can give
+    // is still the host's capacity, not a passing fault.
+    const size = domainSize(await this.xml(h, name, signal).catch(() => undefined));
+    if (size) await this.checkCapacity(h, size, signal, id);
+    throw this.ops.fail(
+      'Transient',
+      'create',
+      id,
+      // virsh's own line says why (QEMU's refusal): the operator's first question.
+      `domain did not start (state "${after.slice(0, 32)}")${refusal ? `: ${refusal.firstLine()}` : ''}`,
+    );
   }
 
   /**

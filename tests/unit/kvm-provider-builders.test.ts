@@ -34,7 +34,7 @@ import { buildIso9660, readIso9660 } from '../../providers/shared/iso9660.js';
 import { hostKeyAccepted, hostKeyAlgorithms, parseKnownHosts } from '../../providers/kvm/known-hosts.js';
 import { arpLookup, dnsmasqLeaseLookup, parseDomIfAddr } from '../../providers/kvm/addresses.js';
 import { checkReason, classify } from '../../providers/kvm/classify.js';
-import { mapState, parseNodeInfo, parseNodeMemStats } from '../../providers/kvm/domains.js';
+import { domainSize, mapState, parseNodeInfo, parseNodeMemStats } from '../../providers/kvm/domains.js';
 import { parseBaseMarker } from '../../providers/kvm/images.js';
 import { parsePoolInfo } from '../../providers/kvm/volumes.js';
 import { routableIPv4 } from '../../providers/shared/ipv4.js';
@@ -423,6 +423,25 @@ garbage line
     expect(dnsmasqLeaseLookup(leases, ['52:54:00:aa:bb:cc'])).toEqual(['198.18.7.21', '198.18.7.20']);
     expect(dnsmasqLeaseLookup(leases, ['52:54:00:99:99:99'])).toEqual([]);
     expect(dnsmasqLeaseLookup('', ['52:54:00:aa:bb:cc'])).toEqual([]);
+  });
+
+  it("a domain's size from its XML, in MiB whatever the unit; undefined when a part is missing", () => {
+    expect(
+      domainSize("<domain><memory unit='KiB'>1048576</memory><vcpu placement='static'>2</vcpu></domain>"),
+    ).toEqual({
+      vcpus: 2,
+      memoryMiB: 1024,
+    });
+    expect(domainSize('<domain><memory unit="GiB">4</memory><vcpu>1</vcpu></domain>')).toEqual({
+      vcpus: 1,
+      memoryMiB: 4096,
+    });
+    expect(domainSize('<domain><memory>2048</memory><vcpu>1</vcpu></domain>')).toEqual({
+      vcpus: 1,
+      memoryMiB: 2,
+    });
+    expect(domainSize('<domain><vcpu>1</vcpu></domain>')).toBeUndefined();
+    expect(domainSize(undefined)).toBeUndefined();
   });
 
   it('nodeinfo and nodememstats: CPUs, total and available memory', () => {
