@@ -6,7 +6,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { readyOrStopped, spawnServer, type ManagedProcess } from './process.js';
+import { readyOrStopped, retryWhenPortTaken, spawnServer, type ManagedProcess } from './process.js';
 import { preferredOrFreePort } from './ports.js';
 
 export interface JaegerServer {
@@ -78,19 +78,22 @@ async function answers(url: string): Promise<boolean> {
 export async function startJaeger(opts: JaegerOptions): Promise<JaegerServer> {
   mkdirSync(opts.dataDir, { recursive: true });
   const host = '127.0.0.1';
-  const otlp = await preferredOrFreePort(opts.otlpPort, host);
-  const query = await preferredOrFreePort(opts.queryPort, host);
-  const queryGrpc = await preferredOrFreePort(undefined, host);
-  const configPath = join(opts.dataDir, 'jaeger.yaml');
-  writeFileSync(configPath, config(host, { otlp, query, queryGrpc }));
   const logPath = join(opts.dataDir, 'jaeger.log');
-  const proc = spawnServer('jaeger', opts.bin, ['--config', configPath], logPath, { pidDir: opts.pidDir });
-  const queryUrl = `http://${host}:${query}`;
-  const otlpEndpoint = `http://${host}:${otlp}`;
-  await readyOrStopped(proc, logPath, [
-    { what: 'Jaeger query API', probe: () => answers(`${queryUrl}/api/services`), timeoutMs: 60_000 },
-    // The receiver answers 405 to GET once it listens.
-    { what: 'Jaeger OTLP receiver', probe: () => answers(`${otlpEndpoint}/v1/traces`), timeoutMs: 30_000 },
-  ]);
-  return { otlpEndpoint, queryUrl, logPath, process: proc, stop: () => proc.stop() };
+  // A port found free can be taken before Jaeger binds it (seen in CI): new ones, as the other servers do.
+  return retryWhenPortTaken(logPath, async (attempt) => {
+    const otlp = await preferredOrFreePort(attempt === 1 ? opts.otlpPort : undefined, host);
+    const query = await preferredOrFreePort(attempt === 1 ? opts.queryPort : undefined, host);
+    const queryGrpc = await preferredOrFreePort(undefined, host);
+    const configPath = join(opts.dataDir, 'jaeger.yaml');
+    writeFileSync(configPath, config(host, { otlp, query, queryGrpc }));
+    const proc = spawnServer('jaeger', opts.bin, ['--config', configPath], logPath, { pidDir: opts.pidDir });
+    const queryUrl = `http://${host}:${query}`;
+    const otlpEndpoint = `http://${host}:${otlp}`;
+    await readyOrStopped(proc, logPath, [
+      { what: 'Jaeger query API', probe: () => answers(`${queryUrl}/api/services`), timeoutMs: 60_000 },
+      // The receiver answers 405 to GET once it listens.
+      { what: 'Jaeger OTLP receiver', probe: () => answers(`${otlpEndpoint}/v1/traces`), timeoutMs: 30_000 },
+    ]);
+    return { otlpEndpoint, queryUrl, logPath, process: proc, stop: () => proc.stop() };
+  });
 }
