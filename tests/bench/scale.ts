@@ -64,22 +64,13 @@
  * Everything listens on the loopback; all processes and the temp directory
  * are removed at the end, on error, and on SIGINT/SIGTERM.
  */
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
   CLOCK_TICKS_PER_SECOND,
@@ -102,6 +93,7 @@ import { spawnServer, type ManagedProcess } from '../../local-servers/process.js
 import { startTemporalDevServer, type TemporalDevServer } from '../../local-servers/temporal.js';
 import { ensureKubeBinaries, ensureTemporalCli } from '../../local-servers/tools.js';
 import { imageEnvironment } from '../helpers/image-env.js';
+import { distPath, REPO } from './dist.js';
 import { proxyWorkflowId } from '../../workflows/proxy/ids.js';
 import { millis, proxyWorkflowActions, scheduleWorkflowActions } from './actions.js';
 import { DEFAULT_LATENCY_POLICY } from '../../prober/latency.js';
@@ -139,7 +131,6 @@ const TASK_QUEUE = 'ep-bench-scale';
 /** Not used by any test or by `dev`, so a concurrent run elsewhere never collides. */
 const ADDRESS_RANGE = '127.94.0.0/16';
 const CREATE_CONCURRENCY = 20;
-const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const t0 = performance.now();
 const elapsed = () => `${((performance.now() - t0) / 1000).toFixed(0).padStart(5)} s`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -153,49 +144,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  */
 function entryArgs(): string[] {
   if (FROM === 'source') return ['--import', 'tsx', join(REPO, 'cli/entry.ts')];
-  const entry = join(REPO, 'dist/cli/entry.js');
-  const why = distOutOfDate(entry);
-  if (why !== undefined) {
-    // A fresh clone has no dist/: build it as the image does, rather than
-    // send the user off to run another command first.
-    console.log(`${elapsed()}  ${why}: running \`npm run build\``);
-    const built = spawnSync('npm', ['run', 'build', '--silent'], { cwd: REPO, stdio: 'inherit' });
-    if (built.status !== 0) throw new Error(`npm run build failed (exit ${built.status ?? built.signal})`);
-    const still = distOutOfDate(entry);
-    if (still !== undefined) throw new Error(`${still} after npm run build`);
-  }
-  return [entry];
-}
-
-/** Why dist/ cannot be measured as it is (missing, or older than a source file), or undefined. */
-function distOutOfDate(entry: string): string | undefined {
-  const built = join(REPO, 'dist/build-info.json');
-  if (!existsSync(entry) || !existsSync(built)) return 'dist/ is missing';
-  const builtAt = statSync(built).mtimeMs;
-  const newer: string[] = [];
-  const walk = (d: string) => {
-    for (const e of readdirSync(d, { withFileTypes: true })) {
-      const path = join(d, e.name);
-      if (e.isDirectory()) walk(path);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts') && statSync(path).mtimeMs > builtAt)
-        newer.push(path.slice(REPO.length));
-    }
-  };
-  for (const d of [
-    'activities',
-    'api',
-    'cli',
-    'forwarding',
-    'k8s-bridge',
-    'kube',
-    'providers',
-    'resources',
-    'tracing',
-    'workflows',
-  ])
-    walk(join(REPO, d));
-  if (newer.length === 0) return undefined;
-  return `dist/ is older than ${newer.slice(0, 3).join(', ')}${newer.length > 3 ? ' ...' : ''}`;
+  return [distPath('cli/entry.js', (line) => console.log(`${elapsed()}  ${line}`))];
 }
 
 const mib = (kib: number) => kib / 1024;
