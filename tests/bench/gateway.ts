@@ -65,7 +65,7 @@ import {
 } from '../../local-servers/squid.js';
 import { imageEnvironment } from '../helpers/image-env.js';
 import { distPath, REPO } from './dist.js';
-import { CLOCK_TICKS_PER_SECOND, descendants } from './proc.js';
+import { CLOCK_TICKS_PER_SECOND, descendants, readProc } from './proc.js';
 
 const SIZES = [64 * 1024, 1024 * 1024] as const;
 const MODES = ['connect', 'http'] as const;
@@ -439,22 +439,17 @@ function machineTicks(): [number, number] {
   return [fields[3]! + fields[4]!, total];
 }
 
-/** [utime, stime] of `pid` and every process below it, in ticks. */
+/** [utime + stime, stime] of `pid` and every process below it, in ticks. */
 function treeTicks(pid: number): [number, number] {
-  let user = 0;
+  let cpu = 0;
   let system = 0;
   for (const p of [pid, ...descendants(pid)]) {
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-      // After the command name (in parentheses, may hold spaces): utime and stime are the 12th and 13th fields.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      user += Number(fields[11]);
-      system += Number(fields[12]);
-    } catch {
-      // Ended between the listing and the read.
-    }
+    // Undefined when it ended between the listing and the read.
+    const sample = readProc(p);
+    cpu += sample?.cpuTicks ?? 0;
+    system += sample?.systemTicks ?? 0;
   }
-  return [user, system];
+  return [cpu, system];
 }
 
 interface Cell {
@@ -530,7 +525,7 @@ async function measure(
     bytes,
     requests: ttfbs.length,
     errors,
-    relayCpuSeconds: (cpuAfter[0] + cpuAfter[1] - cpuBefore[0] - cpuBefore[1]) / CLOCK_TICKS_PER_SECOND,
+    relayCpuSeconds: (cpuAfter[0] - cpuBefore[0]) / CLOCK_TICKS_PER_SECOND,
     relaySystemSeconds: (cpuAfter[1] - cpuBefore[1]) / CLOCK_TICKS_PER_SECOND,
     idleFraction: (idleAfter - idleBefore) / Math.max(1, totalAfter - totalBefore),
     p50: percentile(ttfbs, 0.5),

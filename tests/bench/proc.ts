@@ -14,17 +14,20 @@ export interface ProcSample {
   hwmKiB: number;
   /** utime + stime, in clock ticks. */
   cpuTicks: number;
+  /** stime alone (the part in the kernel), in clock ticks. */
+  systemTicks: number;
   threads: number;
 }
 
 /** The fields of a `stat` file (a process's or a thread's) that the benches read. */
-function statOf(stat: string): { name: string; ppid: number; cpuTicks: number } {
+function statOf(stat: string): { name: string; ppid: number; cpuTicks: number; systemTicks: number } {
   // Fields after the command name, which is in parentheses and may contain spaces.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return {
     name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
     ppid: Number(rest[1]),
     cpuTicks: Number(rest[11]) + Number(rest[12]),
+    systemTicks: Number(rest[12]),
   };
 }
 
@@ -38,6 +41,7 @@ export function readProc(pid: number): ProcSample | undefined {
       rssKiB: field('VmRSS'),
       hwmKiB: field('VmHWM'),
       cpuTicks: stat.cpuTicks,
+      systemTicks: stat.systemTicks,
       threads: field('Threads'),
     };
   } catch {
